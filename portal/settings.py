@@ -1,0 +1,268 @@
+"""Koord-Queue settings, read from the environment with safe development defaults.
+
+Every knob an operator turns is an environment variable; nothing secret lives in this
+file. A misconfiguration raises ImproperlyConfigured with one sentence, which the entry
+points (manage.py, asgi.py, celery.py) print without a traceback.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+VAR_DIR = Path(env.str("KQ_VAR_DIR", default=str(BASE_DIR / "var")))
+
+
+def _bool(name: str, default: bool) -> bool:
+    try:
+        return env.bool(name, default=default)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be true or false, not {env.str(name)!r}.") from exc
+
+
+def _int(name: str, default: int, minimum: int | None = None) -> int:
+    try:
+        value = env.int(name, default=default)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {env.str(name)!r}.") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def _float(name: str, default: float, minimum: float | None = None) -> float:
+    try:
+        value = env.float(name, default=default)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, not {env.str(name)!r}.") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.str(name, default=default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(
+            f"{name} must be one of {', '.join(choices)}, not {value!r}."
+        )
+    return value
+
+
+DEBUG = _bool("DEBUG", True)
+TESTING = _bool("KQ_TESTING", False)
+
+
+def _secret_key() -> str:
+    key = env.str("SECRET_KEY", default="")
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    # Development: generate once and keep it under var/ so sessions survive restarts.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        candidate = path.with_suffix(".tmp")
+        candidate.write_text(secrets.token_urlsafe(50))
+        candidate.chmod(0o600)
+        candidate.replace(path)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.list(
+    "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"]
+)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+if not DEBUG:
+    SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", True)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "queueing",
+    "portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------
+_default_sqlite = VAR_DIR / "koord-queue.sqlite3"
+try:
+    DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{_default_sqlite}")}
+except (ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(
+        f"DATABASE_URL is not a database URL Koord-Queue understands: {exc}."
+    ) from exc
+_engine = DATABASES["default"]["ENGINE"]
+if _engine.endswith("sqlite3"):
+    if DATABASES["default"]["NAME"] not in ("", ":memory:"):
+        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Web, worker and beat share one file: WAL lets readers run beside the writer, and
+    # IMMEDIATE transactions take the write lock up front instead of failing to upgrade.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+elif "postgresql" in _engine:
+    DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
+    DATABASES["default"].setdefault("CONN_MAX_AGE", _int("DB_CONN_MAX_AGE", 60, 0))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    if env.str("KQ_TEST_DB_NAME", default=""):
+        DATABASES["default"]["TEST"] = {"NAME": env.str("KQ_TEST_DB_NAME")}
+else:
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL or SQLite.")
+DATABASE_IS_SQLITE = _engine.endswith("sqlite3")
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Celery, Channels -----------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured("REDIS_URL must start with redis://, rediss:// or unix://.")
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = _bool("KQ_CELERY_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        }
+    }
+else:
+    # Only for single-process use (tests on SQLite); `make run` always provides Redis.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Cluster ----------------------------------------------------------------------------
+KQ_CLUSTER = _choice("KQ_CLUSTER", "simulated", ("simulated", "kubernetes"))
+KQ_NAMESPACES = env.list("KQ_NAMESPACES", default=[])
+KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
+KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
+KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)
+if KQ_SIM_FAILURE_RATE > 1:
+    raise ImproperlyConfigured(
+        f"KQ_SIM_FAILURE_RATE must be between 0 and 1, not {KQ_SIM_FAILURE_RATE}."
+    )
+KQ_FAIR_SHARE_MODE = _choice("KQ_FAIR_SHARE_MODE", "blended", ("instant", "historical", "blended"))
+KQ_USAGE_HALF_LIFE_S = _float("KQ_USAGE_HALF_LIFE_S", 7 * 24 * 3600.0, 1.0)
+KQ_CYCLE_LEASE_S = _float("KQ_CYCLE_LEASE_S", 30.0, 1.0)
+KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
+
+# --- Auth, API --------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Koord-Queue API",
+    "DESCRIPTION": "Job queueing and fair-share admission for Kubernetes batch and AI workloads.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Static files, i18n, logging --------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
