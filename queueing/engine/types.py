@@ -1,0 +1,619 @@
+"""The engine's contract: the snapshot it reads and the decisions it returns.
+
+Everything here is plain, immutable data. The Django side (``queueing/state.py``)
+builds a :class:`Snapshot` from the database and applies a :class:`CycleResult`;
+the engine never touches either side's storage. The clock is ``Snapshot.now``
+(epoch seconds); nothing in the engine reads the wall clock for decisions.
+
+Units: resources are integers in canonical units (see :mod:`queueing.engine.resources`);
+times are float epoch seconds; durations are float seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queueing.engine.resources import EMPTY, Resources
+
+__all__ = [
+    "ACTIVE_PHASES",
+    "ADMITTED",
+    "BACKOFF",
+    "HOLDING_PHASES",
+    "PENDING",
+    "PREEMPTED",
+    "RUNNING",
+    "Admission",
+    "CycleResult",
+    "EngineConfig",
+    "Eta",
+    "Explanation",
+    "NodeSpec",
+    "PodSet",
+    "Position",
+    "Preemption",
+    "QueueSpec",
+    "QuotaNode",
+    "Requeue",
+    "Snapshot",
+    "Taint",
+    "Toleration",
+    "WorkloadSpec",
+]
+
+# -- phases ---------------------------------------------------------------------------
+
+PENDING = "Pending"
+BACKOFF = "Backoff"
+ADMITTED = "Admitted"
+RUNNING = "Running"
+PREEMPTED = "Preempted"
+
+#: Phases that hold quota and node capacity. ``Preempted`` means eviction was
+#: requested but the cluster has not confirmed it: the pods may still be running.
+HOLDING_PHASES = frozenset({ADMITTED, RUNNING, PREEMPTED})
+#: Phases that compete for admission (``Backoff`` only once ``requeue_at <= now``).
+ACTIVE_PHASES = frozenset({PENDING, BACKOFF})
+
+# -- policies -------------------------------------------------------------------------
+
+POLICY_PRIORITY = "Priority"
+POLICY_BLOCK = "Block"
+POLICY_INTELLIGENT = "Intelligent"
+POLICY_FIFO = "FIFO"  # kube-queue's name for Block
+POLICIES = frozenset({POLICY_PRIORITY, POLICY_BLOCK, POLICY_INTELLIGENT, POLICY_FIFO})
+
+PREEMPT_NEVER = "Never"
+PREEMPT_LOWER_PRIORITY = "LowerPriority"
+RECLAIM_ANY = "Any"
+
+# Taint effects that keep pods off a node unless tolerated. PreferNoSchedule is a hint.
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _res(value: Mapping[str, int] | None) -> Resources:
+    if value is None:
+        return EMPTY
+    if isinstance(value, Resources):
+        return value
+    return Resources(value)
+
+
+# -- cluster --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (``key=value:effect``)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def blocks_scheduling(self) -> bool:
+        """Whether an untolerated taint keeps new pods off the node."""
+        return self.effect in BLOCKING_EFFECTS
+
+    def to_dict(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration with Kubernetes semantics.
+
+    * ``operator="Exists"`` matches any value; with an empty ``key`` it matches every taint.
+    * ``operator="Equal"`` matches when key and value are equal.
+    * An empty ``effect`` matches every effect.
+    """
+
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration matches ``taint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "key": self.key,
+            "operator": self.operator,
+            "value": self.value,
+            "effect": self.effect,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A schedulable node as the engine sees it.
+
+    ``reserved`` is the requests of pods the queue does not manage (daemon sets,
+    system pods, other schedulers); free capacity for the queue is
+    ``allocatable - reserved - held by admitted workloads``.
+    """
+
+    name: str
+    allocatable: Resources
+    reserved: Resources = EMPTY
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allocatable", _res(self.allocatable))
+        object.__setattr__(self, "reserved", _res(self.reserved))
+
+
+# -- quota and queues -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaNode:
+    """One node of an elastic-quota tree (Koordinator ElasticQuota).
+
+    * ``min`` is guaranteed; ``max`` is the ceiling (a resource absent from ``max``
+      has no ceiling of its own; it is still bounded by its ancestors and the cluster).
+    * ``shared_weight`` splits idle capacity between siblings. A resource absent from
+      it defaults, as in Koordinator, to the quota's ``max`` for that resource; where
+      ``max`` does not name the resource either, to ``min`` if positive, else 1.
+    * ``allow_lent=False`` keeps the whole ``min`` reserved even when not demanded.
+    * ``fair_weight`` divides the fair-share score (Kueue's fairSharing weight).
+
+    Several roots (``parent is None``) may share one snapshot; each root's capacity is
+    ``min(its max, schedulable cluster capacity)``.
+    """
+
+    name: str
+    parent: str | None = None
+    min: Resources = EMPTY
+    max: Mapping[str, int] = field(default_factory=dict)
+    shared_weight: Mapping[str, int] = field(default_factory=dict)
+    allow_lent: bool = True
+    fair_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "min", _res(self.min))
+
+    def weight(self, resource: str) -> int:
+        """The shared weight for ``resource`` with Koordinator's default."""
+        if resource in self.shared_weight:
+            return int(self.shared_weight[resource])
+        if resource in self.max:
+            return int(self.max[resource])
+        m = self.min.get(resource, 0)
+        return int(m) if m > 0 else 1
+
+    def ceiling(self, resource: str) -> int | None:
+        """``max`` for ``resource``, or None when it has no ceiling of its own."""
+        if resource in self.max:
+            return int(self.max[resource])
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """An ordering context (kube-queue / koord-queue Queue).
+
+    ``policy``: ``Priority`` (best effort: a head that does not fit is skipped),
+    ``Block`` (strict FIFO: a head that does not fit blocks those behind it on the
+    same quota), ``Intelligent`` (workloads with priority >= ``priority_threshold``
+    block, lower ones may be skipped), ``FIFO`` (alias of Block). ``max_depth``
+    bounds how many candidates of the queue are looked at per cycle (0 = all).
+    """
+
+    name: str
+    policy: str = POLICY_PRIORITY
+    priority: int = 0
+    priority_threshold: int = 0
+    max_depth: int = 0
+    preempt_within_quota: str = PREEMPT_LOWER_PRIORITY  # or "Never"
+    reclaim: str = RECLAIM_ANY  # "Never" | "LowerPriority" | "Any"
+    admission_timeout_s: float | None = None
+    backoff_base_s: float = 10.0
+    backoff_max_s: float = 600.0
+    backoff_jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"queue {self.name!r}: unknown policy {self.policy!r}")
+
+    @property
+    def blocking(self) -> bool:
+        """True for strict FIFO policies (Block and its alias FIFO)."""
+        return self.policy in (POLICY_BLOCK, POLICY_FIFO)
+
+
+# -- workloads ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """``count`` identical pods, each requesting ``requests``."""
+
+    name: str
+    count: int
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", _res(self.requests))
+        if self.count < 0:
+            raise ValueError(f"pod set {self.name!r}: negative count")
+
+    @property
+    def total(self) -> Resources:
+        """``count * requests``."""
+        return self.requests * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """One job waiting for or holding admission (kube-queue's QueueUnit).
+
+    Holding phases (Admitted, Running, Preempted) count against quota and nodes via
+    ``assignment`` (node -> resources held). Pending competes; Backoff competes once
+    ``requeue_at <= now``.
+
+    Added beyond the first contract (all defaulted):
+
+    * ``preempted_by``: for a ``Preempted`` victim, the preemptor's id. Its capacity
+      is nominated for that preemptor and it is never chosen as a victim again.
+    * ``nominated``: the workload preempted victims in an earlier cycle and has not
+      been admitted yet; it goes first while the freed capacity arrives. Feed it back
+      from :attr:`CycleResult.nominations`.
+    """
+
+    id: int
+    name: str
+    quota: str
+    queue: str
+    priority: int
+    queue_order_at: float
+    pod_sets: tuple[PodSet, ...]
+    phase: str = PENDING
+    requeue_at: float | None = None
+    attempts: int = 0
+    expected_runtime_s: float | None = None
+    admitted_at: float | None = None
+    started_at: float | None = None
+    assignment: Mapping[str, Resources] = field(default_factory=dict)
+    preempted_by: int | None = None
+    nominated: bool = False
+    _request: Resources = field(init=False, repr=False, compare=False, default=EMPTY)
+
+    def __post_init__(self) -> None:
+        total: dict[str, int] = {}
+        for ps in self.pod_sets:
+            n = ps.count
+            for k, v in ps.requests.raw.items():
+                total[k] = total.get(k, 0) + v * n
+        object.__setattr__(self, "_request", Resources.from_raw(total))
+
+    @property
+    def request(self) -> Resources:
+        """Total request: the sum over pod sets of ``count * requests`` (cached)."""
+        return self._request
+
+    @property
+    def holds(self) -> bool:
+        """Whether this workload holds quota and node capacity."""
+        return self.phase in HOLDING_PHASES
+
+
+# -- configuration and snapshot -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Knobs of one cycle; the defaults suit a shared batch/GPU cluster.
+
+    ``fair_share_mode``: ``instant`` (weighted dominant share with the candidate's
+    request), ``historical`` (decayed usage ledger, plus the entry penalty of
+    admissions made earlier in the same cycle) or ``blended``
+    (``blend_alpha * instant + (1 - blend_alpha) * historical``).
+    """
+
+    fair_share_mode: str = "blended"
+    blend_alpha: float = 0.5
+    usage_half_life_s: float = 7 * 24 * 3600
+    entry_penalty_s: float = 600.0
+    preemption: bool = True
+    explain_ahead: int = 5
+    eta_horizon_s: float = 24 * 3600
+    eta_budget_s: float = 0.25
+    default_runtime_s: float = 600.0
+    #: Node label whose value names the pool an admission landed in.
+    pool_label: str = "koord-queue/pool"
+    #: Forecast: candidates looked at per queue at each simulated instant.
+    eta_max_depth: int = 8
+
+    def __post_init__(self) -> None:
+        if self.fair_share_mode not in ("instant", "historical", "blended"):
+            raise ValueError(f"unknown fair_share_mode {self.fair_share_mode!r}")
+        if not 0.0 <= self.blend_alpha <= 1.0:
+            raise ValueError("blend_alpha must be within [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle reads, as of ``now`` (epoch seconds).
+
+    ``ledger``: per quota, decayed consumed resource-seconds at ``now``.
+    ``runtime_history``: per queue, observed (p50, p90) runtime in seconds.
+    """
+
+    now: float
+    quotas: tuple[QuotaNode, ...]
+    queues: tuple[QueueSpec, ...]
+    workloads: tuple[WorkloadSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    ledger: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    runtime_history: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    config: EngineConfig = field(default_factory=EngineConfig)
+
+
+# -- decisions ------------------------------------------------------------------------
+
+
+def _res_dict(value: Mapping[str, int]) -> dict[str, int]:
+    return {k: int(value[k]) for k in sorted(value) if value[k]}
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Admit ``workload_id``: unsuspend it with this node/pool assignment."""
+
+    workload_id: int
+    quota: str
+    queue: str
+    assignment: Mapping[str, Resources]
+    placements: tuple[tuple[str, str, int], ...]  # (pod_set, node, count)
+    pool: str | None = None
+    #: The workload had been nominated by an earlier preemption.
+    nominated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "quota": self.quota,
+            "queue": self.queue,
+            "assignment": {n: _res_dict(r) for n, r in sorted(self.assignment.items())},
+            "placements": [list(p) for p in self.placements],
+            "pool": self.pool,
+            "nominated": self.nominated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Evict ``victim_id`` so ``preemptor_id`` can be admitted in a later cycle.
+
+    ``reason``: ``InQueue`` (lower priority, same quota), ``Reclaim`` (the victim's
+    quota borrows what the preemptor's quota is guaranteed) or ``FairShare`` (both
+    borrow; the preemptor's share after the swap stays at or below the victim's).
+    """
+
+    victim_id: int
+    preemptor_id: int
+    reason: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "victim_id": self.victim_id,
+            "preemptor_id": self.preemptor_id,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Return an admitted workload to the queue at ``requeue_at`` (Backoff)."""
+
+    workload_id: int
+    requeue_at: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "requeue_at": self.requeue_at,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """1-based rank in the workload's queue and in the engine's global order."""
+
+    in_queue: int
+    global_: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"in_queue": self.in_queue, "global": self.global_}
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """Forecast admission times (epoch seconds); None = beyond the horizon or budget."""
+
+    p50: float | None
+    p90: float | None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"p50": self.p50, "p90": self.p90}
+
+
+#: Explanation kinds.
+EXPLAIN_QUOTA = "quota"  # a quota node's runtime quota or max is too small right now
+EXPLAIN_NODES = "nodes"  # quota allows it; no gang placement on schedulable nodes
+EXPLAIN_BEHIND = "behind"  # not reached: others ahead were admitted or blocked first
+EXPLAIN_BACKOFF = "backoff"  # waiting for requeue_at
+EXPLAIN_POLICY = "policy-blocked"  # a Block/Intelligent head ahead does not fit
+EXPLAIN_PREEMPTING = "preempting"  # victims are being evicted for it
+EXPLAIN_DEPTH = "depth"  # beyond the queue's max_depth look-ahead
+EXPLAIN_NEVER = "never-fits"  # larger than any max or any eligible node, ever
+EXPLAIN_UNKNOWN = "unknown-queue"  # names a queue or quota the snapshot lacks
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a workload is still pending, structured and JSON-serialisable.
+
+    ``quota``/``shortfall`` name the blocking quota node and how much of each resource
+    it lacks; for node-fit failures ``largest_free_slot`` is the most free capacity on
+    one eligible node. ``ahead`` lists the first workloads ahead of it in its queue.
+    The unblock hints: ``to_free`` (capacity that must be freed), ``victims``
+    (workloads that preemption could take), ``borrowable`` (idle capacity its quota
+    could still borrow under its max).
+    """
+
+    workload_id: int
+    kind: str
+    quota: str | None = None
+    shortfall: Resources = EMPTY
+    limit: str | None = None  # "runtime" | "max" | "cluster" for quota kinds
+    largest_free_slot: Resources | None = None
+    eligible_nodes: int | None = None
+    ahead: tuple[int, ...] = ()
+    blocked_by: int | None = None
+    to_free: Resources = EMPTY
+    victims: tuple[int, ...] = ()
+    borrowable: Resources = EMPTY
+    requeue_at: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "kind": self.kind,
+            "quota": self.quota,
+            "shortfall": self.shortfall.to_dict(),
+            "limit": self.limit,
+            "largest_free_slot": (
+                None if self.largest_free_slot is None else self.largest_free_slot.to_dict()
+            ),
+            "eligible_nodes": self.eligible_nodes,
+            "ahead": list(self.ahead),
+            "blocked_by": self.blocked_by,
+            "to_free": self.to_free.to_dict(),
+            "victims": list(self.victims),
+            "borrowable": self.borrowable.to_dict(),
+            "requeue_at": self.requeue_at,
+            "detail": self.detail,
+            "sentence": self.sentence(),
+        }
+
+    def sentence(self) -> str:
+        """One sentence for people."""
+        ahead = ""
+        if self.ahead:
+            n = len(self.ahead)
+            ahead = f" {n} workload{'s' if n != 1 else ''} ahead in its queue."
+        kind = self.kind
+        if kind == EXPLAIN_QUOTA:
+            what = {"max": "max", "cluster": "share of the cluster"}.get(
+                self.limit or "", "runtime quota"
+            )
+            text = f"Waiting for quota: {self.quota} {what} is short by {_fmt(self.shortfall)}"
+            hints = []
+            if self.victims:
+                hints.append(f"preempting {len(self.victims)} workload(s) would free it")
+            if self.borrowable:
+                hints.append(f"it could still borrow {_fmt(self.borrowable)}")
+            if hints:
+                text += "; " + " and ".join(hints)
+            return text + "." + ahead
+        if kind == EXPLAIN_NODES:
+            slot = (
+                "no eligible node"
+                if not self.eligible_nodes
+                else f"the largest free slot on {self.eligible_nodes} eligible node(s) "
+                f"is {_fmt(self.largest_free_slot or EMPTY)}"
+            )
+            return f"Quota allows it, but its pods do not all fit on nodes at once: {slot}.{ahead}"
+        if kind == EXPLAIN_POLICY:
+            return (
+                f"Blocked behind workload {self.blocked_by}, the head of a strict-order queue "
+                f"that does not fit yet.{ahead}"
+            )
+        if kind == EXPLAIN_BACKOFF:
+            return f"Backing off after a failed start or eviction until {self.requeue_at:.0f}."
+        if kind == EXPLAIN_PREEMPTING:
+            return (
+                f"Waiting for {len(self.victims)} preempted workload(s) to release their "
+                f"capacity; it is reserved for this workload."
+            )
+        if kind == EXPLAIN_DEPTH:
+            return f"Beyond its queue's look-ahead depth this cycle.{ahead}"
+        if kind == EXPLAIN_NEVER:
+            return f"Can never be admitted as specified: {self.detail}."
+        if kind == EXPLAIN_UNKNOWN:
+            return f"Cannot be considered: {self.detail}."
+        return f"Waiting its turn.{ahead}"
+
+
+def _fmt(res: Mapping[str, int]) -> str:
+    if not res:
+        return "nothing"
+    parts = []
+    for k in sorted(res):
+        v = res[k]
+        if k == "cpu":
+            parts.append(f"{v / 1000:g} cpu")
+        elif k in ("memory", "ephemeral-storage"):
+            parts.append(f"{v / 2**30:.3g}Gi {k}")
+        else:
+            parts.append(f"{v} {k}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """Everything one cycle decided. Applying it is the caller's job.
+
+    Added beyond the first contract (defaulted): ``nominations`` -- preemptors whose
+    freed capacity is reserved for them; store it and feed it back as
+    ``WorkloadSpec.nominated`` next cycle.
+    """
+
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    requeues: tuple[Requeue, ...]
+    explanations: Mapping[int, Explanation]
+    positions: Mapping[int, Position]
+    etas: Mapping[int, Eta]
+    runtime_quota: Mapping[str, Resources]
+    used: Mapping[str, Resources]
+    demand: Mapping[str, Resources]
+    shares: Mapping[str, float]
+    stats: Mapping[str, float]
+    nominations: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (keys of id maps become strings)."""
+        return {
+            "admissions": [a.to_dict() for a in self.admissions],
+            "preemptions": [p.to_dict() for p in self.preemptions],
+            "requeues": [r.to_dict() for r in self.requeues],
+            "explanations": {str(k): e.to_dict() for k, e in self.explanations.items()},
+            "positions": {str(k): p.to_dict() for k, p in self.positions.items()},
+            "etas": {str(k): e.to_dict() for k, e in self.etas.items()},
+            "runtime_quota": {k: v.to_dict() for k, v in sorted(self.runtime_quota.items())},
+            "used": {k: v.to_dict() for k, v in sorted(self.used.items())},
+            "demand": {k: v.to_dict() for k, v in sorted(self.demand.items())},
+            "shares": {k: (None if math.isinf(v) else v) for k, v in sorted(self.shares.items())},
+            "stats": dict(self.stats),
+            "nominations": list(self.nominations),
+        }
