@@ -49,9 +49,7 @@ def _float(name: str, default: float, minimum: float | None = None) -> float:
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = env.str(name, default=default).strip().lower()
     if value not in choices:
-        raise ImproperlyConfigured(
-            f"{name} must be one of {', '.join(choices)}, not {value!r}."
-        )
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}.")
     return value
 
 
@@ -77,9 +75,7 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-ALLOWED_HOSTS = env.list(
-    "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"]
-)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 if not DEBUG:
     SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", True)
@@ -214,6 +210,7 @@ KQ_FAIR_SHARE_MODE = _choice("KQ_FAIR_SHARE_MODE", "blended", ("instant", "histo
 KQ_USAGE_HALF_LIFE_S = _float("KQ_USAGE_HALF_LIFE_S", 7 * 24 * 3600.0, 1.0)
 KQ_CYCLE_LEASE_S = _float("KQ_CYCLE_LEASE_S", 30.0, 1.0)
 KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
+KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
 
 # --- Auth, API --------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,6 +1,13 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from portal.views import pages
+
 urlpatterns = [
+    path("", pages.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tenants/<slug:name>/", pages.tenant_page, name="tenant"),
     path("admin/", admin.site.urls),
 ]
