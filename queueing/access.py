@@ -51,3 +51,26 @@ def roles_by_tenant(user: Any) -> dict[int, str]:
     if is_cluster_admin(user):
         return dict.fromkeys(Tenant.objects.values_list("id", flat=True), Role.ADMIN.value)
     return dict(Membership.objects.filter(user=user).values_list("tenant_id", "role"))
+
+
+def can_edit_quota(user: Any, quota: Any) -> bool:
+    """Tenant admins edit the quotas inside their subtree; the top quota of a tenant
+    (its entitlement, under a cluster-owned parent) and cluster quotas are for cluster
+    admins. Validation keeps every edit within the parent's limits."""
+    if is_cluster_admin(user):
+        return True
+    if quota.tenant_id is None or quota.parent_id is None:
+        return False
+    parent_tenant = quota.parent.tenant_id if quota.parent is not None else None
+    return parent_tenant == quota.tenant_id and has_role(user, quota.tenant_id, Role.ADMIN)
+
+
+def can_create_quota_under(user: Any, parent: Any) -> bool:
+    """A new quota under ``parent``: cluster admins anywhere, tenant admins under their own."""
+    if is_cluster_admin(user):
+        return True
+    return (
+        parent is not None
+        and parent.tenant_id is not None
+        and has_role(user, parent.tenant_id, Role.ADMIN)
+    )
