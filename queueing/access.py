@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from queueing.choices import ROLE_RANK, Role
-from queueing.models import Membership, Tenant
+from queueing.models import AuditEvent, Membership, Quota, Tenant
 
 
 def is_cluster_admin(user: Any) -> bool:
@@ -74,3 +74,68 @@ def can_create_quota_under(user: Any, parent: Any) -> bool:
         and parent.tenant_id is not None
         and has_role(user, parent.tenant_id, Role.ADMIN)
     )
+
+
+# --- what a user may see ----------------------------------------------------------------
+#
+# Each returns a queryset filtered with one sub-select on the user's memberships, so a
+# list stays one query however many tenants the user belongs to. Objects of other tenants
+# are simply absent: callers answer 404 for them, never 403.
+
+
+def _member_tenant_ids(user: Any) -> QuerySet[Membership, Any]:
+    return Membership.objects.filter(user=user).values("tenant_id")
+
+
+def visible(queryset: QuerySet[Any], user: Any, *, tenant_field: str = "tenant") -> QuerySet[Any]:
+    """Rows of ``queryset`` whose tenant the user belongs to (everything for cluster admins)."""
+    if is_cluster_admin(user):
+        return queryset
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    return queryset.filter(**{f"{tenant_field}__in": _member_tenant_ids(user)})
+
+
+def visible_quotas(user: Any) -> QuerySet[Quota]:
+    """A tenant's quotas plus the cluster-owned nodes above them (the tree's top)."""
+    if is_cluster_admin(user):
+        return Quota.objects.all()
+    if not getattr(user, "is_authenticated", False):
+        return Quota.objects.none()
+    return Quota.objects.filter(Q(tenant__in=_member_tenant_ids(user)) | Q(tenant__isnull=True))
+
+
+def visible_audit(user: Any) -> QuerySet[AuditEvent]:
+    """Audit events of the user's tenants; events of no tenant are for cluster admins."""
+    return visible(AuditEvent.objects.all(), user)
+
+
+# --- what a user may do -----------------------------------------------------------------
+
+
+def can_edit_tenant(user: Any, tenant: Any = None) -> bool:
+    """Creating, renaming and deleting tenants is for cluster admins."""
+    return is_cluster_admin(user)
+
+
+def can_manage_members(user: Any, tenant_id: int | None) -> bool:
+    return has_role(user, tenant_id, Role.ADMIN)
+
+
+def can_edit_queue(user: Any, tenant_id: int | None) -> bool:
+    """Tenant admins create, edit and delete their tenant's queues."""
+    return has_role(user, tenant_id, Role.ADMIN)
+
+
+def can_submit(user: Any, tenant_id: int | None) -> bool:
+    """Members submit and cancel workloads in their tenant."""
+    return has_role(user, tenant_id, Role.MEMBER)
+
+
+def can_delete_quota(user: Any, quota: Any) -> bool:
+    return can_edit_quota(user, quota)
+
+
+def can_shape_cluster(user: Any) -> bool:
+    """Nodes of the simulated cluster are for cluster admins."""
+    return is_cluster_admin(user)
