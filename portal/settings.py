@@ -221,24 +221,54 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
+# Requests per token (or per signed-in user) and per anonymous address; "" = unlimited.
+KQ_API_RATES = {
+    "token": env.str("KQ_API_RATE", default="1200/min"),
+    "anon": env.str("KQ_API_ANON_RATE", default="60/min"),
+}
+for _scope, _rate in KQ_API_RATES.items():
+    if _rate:
+        _count, _, _period = _rate.partition("/")
+        if not _count.isdigit() or _period not in ("s", "sec", "m", "min", "h", "hour", "d", "day"):
+            raise ImproperlyConfigured(
+                f"The API rate for {_scope} must look like 600/min, not {_rate!r}."
+            )
+
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Koord-Queue API",
-    "DESCRIPTION": "Job queueing and fair-share admission for Kubernetes batch and AI workloads.",
+    "DESCRIPTION": (
+        "Job queueing and fair-share admission for Kubernetes batch and AI workloads. "
+        "Authenticate with `Authorization: Token <key>` (create one with "
+        "`python manage.py create_token <user>` or POST /api/v1/tokens/). Errors share one "
+        "shape: `{status, code, detail, fields}`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "PhaseEnum": "queueing.choices.Phase",
+        "RoleEnum": "queueing.choices.Role",
+        "PolicyEnum": "portal.api.serializers.POLICY_CHOICES",
+    },
 }
 
 # --- Static files, i18n, logging --------------------------------------------------------

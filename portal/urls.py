@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from portal.views import pages
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenants/<slug:name>/", pages.tenant_page, name="tenant"),
     path("admin/", admin.site.urls),
+    path("api/", include("portal.api.urls")),
 ]

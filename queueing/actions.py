@@ -385,8 +385,20 @@ def update_quota(
     return current
 
 
+def _check_version(kind: str, current: Quota | Queue, expected_version: int | None) -> None:
+    if expected_version is not None and current.version != expected_version:
+        raise ConflictError(
+            f"{kind} {current.name!r} was changed by someone else (version {current.version}, "
+            f"your request was based on {expected_version}); reload and try again."
+        )
+
+
 @transaction.atomic
-def delete_quota(actor: Actor, quota: Quota) -> None:
+def delete_quota(actor: Actor, quota: Quota, *, expected_version: int | None = None) -> None:
+    """Delete a leaf quota without workloads. With ``expected_version`` a stale delete
+    raises ConflictError."""
+    quota = Quota.objects.select_for_update().get(pk=quota.pk)
+    _check_version("Quota", quota, expected_version)
     if quota.children.exists():
         raise ActionError(f"Quota {quota.name!r} has children; remove them first.")
     if Workload.objects.filter(quota=quota).exists():
@@ -476,7 +488,9 @@ def update_queue(
 
 
 @transaction.atomic
-def delete_queue(actor: Actor, queue: Queue) -> None:
+def delete_queue(actor: Actor, queue: Queue, *, expected_version: int | None = None) -> None:
+    queue = Queue.objects.select_for_update().get(pk=queue.pk)
+    _check_version("Queue", queue, expected_version)
     if Workload.objects.filter(queue=queue, phase__in=ACTIVE_PHASES).exists():
         raise ActionError(f"Queue {queue.name!r} has live workloads; it cannot be deleted.")
     if Workload.objects.filter(queue=queue).exists():

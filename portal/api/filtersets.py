@@ -1,0 +1,84 @@
+"""Filters for list endpoints (django-filter), named after the model they filter."""
+
+from __future__ import annotations
+
+from django_filters import rest_framework as filters
+
+from queueing.choices import Phase, Role
+from queueing.models import AuditEvent, CycleRun, Membership, Queue, Quota, Workload
+
+
+class WorkloadFilterSet(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
+    tenant_id = filters.NumberFilter(field_name="tenant_id")
+    queue = filters.CharFilter(field_name="queue__name", help_text="Queue name.")
+    queue_id = filters.NumberFilter(field_name="queue_id")
+    quota = filters.CharFilter(field_name="quota__name", help_text="Quota name.")
+    quota_id = filters.NumberFilter(field_name="quota_id")
+    phase = filters.MultipleChoiceFilter(
+        choices=Phase.choices, help_text="Repeat to match any of several phases."
+    )
+    name = filters.CharFilter(field_name="name", help_text="Exact name.")
+    name_contains = filters.CharFilter(field_name="name", lookup_expr="icontains")
+    namespace = filters.CharFilter(field_name="namespace")
+    priority_min = filters.NumberFilter(field_name="priority", lookup_expr="gte")
+    priority_max = filters.NumberFilter(field_name="priority", lookup_expr="lte")
+    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = Workload
+        fields: list[str] = []
+
+
+class QuotaFilterSet(filters.FilterSet):
+    name = filters.CharFilter(field_name="name")
+    tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
+    parent = filters.CharFilter(field_name="parent__name", help_text="Parent quota name.")
+    root = filters.BooleanFilter(field_name="parent", lookup_expr="isnull")
+
+    class Meta:
+        model = Quota
+        fields: list[str] = []
+
+
+class QueueFilterSet(filters.FilterSet):
+    name = filters.CharFilter(field_name="name")
+    tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
+
+    class Meta:
+        model = Queue
+        fields: list[str] = []
+
+
+class MembershipFilterSet(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
+    user = filters.CharFilter(field_name="user__username", help_text="Username.")
+    role = filters.ChoiceFilter(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields: list[str] = []
+
+
+class CycleRunFilterSet(filters.FilterSet):
+    root = filters.CharFilter(field_name="root")
+    since = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+
+    class Meta:
+        model = CycleRun
+        fields: list[str] = []
+
+
+class AuditEventFilterSet(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
+    action = filters.CharFilter(field_name="action")
+    object_type = filters.CharFilter(field_name="object_type")
+    object_id = filters.CharFilter(field_name="object_id")
+    actor = filters.CharFilter(field_name="actor_name")
+    since = filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
