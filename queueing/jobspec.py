@@ -9,6 +9,7 @@ spelling, ready for ``actions.parse_pod_sets``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,3 +82,29 @@ def pod_sets_from_job(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
             "tolerations": list(tolerations),
         }
     ]
+
+
+def suspended_job(manifest: Mapping[str, Any], name: str, namespace: str | None) -> dict[str, Any]:
+    """A copy of a Job manifest, checked, named and created suspended.
+
+    The name (and the namespace, when given) of the submission win; a manifest that says
+    otherwise is refused rather than silently renamed.
+    """
+    if manifest.get("apiVersion", "batch/v1") != "batch/v1" or manifest.get("kind", "Job") != "Job":
+        raise ManifestError("Only batch/v1 Jobs can be submitted this way.")
+    job = copy.deepcopy(dict(manifest))
+    metadata = job.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ManifestError("metadata must be an object.")
+    for key, wanted in (("name", name), ("namespace", namespace)):
+        given = metadata.get(key)
+        if given is not None and wanted is not None and given != wanted:
+            raise ManifestError(f"metadata.{key} is {given!r}, but the workload says {wanted!r}.")
+        if wanted is not None:
+            metadata[key] = wanted
+    job["apiVersion"], job["kind"] = "batch/v1", "Job"
+    spec = job.get("spec")
+    if not isinstance(spec, dict):
+        raise ManifestError("spec must be an object.")
+    spec["suspend"] = True
+    return job

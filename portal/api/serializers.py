@@ -188,6 +188,7 @@ class MembershipSerializer(StrictModelSerializer):
     class Meta:
         model = Membership
         fields = ("id", "tenant", "user", "role", "created_at")
+        validators: list[Any] = []  # validate() says "already a member" by field
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
@@ -579,12 +580,12 @@ class WorkloadSubmitSerializer(StrictSerializer):
         if "template" in attrs:
             manifest, source = job_from_template(attrs, namespace), "template"
         if manifest is not None:
-            attrs["manifest"] = manifest
-            if not attrs.get("pod_sets"):
-                try:
-                    attrs["pod_sets"] = jobspec.pod_sets_from_job(manifest)
-                except jobspec.ManifestError as exc:
-                    raise serializers.ValidationError({source: [str(exc)]}) from exc
+            try:
+                attrs["manifest"] = jobspec.suspended_job(manifest, attrs["name"], namespace)
+                from_manifest = jobspec.pod_sets_from_job(attrs["manifest"])
+            except jobspec.ManifestError as exc:
+                raise serializers.ValidationError({source: [str(exc)]}) from exc
+            attrs.setdefault("pod_sets", from_manifest)
         if not attrs.get("pod_sets"):
             raise serializers.ValidationError(
                 {"pod_sets": ["Give at least one pod set (or a manifest to read them from)."]}

@@ -200,17 +200,23 @@ class VersionedMixin(_ViewSet):
     def expected_for_delete(self) -> int | None:
         return self.if_match()
 
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        try:
+            return super().destroy(request, *args, **kwargs)  # type: ignore[misc]
+        except ConflictError as exc:
+            raise PreconditionFailed(str(exc)) from exc
+
 
 # --- tenants and memberships ----------------------------------------------------------------
 
 
 class TenantViewSet(
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """Tenants you belong to (all of them for cluster admins)."""
 
@@ -240,12 +246,12 @@ class TenantViewSet(
 
 
 class MembershipViewSet(
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """Who belongs to your tenants, and as what. Tenant admins manage them."""
 
@@ -279,12 +285,12 @@ class MembershipViewSet(
 )
 class QuotaViewSet(
     VersionedMixin,
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """The elastic-quota tree: your tenants' quotas and the cluster-owned nodes above them."""
 
@@ -373,12 +379,12 @@ class QuotaViewSet(
 )
 class QueueViewSet(
     VersionedMixin,
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """Queues of your tenants, with how many workloads wait, hold admission and run."""
 
@@ -464,7 +470,7 @@ WORKLOAD_LIST_FIELDS = (
 
 
 class WorkloadViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, BaseViewSet
+    BaseViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin
 ):
     """Workloads of your tenants. Submit with POST; cancel with POST .../cancel/."""
 
@@ -544,7 +550,7 @@ class WorkloadViewSet(
 # --- cycles, audit ----------------------------------------------------------------------------
 
 
-class CycleRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseViewSet):
+class CycleRunViewSet(BaseViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Admission cycles, newest first: what each decided and how long it took."""
 
     serializer_class = s.CycleRunSerializer
@@ -556,7 +562,7 @@ class CycleRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseView
         return CycleRun.objects.all()
 
 
-class AuditEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseViewSet):
+class AuditEventViewSet(BaseViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Who changed what, newest first: your tenants' events (all for cluster admins)."""
 
     serializer_class = s.AuditEventSerializer
@@ -572,11 +578,11 @@ class AuditEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseVi
 
 
 class APITokenViewSet(
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """Your personal API tokens. The key is in the answer to the create, and never again."""
 
@@ -601,12 +607,12 @@ class APITokenViewSet(
 
 
 class SimNodeViewSet(
+    BaseViewSet,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
-    BaseViewSet,
 ):
     """Nodes of the simulated cluster (simulated mode only). Cluster admins shape them."""
 

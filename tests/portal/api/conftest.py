@@ -122,6 +122,12 @@ def build_api_world() -> ApiWorld:
     return world
 
 
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    """Users are made by the dozen here; the production hasher would take seconds."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def api(db: None) -> Iterator[ApiWorld]:
     world = build_api_world()
