@@ -18,6 +18,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -124,6 +125,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
+@csrf_exempt  # it changes nothing; answering 404 must not turn into a CSRF page
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Unknown paths under /api/ answer in the same shape as everything else."""
     return JsonResponse(body(404, "not_found", "No such API path."), status=404)

@@ -168,7 +168,7 @@ class NameField(serializers.RelatedField):
         return self.scope(self.context["request"])
 
     def to_internal_value(self, data: Any) -> Model:
-        if not isinstance(data, str) or not data or len(data) > 253:
+        if not isinstance(data, str) or not data or len(data) > 253 or "\x00" in data:
             self.fail("invalid")
         queryset = self.get_queryset()
         found = queryset.filter(**{self.attr: data}).first()

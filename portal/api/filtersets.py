@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
 from django_filters import rest_framework as filters
+from django_filters.fields import IsoDateTimeField
 
 from queueing.choices import Phase, Role
 from queueing.models import AuditEvent, CycleRun, Membership, Queue, Quota, Workload
+
+
+class UTCDateTimeField(IsoDateTimeField):
+    """ISO 8601, normalised to UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO allows."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError as exc:
+            raise forms.ValidationError("Date and time out of range.", code="invalid") from exc
+
+
+class DateTimeFilter(filters.IsoDateTimeFilter):
+    field_class = UTCDateTimeField
 
 
 class WorkloadFilterSet(filters.FilterSet):
@@ -23,8 +45,8 @@ class WorkloadFilterSet(filters.FilterSet):
     namespace = filters.CharFilter(field_name="namespace")
     priority_min = filters.NumberFilter(field_name="priority", lookup_expr="gte")
     priority_max = filters.NumberFilter(field_name="priority", lookup_expr="lte")
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Workload
@@ -63,7 +85,7 @@ class MembershipFilterSet(filters.FilterSet):
 
 class CycleRunFilterSet(filters.FilterSet):
     root = filters.CharFilter(field_name="root")
-    since = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    since = DateTimeFilter(field_name="started_at", lookup_expr="gte")
 
     class Meta:
         model = CycleRun
@@ -76,8 +98,8 @@ class AuditEventFilterSet(filters.FilterSet):
     object_type = filters.CharFilter(field_name="object_type")
     object_id = filters.CharFilter(field_name="object_id")
     actor = filters.CharFilter(field_name="actor_name")
-    since = filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = DateTimeFilter(field_name="at", lookup_expr="gte")
+    until = DateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -32,6 +32,8 @@ from portal.models import APIToken
 from queueing import access, actions, compat, jobspec
 from queueing.actions import Actor
 from queueing.choices import (
+    WAITING_PHASES,
+    Phase,
     Policy,
     ReclaimPolicy,
     Role,
@@ -130,6 +132,13 @@ class StrictModelSerializer(StrictMixin, serializers.ModelSerializer):
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         raise NotImplementedError(f"{type(self).__name__} cannot update")
 
+
+# A queue's live counts, as aggregates over its workloads (``workloads__`` in annotations).
+QUEUE_COUNTS = {
+    "pending": Count("id", filter=Q(phase__in=WAITING_PHASES)),
+    "admitted": Count("id", filter=Q(phase=Phase.ADMITTED)),
+    "running": Count("id", filter=Q(phase=Phase.RUNNING)),
+}
 
 # Queue policies as the API accepts them: kube-queue's FIFO is an alias of Block.
 POLICY_CHOICES = [*Policy.values, "FIFO"]
@@ -355,9 +364,9 @@ class QueueSerializer(StrictModelSerializer):
     backoff_max_s = FiniteFloatField(required=False, min_value=0, max_value=1e9)
     backoff_jitter = FiniteFloatField(required=False, min_value=0, max_value=1)
     quotas = serializers.SerializerMethodField()
-    pending = serializers.IntegerField(read_only=True, default=None, allow_null=True)
-    admitted = serializers.IntegerField(read_only=True, default=None, allow_null=True)
-    running = serializers.IntegerField(read_only=True, default=None, allow_null=True)
+    pending = serializers.SerializerMethodField(help_text="Waiting workloads.")
+    admitted = serializers.SerializerMethodField(help_text="Admitted, not yet running.")
+    running = serializers.SerializerMethodField(help_text="Running workloads.")
     version = serializers.IntegerField(
         required=False,
         min_value=1,
@@ -407,6 +416,26 @@ class QueueSerializer(StrictModelSerializer):
         if names is None:
             names = list(Quota.objects.filter(default_queue=queue).values_list("name", flat=True))
         return sorted(names)
+
+    def _count(self, queue: Queue, name: str) -> int:
+        """Lists annotate the counts in their one query; a single queue counts here."""
+        if not hasattr(queue, name):
+            counts = Workload.objects.filter(queue=queue).aggregate(**QUEUE_COUNTS)
+            for key, value in counts.items():
+                setattr(queue, key, value)
+        return int(getattr(queue, name))
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_pending(self, queue: Queue) -> int:
+        return self._count(queue, "pending")
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_admitted(self, queue: Queue) -> int:
+        return self._count(queue, "admitted")
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_running(self, queue: Queue) -> int:
+        return self._count(queue, "running")
 
     def create(self, validated_data: dict[str, Any]) -> Queue:
         validated_data.pop("version", None)
@@ -664,6 +693,10 @@ class PendingWorkloadSerializer(serializers.ModelSerializer):
 
 class WorkloadEventSerializer(serializers.ModelSerializer):
     """One phase change of a workload."""
+
+    from_phase = serializers.ChoiceField(
+        choices=Phase.choices, allow_blank=True, read_only=True, help_text="Blank when submitted."
+    )
 
     class Meta:
         model = WorkloadEvent

@@ -32,5 +32,5 @@ urlpatterns = [
         SpectacularSwaggerView.as_view(url_name="api:schema", permission_classes=[AllowAny]),
         name="docs",
     ),
-    re_path(r"^.*$", not_found),
+    re_path(r"", not_found),  # whatever else is under /api/, newlines included
 ]

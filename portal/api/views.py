@@ -87,7 +87,7 @@ class BaseViewSet(viewsets.GenericViewSet):
         found: dict[str, Any]
         if value.isdigit():
             found = {"pk": int(value)}
-        elif self.named:
+        elif self.named and "\x00" not in value:
             found = {"name": value}
         else:
             raise exceptions.NotFound()
