@@ -558,6 +558,9 @@ def apply(
             ).update(
                 phase=Phase.ADMITTED,
                 admitted_at=now,
+                wait_s=max(
+                    0.0, (now - index.rows[admission.workload_id]["queue_order_at"]).total_seconds()
+                ),
                 assignment=assignment,
                 pool=admission.pool or "",
                 attempts=F("attempts") + 1,
