@@ -103,6 +103,26 @@ class NodeIndex:
         self._lists_of_node: list[list[_Sorted]] = [[] for _ in ordered]
         self._max_alloc: dict[EligKey, dict[str, int]] = {}
 
+    def clone(self) -> NodeIndex:
+        """An independent copy of the free capacity (and its sorted indexes)."""
+        other = NodeIndex.__new__(NodeIndex)
+        other.specs = self.specs
+        other.names = self.names
+        other.index = self.index
+        other.pool_label = self.pool_label
+        other.capacity = self.capacity
+        other.free = [dict(f) for f in self.free]
+        other._elig = self._elig
+        other._max_alloc = self._max_alloc
+        other._sorted = {}
+        other._lists_of_node = [[] for _ in self.names]
+        for key, lst in self._sorted.items():
+            copy = _Sorted(lst.resource, list(lst.entries))
+            other._sorted[key] = copy
+            for _, i in copy.entries:
+                other._lists_of_node[i].append(copy)
+        return other
+
     # -- holdings --------------------------------------------------------------------
 
     def hold(self, node: str, amount: Mapping[str, int]) -> bool:

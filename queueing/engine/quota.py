@@ -133,6 +133,7 @@ class QuotaTree:
         "nodes",
         "parent",
         "roots",
+        "size",
     )
 
     def __init__(self, quotas: Sequence[QuotaNode]) -> None:
@@ -171,6 +172,13 @@ class QuotaTree:
         for i, p in enumerate(self.parent):
             chains.append((i,) if p < 0 else (i, *chains[p]))
         self.chains: list[tuple[int, ...]] = chains
+        # Preorder numbering makes every subtree the contiguous range [i, i + size[i]).
+        size = [1] * len(order)
+        for i in range(len(order) - 1, -1, -1):
+            p = self.parent[i]
+            if p >= 0:
+                size[p] += size[i]
+        self.size: list[int] = size
         self.mins: list[dict[str, int]] = [dict(n.min.raw) for n in self.nodes]
         self.maxes: list[dict[str, int]] = [
             {k: int(v) for k, v in n.max.items()} for n in self.nodes
@@ -184,6 +192,10 @@ class QuotaTree:
     def root_of(self, i: int) -> int:
         """Index of the root above quota ``i``."""
         return self.chains[i][-1]
+
+    def subtree(self, i: int) -> range:
+        """Indices of quota ``i`` and all its descendants."""
+        return range(i, i + self.size[i])
 
     def lca(self, a: int, b: int) -> int:
         """Lowest common ancestor of quotas ``a`` and ``b``; -1 if in different trees."""
