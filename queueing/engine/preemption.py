@@ -251,8 +251,10 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     for v, vq in list(reversed(chosen)):
         add(v, vq, -1)
         ok, pl = fits()
-        if ok and all(
-            vq2 == qi or within_min() or fair_ok(vq2) for v2, vq2 in chosen if v2 is not v
+        if (
+            ok
+            and pl is not None
+            and all(vq2 == qi or within_min() or fair_ok(vq2) for v2, vq2 in chosen if v2 is not v)
         ):
             chosen.remove((v, vq))
             placed = pl
