@@ -28,14 +28,15 @@ cluster confirms), which makes failures safe to memoise.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queueing.engine import backoff
 from queueing.engine.fairshare import FairShare
-from queueing.engine.nodes import NodeIndex, PodSetReq, podset_reqs
+from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
 from queueing.engine.quota import QuotaTree
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
@@ -53,6 +54,9 @@ from queueing.engine.types import (
     Snapshot,
     WorkloadSpec,
 )
+
+if TYPE_CHECKING:
+    from queueing.engine.preemption import Preemptor
 
 __all__ = ["Cycle", "run_cycle"]
 
@@ -217,6 +221,9 @@ class Cycle:
         self.failed_shapes: set[ShapeKey] = set()
         self.preempt_tried: set[tuple[int, int]] = set()  # (queue index, quota index)
         self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
+        #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
+        self.qver: list[int] = [0] * nq
+        self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
         self._reqs: dict[int, tuple[PodSetReq, ...]] = {}
         self._shape: dict[int, ShapeKey] = {}
         self.stats["index_s"] = t1 - t0
@@ -224,23 +231,35 @@ class Cycle:
 
     # -- helpers ---------------------------------------------------------------------
 
+    def _prep(self, w: WorkloadSpec) -> None:
+        pod_sets = w.pod_sets
+        if len(pod_sets) == 1 and pod_sets[0].count > 0:
+            ps = pod_sets[0]
+            e = elig_key(ps)
+            self._reqs[w.id] = (PodSetReq(ps.name, ps.count, ps.requests._d, e),)
+            self._shape[w.id] = ((ps.requests, ps.count, e),)
+            return
+        reqs = podset_reqs(pod_sets)
+        live = [ps for ps in pod_sets if ps.count > 0]
+        self._reqs[w.id] = reqs
+        self._shape[w.id] = tuple(
+            (ps.requests, ps.count, p.elig) for ps, p in zip(live, reqs, strict=True)
+        )
+
     def reqs(self, w: WorkloadSpec) -> tuple[PodSetReq, ...]:
         """The placer's view of ``w``'s pod sets (cached)."""
         got = self._reqs.get(w.id)
         if got is None:
-            got = podset_reqs(w.pod_sets)
-            self._reqs[w.id] = got
+            self._prep(w)
+            got = self._reqs[w.id]
         return got
 
     def shape(self, w: WorkloadSpec) -> ShapeKey:
         """A hashable key of ``w``'s pod sets: equal shapes place alike."""
         got = self._shape.get(w.id)
         if got is None:
-            live = [ps for ps in w.pod_sets if ps.count > 0]
-            got = tuple(
-                (ps.requests, ps.count, p.elig) for ps, p in zip(live, self.reqs(w), strict=True)
-            )
-            self._shape[w.id] = got
+            self._prep(w)
+            got = self._shape[w.id]
         return got
 
     def quota_fail(
@@ -287,6 +306,7 @@ class Cycle:
                 u[k] = u.get(k, 0) + v
                 ld[k] = ld.get(k, 0) + v
         self.fair.admitted(qi, req)
+        self.qver[qi] += 1
         self.nodes.commit(per_node)
         names = self.nodes.names
         assignment = {names[i]: Resources.from_raw(r) for i, r in sorted(per_node.items())}
@@ -434,7 +454,7 @@ class Cycle:
         waiting = self.waiting
         admitted_ids = self.admitted_ids
         quota_fail = self.quota_fail
-        heap: list[tuple[int, float, int, float, int, int]] = []
+        heap: list[tuple[int, float, int, float, int, int, int]] = []
         queues = self.queues
         preemption_on = self.config.preemption
         # Nominated workloads that were admitted or are waiting are out of the race.
@@ -464,28 +484,44 @@ class Cycle:
                     fail[w.id] = (F_POLICY, b) if b is not None else (F_DEPTH, 0)
             return None
 
-        def push(q: QueueState) -> None:
+        qver = self.qver
+
+        def entry_for(q: QueueState) -> tuple[int, float, int, float, int, int, int] | None:
             w = advance(q)
-            if w is not None:
-                qp = -q.spec.priority
-                s = score(quota_of[w.id], w._request._d)
-                heapq.heappush(heap, (qp, s, -w.priority, w.queue_order_at, w.id, q.index))
+            if w is None:
+                return None
+            qi = quota_of[w.id]
+            return (
+                -q.spec.priority,
+                score(qi, w._request._d),
+                -w.priority,
+                w.queue_order_at,
+                w.id,
+                q.index,
+                qver[qi],
+            )
 
         for q in queues:
-            push(q)
+            e = entry_for(q)
+            if e is not None:
+                heap.append(e)
+        heapq.heapify(heap)
         heappop = heapq.heappop
-        heappush = heapq.heappush
-        while heap:
-            entry = heappop(heap)
-            qp, s, np_, ts, wid, qidx = entry
+        heappushpop = heapq.heappushpop
+        heapreplace = heapq.heapreplace
+        entry = heappop(heap) if heap else None
+        while entry is not None:
+            qp, s, np_, ts, wid, qidx, ver = entry
             q = queues[qidx]
             w = q.cands[q.pos]
             qi = quota_of[wid]
             req = w._request._d
-            s2 = score(qi, req)
-            if s2 > s:
-                heappush(heap, (qp, s2, np_, ts, wid, qidx))
-                continue
+            if qver[qi] != ver:
+                # The quota admitted something since: its score can only have grown.
+                s2 = score(qi, req)
+                if s2 > s:
+                    entry = heappushpop(heap, (qp, s2, np_, ts, wid, qidx, qver[qi]))
+                    continue
             # Quota fit, then gang fit.
             c = quota_fail(qi, req)
             ok = False
@@ -508,11 +544,18 @@ class Cycle:
                     if found is not None:
                         self._preempt(w, qi, found)
                     else:
-                        self.preempt_failed.add((qi, w.priority, self.shape(w)))
+                        self.preempt_failed.add((-1 if c < 0 else qi, w.priority, self.shape(w)))
                 if q.blocks(w):
                     q.blocked.setdefault(qi, wid)
             q.pos += 1
-            push(q)
+            # The queue's next candidate goes straight on when it still leads.
+            nxt = entry_for(q)
+            if nxt is None:
+                entry = heappop(heap) if heap else None
+            elif heap and heap[0] < nxt:
+                entry = heapreplace(heap, nxt)
+            else:
+                entry = nxt
 
     def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
         spec = q.spec
@@ -521,7 +564,12 @@ class Cycle:
         key = (q.index, qi)
         if key in self.preempt_tried:
             return False
-        if (qi, w.priority, self.shape(w)) in self.preempt_failed:
+        shape = self.shape(w)
+        if (qi, w.priority, shape) in self.preempt_failed:
+            return False
+        # A gang that found no victims on nodes (its quota fitting) will not find them
+        # for another quota at the same or lower priority either, as far as nodes go.
+        if (-1, w.priority, shape) in self.preempt_failed:
             return False
         self.preempt_tried.add(key)
         return True
@@ -592,9 +640,17 @@ def run_cycle(snapshot: Snapshot, *, forecast: bool = True) -> CycleResult:
     what a caller that only needs admissions (or a benchmark of them) wants.
     """
     t0 = perf_counter()
-    cycle = Cycle(snapshot)
-    cycle.run()
-    result = cycle.result(forecast=forecast)
+    # The cycle allocates hundreds of thousands of small objects and creates no
+    # garbage cycles; generational collections over the snapshot would only cost time.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cycle = Cycle(snapshot)
+        cycle.run()
+        result = cycle.result(forecast=forecast)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     stats = dict(result.stats)
     stats["total_s"] = perf_counter() - t0
     object.__setattr__(result, "stats", stats)

@@ -165,23 +165,11 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             nodes_cache[shape] = tmpl
         return tmpl
 
+    new = tuple.__new__
+
     def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...]) -> Explanation:
-        return Explanation(
-            wid,
-            tmpl.kind,
-            tmpl.quota,
-            tmpl.shortfall,
-            tmpl.limit,
-            tmpl.largest_free_slot,
-            tmpl.eligible_nodes,
-            ahead,
-            tmpl.blocked_by,
-            tmpl.to_free,
-            tmpl.victims,
-            tmpl.borrowable,
-            tmpl.requeue_at,
-            tmpl.detail,
-        )
+        # Fields 0 (workload_id) and 7 (ahead) differ; the rest comes from the template.
+        return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:]))
 
     for q in cy.queues:
         waiting_ids: list[int] = []

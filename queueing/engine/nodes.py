@@ -47,9 +47,14 @@ class Placement(NamedTuple):
     per_node: dict[int, dict[str, int]]  # node index -> resources taken
 
 
+_NO_CONSTRAINTS: EligKey = ((), ())
+
+
 def elig_key(ps: PodSet) -> EligKey:
     """The eligibility key of a pod set."""
     sel = ps.node_selector
+    if not sel and not ps.tolerations:
+        return _NO_CONSTRAINTS
     return (tuple(sorted(sel.items())) if sel else (), ps.tolerations)
 
 
