@@ -106,15 +106,10 @@ class KoordQueueCollector(Collector):
         maximum = GaugeMetricFamily(
             "koordqueue_quota_max", "Ceiling per quota.", labels=["quota", "resource"]
         )
-        for quota in Quota.objects.values("name", "runtime", "used", "min", "max"):
-            for family, key in (
-                (runtime, "runtime"),
-                (used, "used"),
-                (minimum, "min"),
-                (maximum, "max"),
-            ):
-                for resource, amount in sorted((quota[key] or {}).items()):
-                    family.add_metric([quota["name"], resource], float(amount))
+        for name, *maps in Quota.objects.values_list("name", "runtime", "used", "min", "max"):
+            for family, values in zip((runtime, used, minimum, maximum), maps, strict=True):
+                for resource, amount in sorted((values or {}).items()):
+                    family.add_metric([name, resource], float(amount))
         yield from (runtime, used, minimum, maximum)
 
         yield _histogram(
@@ -142,9 +137,9 @@ class KoordQueueCollector(Collector):
             ("preempted", "Preemptions made by cycles."),
             ("conflicts", "Decisions dropped because the workload changed meanwhile."),
         ):
-            family = CounterMetricFamily(f"koordqueue_cycle_{key}", doc)
-            family.add_metric([], float(cycles[key] or 0))
-            yield family
+            counter = CounterMetricFamily(f"koordqueue_cycle_{key}", doc)
+            counter.add_metric([], float(cycles[key] or 0))
+            yield counter
 
         errors = CounterMetricFamily(
             "koordqueue_errors",

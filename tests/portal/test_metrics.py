@@ -29,7 +29,10 @@ def test_metrics_report_queues_quotas_and_counters(client, world):
     metrics.increment("api_error", "409")
     client.force_login(builders.user("root", superuser=True))
     body = client.get("/metrics").content.decode()
-    assert f'koordqueue_workloads{{phase="Pending",queue="{world.queue.name}",tenant="team-a"}} 2.0' in body
+    assert (
+        f'koordqueue_workloads{{phase="Pending",queue="{world.queue.name}",tenant="team-a"}} 2.0'
+        in body
+    )
     assert 'koordqueue_quota_runtime{quota="team-a-q",resource="cpu"} 8000.0' in body
     assert 'koordqueue_quota_used{quota="team-a-q",resource="cpu"} 2000.0' in body
     assert 'koordqueue_errors_total{detail="409",kind="api_error"} 2.0' in body
