@@ -180,6 +180,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = _bool("KQ_CELERY_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # Django's LOGGING below decides
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
 
 if REDIS_URL:
@@ -267,5 +268,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # One line per task every few seconds is noise; our cycle logs what matters.
+        "celery.app.trace": {"level": "WARNING"},
+    },
 }
