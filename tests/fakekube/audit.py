@@ -272,9 +272,14 @@ def overruns(
         for name, limit in (limits.get(group) or {}).items():
             if total.get(name, 0.0) > limit + epsilon:
                 found.append(
-                    {"seq": entry["seq"], "group": group, "resource": name,
-                     "usage": total[name], "limit": limit}
-                )  # fmt: skip
+                    {
+                        "seq": entry["seq"],
+                        "group": group,
+                        "resource": name,
+                        "usage": total[name],
+                        "limit": limit,
+                    }
+                )
     return found
 
 

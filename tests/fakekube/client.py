@@ -46,11 +46,16 @@ def write_kubeconfig(path: str | os.PathLike[str], url: str, namespace: str = "d
     return target
 
 
-def api_client(url: str, user_agent: str | None = None) -> ApiClient:
-    """A `kubernetes.client.ApiClient` configured for the fake at `url`."""
+def api_client(url: str, user_agent: str | None = None, retries: Any = None) -> ApiClient:
+    """A `kubernetes.client.ApiClient` configured for the fake at `url`.
+
+    `retries` goes to urllib3: by default it retries a 429 or 503 that carries Retry-After
+    (up to 3 times, sleeping as told); `retries=False` shows every response as it is."""
     from kubernetes import client
 
     configuration = client.Configuration(host=url)
+    if retries is not None:
+        configuration.retries = retries
     api = client.ApiClient(configuration)
     if user_agent:
         api.user_agent = user_agent

@@ -74,10 +74,23 @@ def meta(obj: Obj) -> Obj:
 # --- quantities -----------------------------------------------------------------------------
 
 _SUFFIX = {
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-    "P": 1e15, "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
-    "Pi": 2.0**50, "Ei": 2.0**60,
-}  # fmt: skip
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 
@@ -221,11 +234,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 # patchMergeKey of the list fields Kubernetes merges by key in a strategic merge patch.
 _MERGE_KEYS = {
-    "containers": "name", "initContainers": "name", "ephemeralContainers": "name",
-    "volumes": "name", "env": "name", "volumeMounts": "mountPath", "ports": "containerPort",
-    "imagePullSecrets": "name", "conditions": "type", "ownerReferences": "uid",
-    "hostAliases": "ip", "resourceClaims": "name", "topologySpreadConstraints": "topologyKey",
-}  # fmt: skip
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "conditions": "type",
+    "ownerReferences": "uid",
+    "hostAliases": "ip",
+    "resourceClaims": "name",
+    "topologySpreadConstraints": "topologyKey",
+}
 _SET_LISTS = {"finalizers"}  # primitive lists merged as sets
 
 

@@ -93,18 +93,33 @@ BUILTIN: tuple[ResourceType, ...] = (
 
 CUSTOM: tuple[ResourceType, ...] = (
     ResourceType(
-        "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, builtin=False,
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        "JobSet",
+        True,
+        builtin=False,
         suspend_path=("spec", "suspend"),
     ),
     ResourceType(
         "ray.io", "v1", "rayjobs", "RayJob", True, builtin=False, suspend_path=("spec", "suspend")
     ),
     ResourceType(
-        "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True, builtin=False,
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "PyTorchJob",
+        True,
+        builtin=False,
         suspend_path=("spec", "runPolicy", "suspend"),
     ),
     ResourceType(
-        "kubeflow.org", "v1", "tfjobs", "TFJob", True, builtin=False,
+        "kubeflow.org",
+        "v1",
+        "tfjobs",
+        "TFJob",
+        True,
+        builtin=False,
         suspend_path=("spec", "runPolicy", "suspend"),
     ),
     ResourceType("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue", True, builtin=False),
@@ -112,7 +127,7 @@ CUSTOM: tuple[ResourceType, ...] = (
     ResourceType(
         "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True, builtin=False
     ),
-)  # fmt: skip
+)
 
 
 class Registry:

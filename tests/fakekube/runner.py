@@ -52,8 +52,14 @@ def _set_condition(
     if current is not None and current.get("status") == wanted:
         return
     stamp = o.rfc3339(now)
-    fresh = {"type": type_, "status": wanted, "reason": reason, "message": message,
-             "lastProbeTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+    fresh = {
+        "type": type_,
+        "status": wanted,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": stamp,
+        "lastTransitionTime": stamp,
+    }
     if current is None:
         conditions.append(fresh)
     else:
@@ -364,9 +370,13 @@ class JobRunner:
                     self._dirty.add((key[0], name))
                     self._wake.set()
             elif not dig(pod, "status", "conditions"):
-                unschedulable = {"type": "PodScheduled", "status": "False",
-                                 "reason": "Unschedulable", "message": "no node fits",
-                                 "lastTransitionTime": o.rfc3339(now)}  # fmt: skip
+                unschedulable = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "no node fits",
+                    "lastTransitionTime": o.rfc3339(now),
+                }
                 status = {"phase": "Pending", "conditions": [unschedulable]}
                 self.store.force("pods", {**pod, "status": status})
 

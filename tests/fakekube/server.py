@@ -28,14 +28,23 @@ from .store import Event, Store
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 WRITE_VERBS = ("create", "update", "patch", "delete")
 VERSION_INFO = {
-    "major": "1", "minor": "33", "gitVersion": "v1.33.0-fakekube",
-    "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z",
-    "goVersion": "go1.24.2", "compiler": "gc", "platform": "linux/amd64",
-}  # fmt: skip
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-fakekube",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2025-04-23T00:00:00Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 _REASONS = {
-    409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+    409: "Conflict",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
     504: "Timeout",
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -191,41 +200,55 @@ class _Handler(BaseHTTPRequestHandler):
             except ApiError as err:
                 self._send(err.code, err.status(), err.headers)
             return
-        request_id = fake.next_request_id()
         started = time.monotonic()
-        self._logged = False
-        entry: dict[str, Any] = {"id": request_id, "method": self.command, "path": path,
-                                 "query": url.query, "user_agent": self.headers.get("User-Agent"),
-                                 "verb": None, "fault": None}  # fmt: skip
+        entry: dict[str, Any] = {
+            "id": fake.next_request_id(),
+            "method": self.command,
+            "path": path,
+            "query": url.query,
+            "user_agent": self.headers.get("User-Agent"),
+            "verb": None,
+            "fault": None,
+        }
+        headers: Mapping[str, str] = {}
         try:
             body = self._body()
             static = fake.static_response(self.command, path)
             if static is not None:
                 entry["verb"] = "get"
                 code, payload = static
-                self._send(code, payload)
             else:
                 route = fake.route(self.command, path, query)
-                entry.update(verb=route.verb, resource=route.rtype.qualified,
-                             namespace=route.namespace, name=route.name,
-                             subresource=route.subresource)  # fmt: skip
-                code = self._api(route, query, body, entry)
+                entry.update(
+                    verb=route.verb,
+                    resource=route.rtype.qualified,
+                    namespace=route.namespace,
+                    name=route.name,
+                    subresource=route.subresource,
+                )
+                if route.verb == "watch":
+                    self._api(route, query, body, entry, started)
+                    return
+                code, payload = self._api(route, query, body, entry, started)
         except ApiError as err:
-            code = err.code
-            self._send(err.code, err.status(), err.headers)
-        except (BrokenPipeError, ConnectionResetError):
-            code = 499  # the client hung up
-            self.close_connection = True
+            code, payload, headers = err.code, err.status(), err.headers
         except Exception as exc:
-            code = 500
             fake.server_errors.append(traceback.format_exc())
-            with contextlib.suppress(OSError):
-                self._send(500, status_body(500, "InternalError", f"fakekube bug: {exc!r}"))
-        if not self._logged:
-            entry.update(status=code, ms=round((time.monotonic() - started) * 1000, 3))
-            fake.log.append("request", **entry)
+            code, payload = 500, status_body(500, "InternalError", f"fakekube bug: {exc!r}")
+        # Logged before the answer leaves: whoever got the answer can find the entry.
+        self._log(entry, code, started)
+        try:
+            self._send(code, payload, headers)
+        except OSError:
+            self.close_connection = True  # the client hung up
 
-    def _api(self, route: Route, query: dict[str, str], body: Any, entry: dict[str, Any]) -> int:
+    def _log(self, entry: dict[str, Any], code: int, started: float) -> None:
+        ms = round((time.monotonic() - started) * 1000, 3)
+        self.server.fake.log.append("request", **entry, status=code, ms=ms)
+
+    def _api(
+        self, route: Route, query: dict[str, str], body: Any, entry: dict[str, Any], started: float
+    ) -> tuple[int, Any]:
         fake = self.server.fake
         fault_verb = "delete" if route.verb == "deletecollection" else route.verb
         latency, fault, committed = fake.faults.decide(fault_verb, route.rtype.plural)
@@ -238,20 +261,21 @@ class _Handler(BaseHTTPRequestHandler):
         user_agent = self.headers.get("User-Agent")
         with fake.store.acting("api", entry["id"], user_agent):
             if route.verb == "watch":
-                self._watch(route, query, entry)
-                return 200
+                self._watch(route, query, entry, started)
+                return 200, None
             code, payload = fake.execute(route, query, body, self.headers.get("Content-Type"))
         if fault is not None:
             raise fake.faults.error(fault, fault_verb)
-        self._send(code, payload)
-        return code
+        return code, payload
 
     # --- watch ------------------------------------------------------------------------------
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-    def _watch(self, route: Route, query: dict[str, str], entry: dict[str, Any]) -> None:
+    def _watch(
+        self, route: Route, query: dict[str, str], entry: dict[str, Any], started: float
+    ) -> None:
         fake, store, rtype = self.server.fake, self.server.fake.store, route.rtype
         match = store.matcher(rtype, query.get("labelSelector"), query.get("fieldSelector"))
         filtered = bool(query.get("labelSelector") or query.get("fieldSelector"))
@@ -267,12 +291,11 @@ class _Handler(BaseHTTPRequestHandler):
             if err.code != 410:
                 raise
             expired = err
+        self._log(entry, 200, started)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        fake.log.append("request", **entry, status=200, ms=0.0)
-        self._logged = True
 
         def render(event: Event) -> bytes | None:
             if event.rtype is not rtype:
@@ -291,8 +314,11 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             if initial:
-                lines = [json.dumps({"type": "ADDED", "object": o}).encode() + b"\n"
-                         for o in initial if match(o)]  # fmt: skip
+                lines = [
+                    json.dumps({"type": "ADDED", "object": o}).encode() + b"\n"
+                    for o in initial
+                    if match(o)
+                ]
                 if lines:
                     self._chunk(b"".join(lines))
             last_bookmark = time.monotonic()
@@ -316,8 +342,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 if bookmarks and time.monotonic() - last_bookmark >= fake.bookmark_interval:
-                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                            "metadata": {"resourceVersion": str(cursor)}}  # fmt: skip
+                    mark = {
+                        "kind": rtype.kind,
+                        "apiVersion": rtype.api_version,
+                        "metadata": {"resourceVersion": str(cursor)},
+                    }
                     self._chunk(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
                     last_bookmark = time.monotonic()
             if expired is not None:
@@ -406,9 +435,11 @@ class FakeKube:
         self.stopping.clear()
         self._server = _Server((self.host, self.port), self)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
             name="fakekube-http",
-        )  # fmt: skip
+        )
         self._thread.start()
         if self.run_runner:
             self.runner.start()
@@ -460,8 +491,12 @@ class FakeKube:
         unknown = set(settings) - set(self.config())
         if unknown:
             raise ApiError(400, "BadRequest", f"unknown settings: {sorted(unknown)}")
-        targets = {"default_runtime": self.runner, "time_scale": self.runner,
-                   "history_limit": self.store, "runner_paused": self.runner}  # fmt: skip
+        targets = {
+            "default_runtime": self.runner,
+            "time_scale": self.runner,
+            "history_limit": self.store,
+            "runner_paused": self.runner,
+        }
         for key, value in settings.items():
             if key == "runner_paused":
                 self.runner.paused = bool(value)
@@ -535,12 +570,21 @@ class FakeKube:
         spec: Obj = {"unschedulable": True} if unschedulable else {}
         if taints:
             spec["taints"] = taints
-        return self.create("nodes", {
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": spec,
-            "status": {"allocatable": alloc, "capacity": dict(alloc),
-                       "conditions": [{"type": "Ready", "status": "True"}]},
-        })  # fmt: skip
+        return self.create(
+            "nodes",
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                },
+                "spec": spec,
+                "status": {
+                    "allocatable": alloc,
+                    "capacity": dict(alloc),
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
 
     # --- routing and verbs ------------------------------------------------------------------
 
@@ -556,11 +600,17 @@ class FakeKube:
         parts = path.strip("/").split("/")
         if path == "/api":
             address = [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.url.split("//")[1]}]
-            return 200, {"kind": "APIVersions", "versions": groups.get("", ["v1"]),
-                         "serverAddressByClientCIDRs": address}  # fmt: skip
+            return 200, {
+                "kind": "APIVersions",
+                "versions": groups.get("", ["v1"]),
+                "serverAddressByClientCIDRs": address,
+            }
         if path == "/apis":
-            return 200, {"kind": "APIGroupList", "apiVersion": "v1",
-                         "groups": [_group(g, vs) for g, vs in groups.items() if g]}  # fmt: skip
+            return 200, {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [_group(g, vs) for g, vs in groups.items() if g],
+            }
         if parts[0] == "apis" and len(parts) == 2 and parts[1] in groups:
             return 200, {
                 "kind": "APIGroup",
@@ -593,10 +643,13 @@ class FakeKube:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         verb = {
-            ("GET", True): "get", ("PUT", True): "update", ("PATCH", True): "patch",
-            ("DELETE", True): "delete", ("POST", False): "create",
+            ("GET", True): "get",
+            ("PUT", True): "update",
+            ("PATCH", True): "patch",
+            ("DELETE", True): "delete",
+            ("POST", False): "create",
             ("DELETE", False): "deletecollection",
-        }.get((method, name is not None))  # fmt: skip
+        }.get((method, name is not None))
         if method == "GET" and name is None:
             verb = "watch" if query.get("watch") in ("true", "1") else "list"
         if verb is None or (verb == "create" and rtype.namespaced and not namespace):
@@ -617,17 +670,27 @@ class FakeKube:
             except ValueError:
                 raise ApiError(400, "BadRequest", "invalid limit") from None
             items, rv, token, remaining = store.list(
-                rtype, ns, query.get("labelSelector"), query.get("fieldSelector"),
-                limit if route.verb == "list" else 0, query.get("continue") or None,
-            )  # fmt: skip
+                rtype,
+                ns,
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                limit if route.verb == "list" else 0,
+                query.get("continue") or None,
+            )
             if route.verb == "deletecollection":
-                items = [store.delete(rtype, i["metadata"].get("namespace"), i["metadata"]["name"])
-                         for i in items]  # fmt: skip
+                items = [
+                    store.delete(rtype, i["metadata"].get("namespace"), i["metadata"]["name"])
+                    for i in items
+                ]
             list_meta: Obj = {"resourceVersion": str(rv)}
             if token:
                 list_meta.update({"continue": token, "remainingItemCount": remaining})
-            return 200, {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
-                         "metadata": list_meta, "items": items}  # fmt: skip
+            return 200, {
+                "kind": f"{rtype.kind}List",
+                "apiVersion": rtype.api_version,
+                "metadata": list_meta,
+                "items": items,
+            }
         if route.verb == "create":
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the request body must be an object")
@@ -640,8 +703,12 @@ class FakeKube:
         deleted = store.delete(rtype, ns, name or "", (body or {}).get("preconditions"))
         if rtype.key == ("", "v1", "pods"):
             return 200, deleted  # pods answer with the object, most kinds with a Status
-        details = {"name": name, "group": rtype.group, "kind": rtype.plural,
-                   "uid": deleted["metadata"]["uid"]}  # fmt: skip
+        details = {
+            "name": name,
+            "group": rtype.group,
+            "kind": rtype.plural,
+            "uid": deleted["metadata"]["uid"],
+        }
         return 200, status_body(200, "", "", details)
 
     def control(self, method: str, path: str, query: Mapping[str, str], body: Any) -> Any:
@@ -686,11 +753,28 @@ def _resource_list(group: str, version: str, served: list[ResourceType]) -> Obj:
     verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     resources: list[Obj] = []
     for r in served:
-        resources.append({"name": r.plural, "singularName": r.singular(), "namespaced": r.namespaced,
-                          "kind": r.kind, "verbs": verbs})  # fmt: skip
+        resources.append(
+            {
+                "name": r.plural,
+                "singularName": r.singular(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": verbs,
+            }
+        )
         if r.has_status:
-            resources.append({"name": f"{r.plural}/status", "singularName": "",
-                              "namespaced": r.namespaced, "kind": r.kind,
-                              "verbs": ["get", "patch", "update"]})  # fmt: skip
-    return {"kind": "APIResourceList", "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}" if group else version, "resources": resources}  # fmt: skip
+            resources.append(
+                {
+                    "name": f"{r.plural}/status",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }

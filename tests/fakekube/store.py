@@ -367,10 +367,12 @@ class Store:
                 candidate = o.json_patch(old, patch)
             else:
                 raise ApiError(
-                    415, "UnsupportedMediaType", f"the body of the request was in an unknown "
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown "
                     f"format - accepted media types include: application/json-patch+json, "
                     f"application/merge-patch+json{', application/strategic-merge-patch+json' if rtype.builtin else ''}",
-                )  # fmt: skip
+                )
             if not isinstance(candidate, dict):
                 raise ApiError(422, "Invalid", "the patch did not produce an object")
             return self._write(rtype, old, o.copy(candidate), subresource)
@@ -383,9 +385,11 @@ class Store:
         if subresource == "status":
             if not rtype.has_status:
                 raise not_found(rtype, name)
-            new = {**old, "status": new.get("status")} if new.get("status") is not None else {
-                k: v for k, v in old.items() if k != "status"
-            }  # fmt: skip
+            new = (
+                {**old, "status": new.get("status")}
+                if new.get("status") is not None
+                else {k: v for k, v in old.items() if k != "status"}
+            )
         elif subresource:
             raise ApiError(404, "NotFound", f"subresource {subresource!r} is not served")
         else:
