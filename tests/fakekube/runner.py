@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import json
 import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import objects as o
 from .objects import ApiError, Obj, dig
@@ -105,6 +107,8 @@ class JobRunner:
         self._due: dict[str, float] = {}  # pod uid -> clock when it is done running
         self._job_started: dict[str, float] = {}  # Job uid -> clock when last unsuspended
         self._node_used: dict[str, Counter[str]] = {}
+        self._nodes: dict[str, _NodeInfo] = {}
+        self._node_order: list[str] = []
         self._capacity_changed = False
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -124,6 +128,10 @@ class JobRunner:
         elif key == PODS:
             self._pod_changed(change)
         elif key == NODES:
+            self._nodes.pop(m["name"], None)
+            if change.type != "DELETED":
+                self._nodes[m["name"]] = _NodeInfo.of(change.obj)
+            self._node_order = sorted(self._nodes)
             self._capacity_changed = True
         else:
             return
@@ -339,33 +347,41 @@ class JobRunner:
             "spec": template.get("spec") or {},
         }
         node = self._pick_node(pod)
-        created = self.store.create("pods", m["namespace"], pod)
-        return self._bind(created, node) if node else created
+        if node is None:
+            return self.store.create("pods", m["namespace"], pod)
+        return self.store.create("pods", m["namespace"], self._bound(pod, node), keep_status=True)
 
     # --- the scheduler and the kubelets -----------------------------------------------------
 
-    def _bind(self, pod: Obj, node: str) -> Obj:
+    def _bound(self, pod: Obj, node: str) -> Obj:
+        """The pod as placed on `node` and started by its kubelet."""
         stamp = o.rfc3339(self.clock())
         conditions = [
             {"type": t, "status": "True", "lastTransitionTime": stamp}
             for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
         ]
         status = {"phase": "Running", "startTime": stamp, "conditions": conditions}
-        return self.store.force(
-            "pods", {**pod, "spec": {**pod["spec"], "nodeName": node}, "status": status}
-        )
+        return {**pod, "spec": {**pod["spec"], "nodeName": node}, "status": status}
 
     def _schedule_pending(self, now: float) -> None:
         self._capacity_changed = False
+        # Binding only uses capacity up, so a pod shape that fit nowhere still fits nowhere.
+        no_fit: set[str] = set()
         for key in list(self._pending):
             pod = self.store.find("pods", *key)
             if pod is None or dig(pod, "spec", "nodeName"):
                 self._pending.pop(key, None)
                 continue
-            node = self._pick_node(pod)
+            shape = json.dumps(
+                {k: pod["spec"].get(k) for k in ("nodeSelector", "tolerations", "containers")},
+                sort_keys=True,
+            )
+            node = None if shape in no_fit else self._pick_node(pod)
+            if node is None:
+                no_fit.add(shape)
             if node is not None:
                 self._pending.pop(key, None)
-                self._bind(pod, node)
+                self.store.force("pods", self._bound(pod, node))
                 if name := self._job_name(pod):
                     self._dirty.add((key[0], name))
                     self._wake.set()
@@ -384,31 +400,44 @@ class JobRunner:
         """First node by name that is schedulable, matches the node selector, has every
         NoSchedule/NoExecute taint tolerated and enough allocatable left."""
         spec = pod.get("spec") or {}
-        selector = spec.get("nodeSelector") or {}
+        selector = (spec.get("nodeSelector") or {}).items()
         tolerations = spec.get("tolerations") or []
         wanted = {**o.pod_requests(spec), "pods": 1.0}
-        nodes, _, _, _ = self.store.list("nodes")
-        for node in nodes:
-            name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
-            if dig(node, "spec", "unschedulable"):
+        for name in self._node_order:
+            node = self._nodes[name]
+            if node.unschedulable or not selector <= node.labels.items():
                 continue
-            if any(labels.get(k) != v for k, v in selector.items()):
+            if not all(tolerates(tolerations, t) for t in node.taints):
                 continue
-            taints = [
-                t
-                for t in dig(node, "spec", "taints") or []
-                if t.get("effect") in ("NoSchedule", "NoExecute")
-            ]
-            if not all(tolerates(tolerations, t) for t in taints):
-                continue
-            allocatable = (
-                dig(node, "status", "allocatable") or dig(node, "status", "capacity") or {}
-            )
             used = self._node_used.get(name, Counter())
             if all(
-                q <= 0 or (r in allocatable and used[r] + q <= o.parse_quantity(allocatable[r]))
+                q <= 0 or used[r] + q <= node.allocatable.get(r, 0.0)
                 for r, q in wanted.items()
-                if r != "pods" or "pods" in allocatable
+                if r != "pods" or "pods" in node.allocatable
             ):
                 return name
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeInfo:
+    """What the scheduler needs of a node, parsed once per node change."""
+
+    labels: dict[str, str]
+    taints: list[Obj]
+    unschedulable: bool
+    allocatable: dict[str, float]
+
+    @classmethod
+    def of(cls, node: Obj) -> _NodeInfo:
+        allocatable = dig(node, "status", "allocatable") or dig(node, "status", "capacity") or {}
+        return cls(
+            labels=dict(dig(node, "metadata", "labels") or {}),
+            taints=[
+                t
+                for t in dig(node, "spec", "taints") or []
+                if t.get("effect") in ("NoSchedule", "NoExecute")
+            ],
+            unschedulable=bool(dig(node, "spec", "unschedulable")),
+            allocatable={r: o.parse_quantity(q) for r, q in allocatable.items()},
+        )

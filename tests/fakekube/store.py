@@ -241,7 +241,15 @@ class Store:
         self.cond.notify_all()
         return new
 
-    def create(self, rtype: ResourceType | str, namespace: str | None, body: Obj) -> Obj:
+    def create(
+        self,
+        rtype: ResourceType | str,
+        namespace: str | None,
+        body: Obj,
+        keep_status: bool = False,
+    ) -> Obj:
+        """POST. `keep_status` is for controllers that create objects with a status (the
+        job runner creates pods already bound and running); the API never passes it."""
         rtype = self.registry.resolve(rtype)
         obj = o.copy(body)
         m = o.meta(obj)
@@ -285,7 +293,7 @@ class Store:
             m["generation"] = 1
             for field in ("resourceVersion", "deletionTimestamp", "selfLink"):
                 m.pop(field, None)
-            if rtype.has_status and rtype.key != ("", "v1", "nodes"):
+            if rtype.has_status and rtype.key != ("", "v1", "nodes") and not keep_status:
                 obj.pop("status", None)  # nodes alone may carry status on create
             self._default_and_validate(rtype, obj)
             return self._commit(rtype, "ADDED", obj, None)
