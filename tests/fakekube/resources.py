@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 
@@ -20,7 +20,6 @@ class ResourceType:
     builtin: bool = True  # builtin kinds accept strategic merge patch; custom ones answer 415
     field_labels: tuple[str, ...] = ()  # field selectors beyond metadata.name/namespace
     suspend_path: tuple[str, ...] = ()  # where the kind keeps its `suspend` flag, if any
-    short_names: tuple[str, ...] = field(default=())
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -91,55 +90,38 @@ BUILTIN: tuple[ResourceType, ...] = (
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, False),
 )
 
+
+def _custom(api_version: str, plural: str, kind: str, suspend: str = "") -> ResourceType:
+    """A namespaced custom resource; `suspend` is the dotted path of its suspend flag."""
+    group, version = api_version.split("/")
+    path = tuple(suspend.split(".")) if suspend else ()
+    return ResourceType(group, version, plural, kind, True, builtin=False, suspend_path=path)
+
+
 CUSTOM: tuple[ResourceType, ...] = (
-    ResourceType(
-        "jobset.x-k8s.io",
-        "v1alpha2",
-        "jobsets",
-        "JobSet",
-        True,
-        builtin=False,
-        suspend_path=("spec", "suspend"),
-    ),
-    ResourceType(
-        "ray.io", "v1", "rayjobs", "RayJob", True, builtin=False, suspend_path=("spec", "suspend")
-    ),
-    ResourceType(
-        "kubeflow.org",
-        "v1",
-        "pytorchjobs",
-        "PyTorchJob",
-        True,
-        builtin=False,
-        suspend_path=("spec", "runPolicy", "suspend"),
-    ),
-    ResourceType(
-        "kubeflow.org",
-        "v1",
-        "tfjobs",
-        "TFJob",
-        True,
-        builtin=False,
-        suspend_path=("spec", "runPolicy", "suspend"),
-    ),
-    ResourceType("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue", True, builtin=False),
-    ResourceType("scheduling.x-k8s.io", "v1alpha1", "queueunits", "QueueUnit", True, builtin=False),
-    ResourceType(
-        "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True, builtin=False
-    ),
+    _custom("jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet", "spec.suspend"),
+    _custom("ray.io/v1", "rayjobs", "RayJob", "spec.suspend"),
+    _custom("kubeflow.org/v1", "pytorchjobs", "PyTorchJob", "spec.runPolicy.suspend"),
+    _custom("kubeflow.org/v1", "tfjobs", "TFJob", "spec.runPolicy.suspend"),
+    _custom("scheduling.x-k8s.io/v1alpha1", "queues", "Queue"),
+    _custom("scheduling.x-k8s.io/v1alpha1", "queueunits", "QueueUnit"),
+    _custom("scheduling.sigs.k8s.io/v1alpha1", "elasticquotas", "ElasticQuota"),
 )
 
 
 class Registry:
-    """Resource types by (group, version, plural), plus lookups by short name."""
+    """Resource types by (group, version, plural), and by name ("jobs", "jobs.batch")."""
 
     def __init__(self, types: tuple[ResourceType, ...] = BUILTIN + CUSTOM) -> None:
         self._types: dict[tuple[str, str, str], ResourceType] = {}
+        self._names: dict[str, ResourceType] = {}
         for rtype in types:
             self.register(rtype)
 
     def register(self, rtype: ResourceType) -> ResourceType:
         self._types[rtype.key] = rtype
+        for name in (rtype.plural, rtype.qualified, f"{rtype.api_version}/{rtype.plural}"):
+            self._names.setdefault(name, rtype)
         return rtype
 
     def all(self) -> list[ResourceType]:
@@ -152,10 +134,10 @@ class Registry:
         """`"jobs"`, `"jobs.batch"`, `"batch/v1/jobs"` or a ResourceType."""
         if isinstance(name, ResourceType):
             return name
-        for rtype in self._types.values():
-            if name in (rtype.plural, rtype.qualified, f"{rtype.api_version}/{rtype.plural}"):
-                return rtype
-        raise KeyError(f"unknown resource {name!r}")
+        try:
+            return self._names[name]
+        except KeyError:
+            raise KeyError(f"unknown resource {name!r}") from None
 
     def groups(self) -> dict[str, list[str]]:
         """Group name -> its versions, in registration order ("" is the core group)."""

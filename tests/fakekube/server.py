@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -113,7 +113,7 @@ class Faults:
         spec = self._specs.get(verb) or self._specs.get("*") or FaultSpec()
         headers, details = {}, None
         if code == 429:
-            seconds = max(1, math.ceil(spec.retry_after))
+            seconds = max(0, math.ceil(spec.retry_after))
             headers["Retry-After"] = str(seconds)
             details = {"retryAfterSeconds": seconds}
         reason = _REASONS.get(code, "InternalError")
@@ -127,7 +127,6 @@ class Route:
     name: str | None
     subresource: str | None
     verb: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _Server(ThreadingHTTPServer):
@@ -199,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, fake.control(self.command, path, query, self._body()))
             except ApiError as err:
                 self._send(err.code, err.status(), err.headers)
+            except (ValueError, TypeError) as exc:
+                self._send(400, status_body(400, "BadRequest", str(exc)))
             return
         started = time.monotonic()
         entry: dict[str, Any] = {
@@ -279,7 +280,10 @@ class _Handler(BaseHTTPRequestHandler):
         fake, store, rtype = self.server.fake, self.server.fake.store, route.rtype
         match = store.matcher(rtype, query.get("labelSelector"), query.get("fieldSelector"))
         filtered = bool(query.get("labelSelector") or query.get("fieldSelector"))
-        timeout = float(query.get("timeoutSeconds") or fake.watch_timeout)
+        try:
+            timeout = float(query.get("timeoutSeconds") or fake.watch_timeout)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "invalid timeoutSeconds") from None
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         deadline = time.monotonic() + timeout
         initial, cursor, expired = None, 0, None
@@ -491,17 +495,15 @@ class FakeKube:
         unknown = set(settings) - set(self.config())
         if unknown:
             raise ApiError(400, "BadRequest", f"unknown settings: {sorted(unknown)}")
-        targets = {
-            "default_runtime": self.runner,
-            "time_scale": self.runner,
-            "history_limit": self.store,
-            "runner_paused": self.runner,
-        }
         for key, value in settings.items():
             if key == "runner_paused":
                 self.runner.paused = bool(value)
+            elif key in ("default_runtime", "time_scale"):
+                setattr(self.runner, key, float(value))
+            elif key == "history_limit":
+                self.store.history_limit = int(value)
             else:
-                setattr(targets.get(key, self), key, type(self.config()[key])(value))
+                setattr(self, key, float(value))
         return self.config()
 
     def set_faults(
@@ -642,6 +644,8 @@ class FakeKube:
             raise _not_served()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and (sub != "status" or not rtype.has_status):
+            raise _not_served()  # no binding, eviction, log, scale, ...
         verb = {
             ("GET", True): "get",
             ("PUT", True): "update",
