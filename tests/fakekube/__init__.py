@@ -1,10 +1,18 @@
 """A stateful fake Kubernetes API server for tests, over real HTTP on loopback.
 
-    with FakeKube(time_scale=0.01) as fake:
-        api = api_client(fake.url)
+    with FakeKube(time_scale=0.01) as fake:          # or the `fake_kube` fixture
+        fake.add_node("n1", {"cpu": "8", "memory": "32Gi"})
+        batch = kubernetes.client.BatchV1Api(api_client(fake.url))
         ...
+        fake.log_entries(types=["suspend", "pod_start", "pod_stop"])
 
-See the README-like docstrings of `server`, `audit` and `runner` for the details.
+In another process: `python -m tests.fakekube --port 0 --port-file PATH` (or
+`FakeKubeProcess`), steered through `/_fake/` (or `RemoteFakeKube`).
+
+- `store`: objects, resourceVersions, write semantics, watch history (410 after compaction).
+- `server`: REST routes, watch streams, discovery, `/version`, faults, control endpoints.
+- `runner`: the Job controller, scheduler and kubelets for batch/v1 Jobs.
+- `audit`: the log of requests and transitions, and usage rebuilt from it.
 """
 
 from .audit import (

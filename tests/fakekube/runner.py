@@ -161,9 +161,13 @@ class JobRunner:
                 job_name = self._job_name(pod)
                 if change.actor != "runner" and job_name:
                     self._dirty.add((pod_key[0], job_name))
-        elif not dig(pod, "spec", "nodeName") and dig(pod, "status", "phase") == "Pending":
+        elif (
+            pod_key not in self._pending
+            and not dig(pod, "spec", "nodeName")
+            and dig(pod, "status", "phase") == "Pending"
+        ):
             self._pending[pod_key] = None
-            self._capacity_changed = True
+            self._capacity_changed = True  # so that the next round tries to place it
 
     def _job_name(self, pod: Obj) -> str | None:
         for ref in dig(pod, "metadata", "ownerReferences") or []:
@@ -227,9 +231,10 @@ class JobRunner:
             dirty, self._dirty = self._dirty, set()
             orphans, self._orphans = self._orphans, set()
         with store.acting("runner"):
-            for uid in orphans:
-                for ns, name in list(self._pods_of.pop(uid, ())):
-                    self._delete_pod(ns, name)
+            with store.cond:
+                for uid in orphans:
+                    for ns, name in sorted(self._pods_of.pop(uid, ())):
+                        self._delete_pod(ns, name)
             for key in sorted(dirty):
                 with store.cond:
                     self._reconcile(key, now)
