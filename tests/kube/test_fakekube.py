@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import urllib.error
@@ -861,3 +862,72 @@ def test_audit_log_reconstructs_usage_over_time(fake_kube: FakeKube, batch: clie
         "default/a": {"cpu": 4.0},
         "default/b": {"cpu": 3.0},
     }
+
+
+# --- smaller guarantees ---------------------------------------------------------------------
+
+
+def test_delete_collection_with_a_selector(core: client.CoreV1Api):
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        core.create_namespaced_config_map("default", configmap(name, {"team": team}))
+    core.delete_collection_namespaced_config_map("default", label_selector="team=x")
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
+
+
+def test_replace_status_checks_the_resource_version(fake_kube: FakeKube, batch: client.BatchV1Api):
+    fake_kube.configure(runner_paused=True)
+    created = batch.create_namespaced_job("default", job("r"))
+    body = created.to_dict()
+    body["status"] = {"active": 1}
+    body["spec"]["parallelism"] = 5
+    replaced = batch.replace_namespaced_job_status("r", "default", body)
+    assert replaced.status.active == 1
+    assert replaced.spec.parallelism == 1
+    with pytest.raises(ApiException) as conflict:
+        batch.replace_namespaced_job_status("r", "default", body)  # its resourceVersion is stale
+    assert conflict.value.status == 409
+
+
+def test_a_deleted_pod_of_a_running_job_is_replaced(fake_kube: FakeKube, core: client.CoreV1Api):
+    fake_kube.add_node("n1", {"cpu": "4"})
+    fake_kube.create("jobs", job("w", suspend=False, runtime=10_000), "default")
+    first = eventually(lambda: core.list_namespaced_pod("default").items, what="a pod")[0]
+    core.delete_namespaced_pod(first.metadata.name, "default")
+
+    def replacement() -> list[client.V1Pod]:
+        pods = core.list_namespaced_pod("default", field_selector="status.phase=Running").items
+        return [p for p in pods if p.metadata.name != first.metadata.name]
+
+    eventually(replacement, what="a new pod")
+    stop = next(e for e in fake_kube.log_entries(types=["pod_stop"]))
+    request = next(
+        e for e in fake_kube.log_entries(types=["request"]) if e["id"] == stop["request"]
+    )
+    assert (stop["reason"], request["verb"], stop["actor"]) == ("Deleted", "delete", "api")
+
+
+def test_requests_are_attributed_to_their_user_agent(fake_kube: FakeKube):
+    batch = client.BatchV1Api(api_client(fake_kube.url, user_agent="worker-2"))
+    batch.create_namespaced_job("default", job("u"))
+    batch.patch_namespaced_job("u", "default", {"spec": {"suspend": False}})
+    flips = fake_kube.log_entries(types=["suspend"])
+    assert [(f["suspend"], f["user_agent"]) for f in flips] == [
+        (True, "worker-2"),
+        (False, "worker-2"),
+    ]
+
+
+def test_watch_custom_objects(custom: client.CustomObjectsApi):
+    args = ("ray.io", "v1", "default", "rayjobs")
+    start = custom.list_namespaced_custom_object(*args)["metadata"]["resourceVersion"]
+    body = {"metadata": {"name": "ray"}, "spec": {"suspend": True}}
+    custom.create_namespaced_custom_object(*args, body)
+    custom.patch_namespaced_custom_object(*args, "ray", {"spec": {"suspend": False}})
+
+    w = watch.Watch()
+    stream = w.stream(
+        custom.list_namespaced_custom_object, *args, resource_version=start, timeout_seconds=10
+    )
+    events = [(e["type"], e["object"]["spec"]["suspend"]) for e in itertools.islice(stream, 2)]
+    w.stop()
+    assert events == [("ADDED", True), ("MODIFIED", False)]
