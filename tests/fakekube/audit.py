@@ -23,7 +23,7 @@ check them whether it holds the server in-process or fetched `/_fake/log`.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -210,13 +210,13 @@ def usage_timeline(
     entries: Iterable[Entry], key: GroupKey = by_job
 ) -> Iterator[tuple[Entry, Any, dict[str, float]]]:
     """Pod-based usage: after each pod_start/pod_stop, yield (entry, group, group's usage)."""
-    usage: dict[Any, Counter[str]] = {}
+    usage: dict[Any, defaultdict[str, float]] = {}
     for entry in entries:
         if entry["type"] not in ("pod_start", "pod_stop"):
             continue
         group = key(entry)
         sign = 1.0 if entry["type"] == "pod_start" else -1.0
-        total = usage.setdefault(group, Counter())
+        total = usage.setdefault(group, defaultdict(float))
         for name, q in entry["requests"].items():
             total[name] += sign * q
         yield entry, group, dict(total)
@@ -227,23 +227,23 @@ def admitted_timeline(
 ) -> Iterator[tuple[Entry, Any, dict[str, float]]]:
     """Admission-based usage: a batch Job counts parallelism x pod requests from the moment
     it is unsuspended until it is suspended again, finishes or is deleted."""
-    usage: dict[Any, Counter[str]] = {}
+    usage: dict[Any, defaultdict[str, float]] = {}
     held: dict[str, tuple[Any, dict[str, float]]] = {}  # uid -> (group, its total)
     for entry in entries:
-        uid, kind = entry.get("uid"), entry["type"]
+        uid, kind = str(entry.get("uid")), entry["type"]
+        sign = 1.0
         if kind == "suspend" and not entry["suspend"]:
             if uid in held or entry.get("pod_requests") is None:
                 continue
             n = entry.get("parallelism") or 1
             held[uid] = (key(entry), {name: n * q for name, q in entry["pod_requests"].items()})
             group, amount = held[uid]
-            sign = 1.0
         elif kind in ("suspend", "job_finished", "deleted") and uid in held:
             group, amount = held.pop(uid)
             sign = -1.0
         else:
             continue
-        total = usage.setdefault(group, Counter())
+        total = usage.setdefault(group, defaultdict(float))
         for name, q in amount.items():
             total[name] += sign * q
         yield entry, group, dict(total)

@@ -141,28 +141,7 @@ def label_selector(text: str | None) -> Predicate:
     """Kubernetes label selector syntax: `=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`, `<`."""
     if not text or not text.strip():
         return lambda obj: True
-    checks: list[Callable[[dict[str, str]], bool]] = []
-    for part in re.split(r",(?![^()]*\))", text):
-        if m := _SET_REQ.match(part):
-            key, op = m.group(1), m.group(2)
-            values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
-            if op == "in":
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
-        elif m := _OP_REQ.match(part):
-            key, op, value = m.groups()
-            if op in ("=", "=="):
-                checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
-            elif op == "!=":
-                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                checks.append(_numeric_check(key, op, value, part))
-        elif m := _EXISTS_REQ.match(part):
-            negate, key = m.group(1) == "!", m.group(2)
-            checks.append(lambda labels, k=key, neg=negate: (k in labels) != neg)
-        else:
-            raise _bad_selector("label selector", part)
+    checks = [_requirement(part) for part in re.split(r",(?![^()]*\))", text)]
 
     def match(obj: Obj) -> bool:
         labels = dig(obj, "metadata", "labels") or {}
@@ -171,7 +150,28 @@ def label_selector(text: str | None) -> Predicate:
     return match
 
 
-def _numeric_check(key: str, op: str, value: str, part: str) -> Callable[[dict[str, str]], bool]:
+LabelCheck = Callable[[dict[str, str]], bool]
+
+
+def _requirement(part: str) -> LabelCheck:
+    if m := _SET_REQ.match(part):
+        key, op = m.group(1), m.group(2)
+        values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
+        return lambda labels: (labels.get(key) in values) == (op == "in")
+    if m := _OP_REQ.match(part):
+        key, op, value = m.groups()
+        if op in ("=", "=="):
+            return lambda labels: labels.get(key) == value
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return _numeric_check(key, op, value, part)
+    if m := _EXISTS_REQ.match(part):
+        negate, key = m.group(1) == "!", m.group(2)
+        return lambda labels: (key in labels) != negate
+    raise _bad_selector("label selector", part)
+
+
+def _numeric_check(key: str, op: str, value: str, part: str) -> LabelCheck:
     try:
         bound = int(value)
     except ValueError:
@@ -328,10 +328,10 @@ def json_patch(target: Any, ops: Any) -> Any:
 def _json_patch_op(doc: Any, op: Obj) -> Any:
     kind, parts = op["op"], _pointer(op["path"])
     if kind == "test":
-        parent, last = _container(doc, parts) if parts else (None, "")
-        have = (
-            doc if not parts else (parent[int(last)] if isinstance(parent, list) else parent[last])
-        )
+        have = doc
+        if parts:
+            parent, last = _container(doc, parts)
+            have = parent[int(last)] if isinstance(parent, list) else parent[last]
         if have != op["value"]:
             raise ApiError(422, "Invalid", f"JSON patch test failed at {op['path']}")
         return doc

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import json
 import random
 import re
@@ -464,7 +465,7 @@ class Store:
 
     def watch_start(
         self, rtype: ResourceType, namespace: str | None, resource_version: str | None
-    ) -> tuple[list[Obj] | None, int]:
+    ) -> tuple[builtins.list[Obj] | None, int]:
         """(objects to send as ADDED first, or None; the cursor to stream events after)."""
         with self.cond:
             if resource_version in (None, "", "0"):
@@ -487,7 +488,7 @@ class Store:
                 410, "Expired", f"too old resource version: {cursor} ({self.compacted_rv})"
             )
 
-    def events_after(self, cursor: int, timeout: float) -> tuple[list[Event], int]:
+    def events_after(self, cursor: int, timeout: float) -> tuple[builtins.list[Event], int]:
         """Events with resourceVersion > cursor, waiting up to `timeout` for the first one;
         and the resourceVersion they bring the caller up to."""
         with self.cond:
