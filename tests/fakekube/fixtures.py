@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .client import api_client
+from .client import FakeKubeProcess, api_client
 from .server import FakeKube
 
 if TYPE_CHECKING:
@@ -45,3 +45,11 @@ def kube_client(fake_kube: FakeKube) -> Iterator[ApiClient]:
     api = api_client(fake_kube.url)
     yield api
     api.close()
+
+
+@pytest.fixture
+def fake_kube_process() -> Iterator[FakeKubeProcess]:
+    """The fake in its own process (for clients in other processes, or to keep the GIL
+    free); `.url`, and `.control` for the `/_fake/` endpoints. Same settings as `fake_kube`."""
+    with FakeKubeProcess("--time-scale", "0.01", "--seed", "0") as proc:
+        yield proc

@@ -1,1 +1,6 @@
-from tests.fakekube.fixtures import fake_kube, fake_kube_factory, kube_client  # noqa: F401
+from tests.fakekube.fixtures import (  # noqa: F401
+    fake_kube,
+    fake_kube_factory,
+    fake_kube_process,
+    kube_client,
+)

@@ -804,15 +804,14 @@ def test_control_endpoints(fake_kube: FakeKube, batch: client.BatchV1Api):
         remote._call("GET", "nothing-here")
 
 
-def test_kubeconfig_and_a_subprocess_server(tmp_path: Path):
-    with FakeKubeProcess("--time-scale", "0.01") as proc:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", proc.url)
-        configuration = client.Configuration()
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-        core = client.CoreV1Api(client.ApiClient(configuration))
-        names = [n.metadata.name for n in core.list_namespace().items]
-        assert "default" in names
-        assert proc.control.state()["requests"] == 1
+@pytest.mark.slow
+def test_kubeconfig_and_a_subprocess_server(fake_kube_process: FakeKubeProcess, tmp_path: Path):
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", fake_kube_process.url)
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    core = client.CoreV1Api(client.ApiClient(configuration))
+    assert "default" in [n.metadata.name for n in core.list_namespace().items]
+    assert fake_kube_process.control.state()["requests"] == 1
 
 
 # --- the audit log --------------------------------------------------------------------------
