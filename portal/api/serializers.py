@@ -822,6 +822,7 @@ class PreviewQuotaSerializer(serializers.Serializer):
     name = serializers.CharField()
     before = PreviewStateSerializer()
     after = PreviewStateSerializer()
+    changed = serializers.BooleanField()
 
 
 class PreviewPlaceSerializer(serializers.Serializer):
@@ -839,6 +840,7 @@ class PreviewWorkloadSerializer(serializers.Serializer):
 
     id = serializers.IntegerField()
     name = serializers.CharField()
+    namespace = serializers.CharField()
     queue = serializers.CharField()
     before = PreviewPlaceSerializer()
     after = PreviewPlaceSerializer()
@@ -847,9 +849,14 @@ class PreviewWorkloadSerializer(serializers.Serializer):
 class PreviewResultSerializer(serializers.Serializer):
     """The predicted effect of a quota change."""
 
-    quotas = PreviewQuotaSerializer(many=True)
-    workloads = PreviewWorkloadSerializer(many=True)
-    summary = serializers.DictField()
+    quotas = PreviewQuotaSerializer(many=True, help_text="Every quota of the tree you may see.")
+    workloads = PreviewWorkloadSerializer(
+        many=True, help_text="Your waiting workloads whose admission, position or ETA changes."
+    )
+    summary = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Counts over the whole tree: admitted, preempted and changed, before and after.",
+    )
 
 
 # --- tokens and simulated nodes --------------------------------------------------------------

@@ -28,7 +28,7 @@ from portal.api.pagination import Pagination
 from portal.api.permissions import TokenScope
 from portal.models import APIToken
 from portal.tokens import revoke_token
-from queueing import access, actions
+from queueing import access, actions, whatif
 from queueing.actions import Actor, ConflictError
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase, Source
 from queueing.cluster import get_cluster
@@ -779,8 +779,6 @@ class PreviewView(APIView):
         quota = serializer.validated_data["quota"]
         if not access.can_edit_quota(request.user, quota):
             raise exceptions.PermissionDenied("You may not change this quota.")
-        from queueing import whatif
-
         preview = whatif.preview_quota_change(quota, serializer.changes()).as_dict()
         return Response(filter_preview(preview, request.user))
 

@@ -141,3 +141,31 @@ def test_a_live_server_answers_as_its_schema_says(served: tuple[str, ApiWorld]) 
         except Exception as exc:  # collect, so one run reports every operation that fails
             failures.append(f"{operation.label} {path_parameters} {mode}: {exc}"[:3000])
     assert not failures, "\n\n".join(failures)
+
+
+def test_realistic_answers_conform_too(served: tuple[str, ApiWorld]) -> None:
+    """Fuzzing rarely composes a valid submission or preview; these do, and their answers
+    are checked against the schema like any other."""
+    import requests
+
+    base_url, world = served
+    schema = schemathesis.openapi.from_url(f"{base_url}/api/schema/")
+    headers = {"Authorization": f"Token {world.keys['tenant_admin']}"}
+    calls = [
+        ("POST", "/api/v1/workloads/", None, {
+            "name": "real-job", "queue": "team-a-train", "priority": 5000,
+            "pod_sets": [{"count": 2, "requests": {"cpu": "500m", "memory": "1Gi"}}],
+        }),
+        ("POST", "/api/v1/preview/", None, {"quota": "team-a-train", "min": {"cpu": "2"}, "max": {"cpu": "2"}}),
+        ("PATCH", "/api/v1/quotas/{id}/", world.dev.pk, {"max": {"cpu": "6"}, "version": 1}),
+        ("PATCH", "/api/v1/queues/{id}/", world.queue.pk, {"priority": 3}),
+        ("POST", "/api/v1/workloads/{id}/cancel/", world.workload.pk, {"reason": "done"}),
+        ("GET", "/api/v1/workloads/{id}/events/", world.workload.pk, None),
+        ("GET", "/api/v1/queues/{id}/pending/", world.queue.pk, None),
+        ("POST", "/api/v1/tokens/", None, {"name": "ci", "read_only": True}),
+    ]  # fmt: skip
+    for method, path, pk, body in calls:
+        url = base_url + path.replace("{id}", str(pk))
+        response = requests.request(method, url, json=body, headers=headers, timeout=30)
+        assert response.status_code < 300, (path, response.text)
+        schema[path][method].validate_response(response)

@@ -1,0 +1,86 @@
+"""POST /api/v1/preview/: the predicted effect of a quota change, nothing saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from queueing.models import AuditEvent, Quota, Workload
+from tests import builders
+from tests.portal.api.base import ADMINS, matrix, outcomes
+from tests.portal.api.conftest import ApiWorld
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/preview/"
+
+
+def state() -> tuple:
+    return (
+        list(Quota.objects.order_by("id").values_list("version", "min", "max", "shared_weight")),
+        list(Workload.objects.order_by("id").values_list("phase", "position", "eta_p50")),
+        AuditEvent.objects.count(),
+    )
+
+
+def test_permissions(api: ApiWorld) -> None:
+    data = {"quota": "team-a-train", "max": {"cpu": "12"}}
+    # Preview needs the right to make the edit; it saves nothing, so read-only tokens may.
+    expected = matrix(200, (*ADMINS, "read_only"), outsider=400)
+    assert outcomes(api, "post", URL, data) == expected
+    assert outcomes(api, "post", URL, {"quota": "team-a-q", "max": {"cpu": "30"}}) == matrix(
+        200, ("cluster_admin", "read_only"), outsider=400
+    )
+
+
+def test_a_tighter_max_predicts_who_stops_fitting_and_saves_nothing(api: ApiWorld) -> None:
+    builders.submit(api.w, "a-job-2", quota=api.train, cpu="4")
+    before = state()
+    response = api.call(
+        "tenant_admin",
+        "post",
+        URL,
+        {"quota": "team-a-train", "min": {"cpu": "2"}, "max": {"cpu": "2"}},
+    )
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert state() == before
+
+    by_name = {q["name"]: q for q in body["quotas"]}
+    train = by_name["team-a-train"]
+    assert train["changed"]
+    assert (train["before"]["max"], train["after"]["max"]) == ({"cpu": "16"}, {"cpu": "2"})
+    moved = {w["name"]: w for w in body["workloads"]}
+    assert moved["a-job-2"]["before"]["admitted"] is True
+    assert moved["a-job-2"]["after"]["admitted"] is False
+    assert body["summary"]["admitted_after"] < body["summary"]["admitted_before"]
+
+
+def test_other_tenants_quotas_and_workloads_are_left_out(api: ApiWorld) -> None:
+    body = api.call(
+        "tenant_admin",
+        "post",
+        URL,
+        {"quota": "team-a-train", "min": {"cpu": "2"}, "max": {"cpu": "2"}},
+    )
+    names = {q["name"] for q in body.json()["quotas"]}
+    assert names == {"cluster", "team-a-q", "team-a-train", "team-a-dev"}
+    assert all(w["name"] != "b-job-1" for w in body.json()["workloads"])
+    everything = api.call("cluster_admin", "post", URL, {"quota": "team-a-train", "min": {"cpu": "2"}, "max": {"cpu": "2"}})  # fmt: skip
+    assert {"team-b-q", "team-b-train"} <= {q["name"] for q in everything.json()["quotas"]}
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"quota": "team-a-train", "min": {"cpu": "20"}}, "min"),
+        ({"quota": "team-a-train", "max": {"cpu": "x"}}, "max"),
+        ({"quota": "team-a-train", "namespaces": []}, "namespaces"),
+        ({"quota": "team-b-train", "max": {"cpu": "1"}}, "quota"),
+        ({"max": {"cpu": "1"}}, "quota"),
+    ],
+)
+def test_a_proposal_is_checked_like_the_edit(api: ApiWorld, data: dict, field: str) -> None:
+    before = state()
+    response = api.call("tenant_admin", "post", URL, data)
+    assert response.status_code == 400
+    assert field in response.json()["fields"]
+    assert state() == before
