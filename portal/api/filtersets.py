@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
+from django.db.models import QuerySet
 from django_filters import rest_framework as filters
 from django_filters.fields import IsoDateTimeField
 
@@ -38,7 +39,9 @@ class WorkloadFilterSet(filters.FilterSet):
     quota = filters.CharFilter(field_name="quota__name", help_text="Quota name.")
     quota_id = filters.NumberFilter(field_name="quota_id")
     phase = filters.MultipleChoiceFilter(
-        choices=Phase.choices, help_text="Repeat to match any of several phases."
+        choices=Phase.choices,
+        method="filter_phase",
+        help_text="Repeat to match any of several phases.",
     )
     name = filters.CharFilter(field_name="name", help_text="Exact name.")
     name_contains = filters.CharFilter(field_name="name", lookup_expr="icontains")
@@ -51,6 +54,10 @@ class WorkloadFilterSet(filters.FilterSet):
     class Meta:
         model = Workload
         fields: list[str] = []
+
+    def filter_phase(self, queryset: QuerySet, name: str, value: list[str]) -> QuerySet:
+        # One IN (the index's friend), not django-filter's OR of equalities plus DISTINCT.
+        return queryset.filter(phase__in=value) if value else queryset
 
 
 class QuotaFilterSet(filters.FilterSet):

@@ -10,6 +10,7 @@ round trip works while a rename attempt is an error, not silently ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -52,6 +53,7 @@ from queueing.models import (
     Workload,
     WorkloadEvent,
 )
+from queueing.quantities import format_resources
 
 # --- scopes: what a caller may name ------------------------------------------------------
 
@@ -531,16 +533,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(PodSetSerializer(many=True))
     def get_pod_sets(self, workload: Workload) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": pod_set.get("name", ""),
-                "count": pod_set.get("count", 1),
-                "requests": ResourcesField().to_representation(pod_set.get("requests")),
-                "node_selector": pod_set.get("node_selector") or {},
-                "tolerations": pod_set.get("tolerations") or [],
-            }
-            for pod_set in workload.pod_sets or []
-        ]
+        return render_pod_sets(workload.pod_sets)
 
     @extend_schema_field({"type": "string", "readOnly": True, "example": "koord-batch"})
     def get_priority_band(self, workload: Workload) -> str:
@@ -549,6 +542,77 @@ class WorkloadSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "string", "readOnly": True, "example": "Enqueued"})
     def get_kube_queue_phase(self, workload: Workload) -> str:
         return compat.kube_queue_phase(workload.phase)
+
+
+# What a list row reads: plain values, the related names joined in (no model instances).
+WORKLOAD_ROW_VALUES = (
+    *(
+        name
+        for name in WorkloadSerializer.Meta.fields
+        if name
+        not in ("tenant", "quota", "queue", "submitted_by", "priority_band", "kube_queue_phase")
+    ),
+    "tenant__name",
+    "quota__name",
+    "queue__name",
+    "submitted_by__username",
+)
+_TIMES = (
+    "queue_order_at",
+    "requeue_at",
+    "admitted_at",
+    "started_at",
+    "finished_at",
+    "eta_p50",
+    "eta_p90",
+    "created_at",
+    "updated_at",
+)
+
+
+def _iso(value: datetime | None) -> str | None:
+    """As DRF's DateTimeField renders it (UTC as "Z")."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
+    """WorkloadSerializer's output, from ``.values(*WORKLOAD_ROW_VALUES)``.
+
+    The list endpoint renders thousands of rows a second; DRF's field-by-field rendering
+    and the model instances it needs cost more than the queries. A test keeps the two
+    identical.
+    """
+    row = {name: values[name] for name in WorkloadSerializer.Meta.fields if name in values}
+    for name in _TIMES:
+        row[name] = _iso(values[name])
+    row["tenant"] = values["tenant__name"]
+    row["quota"] = values["quota__name"]
+    row["queue"] = values["queue__name"]
+    row["submitted_by"] = values["submitted_by__username"]
+    row["priority_band"] = priority_band(values["priority"])
+    row["kube_queue_phase"] = compat.kube_queue_phase(values["phase"])
+    row["pod_sets"] = render_pod_sets(values["pod_sets"])
+    row["total_request"] = format_resources(values["total_request"] or {})
+    row["expected_runtime_s"] = (
+        float(values["expected_runtime_s"]) if values["expected_runtime_s"] is not None else None
+    )
+    return {name: row[name] for name in WorkloadSerializer.Meta.fields}
+
+
+def render_pod_sets(pod_sets: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": pod_set.get("name", ""),
+            "count": pod_set.get("count", 1),
+            "requests": format_resources(pod_set.get("requests") or {}),
+            "node_selector": pod_set.get("node_selector") or {},
+            "tolerations": pod_set.get("tolerations") or [],
+        }
+        for pod_set in pod_sets or []
+    ]
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):

@@ -8,6 +8,7 @@ limit the answer is 429 with ``Retry-After`` (seconds until the window ends).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -19,6 +20,8 @@ from rest_framework.throttling import BaseThrottle
 
 from portal.models import APIToken
 
+log = logging.getLogger(__name__)
+
 PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
 
@@ -26,6 +29,49 @@ def parse_rate(rate: str) -> tuple[int, int]:
     """ "600/min" -> (600, 60)."""
     count, _, period = rate.partition("/")
     return int(count), PERIODS[period.strip().lower()]
+
+
+_redis_clients: dict[str, Any] = {}
+
+
+def _redis() -> Any:
+    """A Redis client of REDIS_URL (shared by every request of the process), or None."""
+    url = settings.REDIS_URL
+    if not url:
+        return None
+    if url not in _redis_clients:
+        import redis
+
+        _redis_clients[url] = redis.Redis.from_url(url)
+    return _redis_clients[url]
+
+
+def hit(key: str, *, ttl: int) -> int:
+    """Count one request under ``key``; the count lives ``ttl`` seconds from its first hit.
+
+    With Redis: SET NX + INCR in one pipelined round trip (Django's cache.incr would take
+    two more); Redis 6 (the embedded one) lacks EXPIRE NX, hence the SET. Without Redis,
+    the process-local cache. A Redis failure lets the request through: an outage of the
+    limiter must not become an outage of the API.
+    """
+    client = _redis()
+    if client is None:
+        cache.add(key, 0, timeout=ttl)
+        try:
+            return int(cache.incr(key))
+        except ValueError:  # expired between add and incr: a new window
+            cache.add(key, 1, timeout=ttl)
+            return 1
+    import redis
+
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.set(key, 0, ex=ttl, nx=True)
+        pipe.incr(key)
+        return int(pipe.execute()[1])
+    except redis.RedisError:
+        log.warning("rate limiting is off: Redis did not answer", exc_info=True)
+        return 0
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -48,13 +94,7 @@ class TokenRateThrottle(BaseThrottle):
         limit, period = parse_rate(rate)
         now = time.time()
         window = int(now // period)
-        key = f"kq:throttle:{ident}:{period}:{window}"
-        cache.add(key, 0, timeout=period + 1)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # expired between add and incr: start the window again
-            cache.add(key, 1, timeout=period + 1)
-            count = 1
+        count = hit(f"kq:throttle:{ident}:{period}:{window}", ttl=period + 1)
         if count <= limit:
             return True
         self._wait = (window + 1) * period - now

@@ -191,3 +191,27 @@ def test_ordering_and_pages(api: ApiWorld) -> None:
     by_priority = api.call("member", "get", URL, {"ordering": "-priority", "limit": 3}).json()
     assert [r["name"] for r in by_priority["results"]] == ["w-4", "w-3", "w-2"]
     assert api.call("member", "get", URL, {"limit": 5000}).json()["count"] == 6  # capped, fine
+
+
+def test_list_rows_are_exactly_what_the_serializer_renders(api: ApiWorld) -> None:
+    """The list's fast path (values, no model instances) must not drift from the serializer."""
+    from rest_framework.test import APIRequestFactory
+
+    from portal.api.serializers import WorkloadSerializer
+
+    eta = timezone.now() + timedelta(minutes=5)
+    Workload.objects.filter(pk=api.workload.pk).update(
+        position=1, global_position=3, eta_p50=eta, eta_p90=eta, reason="short of cpu"
+    )
+    api.call("member", "post", URL, {
+        "name": "rich", "queue": "team-a-train", "priority": 9100, "expected_runtime_s": 1.5,
+        "labels": {"a": "b"}, "annotations": {"c": "d"},
+        "pod_sets": [{"count": 3, "requests": {"cpu": "1500m", "memory": "3Gi", "nvidia.com/gpu": 2},
+                      "node_selector": {"pool": "gpu"},
+                      "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}],
+    })  # fmt: skip
+    listed = {row["id"]: row for row in api.call("cluster_admin", "get", URL).json()["results"]}
+    request = APIRequestFactory().get(URL)
+    for workload in Workload.objects.select_related("tenant", "quota", "queue", "submitted_by"):
+        expected = WorkloadSerializer(workload, context={"request": request}).data
+        assert listed[workload.pk] == dict(expected)
