@@ -157,8 +157,20 @@ if _engine.endswith("sqlite3"):
     }
 elif "postgresql" in _engine:
     DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
-    DATABASES["default"].setdefault("CONN_MAX_AGE", _int("DB_CONN_MAX_AGE", 60, 0))
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    if _bool("KQ_DB_POOL", False):
+        # Under ASGI every request runs its sync code in a fresh thread, so a persistent
+        # (per-thread) connection is never reused and each request would connect anew:
+        # the ASGI server runs with KQ_DB_POOL=1 (see run_all). Workers and commands keep
+        # persistent connections (a pool's threads would not survive Celery's fork).
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": _int("KQ_DB_POOL_SIZE", 8, 1),
+            "timeout": _float("KQ_DB_POOL_TIMEOUT_S", 10.0, 0.1),
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", _int("DB_CONN_MAX_AGE", 60, 0))
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if env.str("KQ_TEST_DB_NAME", default=""):
         DATABASES["default"]["TEST"] = {"NAME": env.str("KQ_TEST_DB_NAME")}
 else:

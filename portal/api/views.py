@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Prefetch, Q, QuerySet
+from django.db.models import Count, F, Max, Prefetch, Q, QuerySet, Subquery, Value
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, status, viewsets
@@ -486,19 +486,45 @@ class WorkloadViewSet(
 
     @extend_schema(responses=s.WorkloadSerializer(many=True))
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """A late row lookup: filter, sort and slice ids only, then read the page's rows
-        (as values, names joined in). Sorting 50,000 full rows, or making a model instance
-        per row, would cost more than the rest of the request."""
-        ids = self.filter_queryset(self.get_queryset()).values_list("id", flat=True)
-        page = self.paginate_queryset(ids)
-        assert page is not None  # this viewset always paginates
-        found = {
-            values["id"]: values
-            for values in Workload.objects.filter(id__in=page).values(*s.WORKLOAD_ROW_VALUES)
-        }
-        return self.get_paginated_response(
-            [s.workload_row(found[pk]) for pk in page if pk in found]
+        """One statement per page, whatever the table size:
+
+            SELECT <row values>, (SELECT COUNT(*) FROM <matching>) AS total
+            FROM workload ... WHERE id IN (SELECT id FROM <matching> ORDER BY ... LIMIT n)
+            ORDER BY ...
+
+        The inner select sorts and slices ids only (a late row lookup: sorting 50,000
+        full rows costs more than the rest of the request); the page's rows are read as
+        values with the names joined in (no model instances); the count rides along as
+        an uncorrelated subquery, run once. Each round trip to the database counts when
+        the machine is busy.
+        """
+        matching = self.filter_queryset(self.get_queryset())
+        paginator = self.paginator
+        assert isinstance(paginator, Pagination)
+        limit = paginator.get_limit(request) or paginator.default_limit
+        offset = paginator.get_offset(request)
+        total = Subquery(
+            matching.order_by()
+            .annotate(one=Value(1))
+            .values("one")
+            .annotate(n=Count("*"))  # COUNT(*): an index-only scan can answer it
+            .values("n")
         )
+        page = list(
+            Workload.objects.filter(id__in=matching.values("id")[offset : offset + limit])
+            .annotate(total=total)
+            .order_by(*matching.query.order_by)
+            .values(*s.WORKLOAD_ROW_VALUES, "total")
+        )
+        # Past the last page no row carries the total: count it then.
+        count = page[0]["total"] if page else (matching.count() if offset else 0)
+        paginator.request, paginator.limit, paginator.offset, paginator.count = (
+            request,
+            limit,
+            offset,
+            count,
+        )
+        return self.get_paginated_response([s.workload_row(values) for values in page])
 
     def get_serializer_class(self) -> type[BaseSerializer]:
         if self.action == "create":

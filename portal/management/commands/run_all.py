@@ -78,7 +78,8 @@ class Command(BaseCommand):
         procs += [
             (
                 "web",
-                f"{python} -m uvicorn portal.asgi:application --host {host} --port {port} --no-access-log",
+                # KQ_DB_POOL: pooled PostgreSQL connections for the ASGI server (settings.py).
+                f"env KQ_DB_POOL=1 {python} -m uvicorn portal.asgi:application --host {host} --port {port} --no-access-log",
             ),
             (
                 "worker",
