@@ -855,6 +855,19 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class MeSerializer(serializers.Serializer):
+    """Who is calling: the user, their roles, and the token's scope."""
+
+    username = serializers.CharField()
+    cluster_admin = serializers.BooleanField()
+    roles = serializers.DictField(
+        child=serializers.ChoiceField(choices=Role.choices), help_text="Tenant name -> role."
+    )
+    token = serializers.DictField(
+        allow_null=True, help_text="The token in use (prefix, read_only, expires_at), if any."
+    )
+
+
 # --- preview ---------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ urlpatterns = [
     path("v1/", include(router.urls)),
     path("v1/cluster/", views.ClusterView.as_view(), name="cluster"),
     path("v1/preview/", views.PreviewView.as_view(), name="preview"),
+    path("v1/me/", views.MeView.as_view(), name="me"),
     path("schema/", SpectacularAPIView.as_view(permission_classes=[AllowAny]), name="schema"),
     path(
         "docs/",

@@ -793,6 +793,32 @@ class ClusterView(APIView):
         )
 
 
+class MeView(APIView):
+    """Who you are to the API: your roles per tenant and the scope of the token you use."""
+
+    permission_classes = [IsAuthenticated, TokenScope]
+
+    @extend_schema(responses=s.MeSerializer)
+    def get(self, request: Request) -> Response:
+        roles = access.roles_by_tenant(request.user)
+        names = dict(Tenant.objects.filter(id__in=roles).values_list("id", "name"))
+        token = request.auth if isinstance(request.auth, APIToken) else None
+        return Response(
+            {
+                "username": request.user.get_username(),
+                "cluster_admin": access.is_cluster_admin(request.user),
+                "roles": {names[tenant_id]: role for tenant_id, role in roles.items()},
+                "token": {
+                    "prefix": token.prefix,
+                    "read_only": token.read_only,
+                    "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+                }
+                if token
+                else None,
+            }
+        )
+
+
 class PreviewView(APIView):
     """What a quota change would do, before you make it. Nothing is saved.
 

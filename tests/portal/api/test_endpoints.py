@@ -374,6 +374,21 @@ class TestClusterAPI:
         assert count_queries(lambda: client.get(reverse("api:cluster"))) == before
 
 
+class TestMeAPI:
+    def test_permissions_and_content(self, api: ApiWorld) -> None:
+        url = reverse("api:me")
+        assert outcomes(api, "get", url) == matrix(200, SIGNED_IN)
+        me = api.call("tenant_admin", "get", url).json()
+        assert me["username"] == "tia"
+        assert me["cluster_admin"] is False
+        assert me["roles"] == {"team-a": "admin"}
+        assert me["token"]["read_only"] is False
+        ro = api.call("read_only", "get", url).json()
+        assert ro["cluster_admin"] is True
+        assert ro["token"]["read_only"] is True
+        assert ro["roles"] == {"team-a": "admin", "team-b": "admin"}
+
+
 class TestSchemaAndDocs:
     def test_public(self, db: None) -> None:
         from rest_framework.test import APIClient
