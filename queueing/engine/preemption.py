@@ -295,8 +295,15 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     def net(x: int, k: str) -> int:
         return used[x].get(k, 0) - releasing[x].get(k, 0) - freed.get(x, {}).get(k, 0)
 
+    guaranteed_keys = [k for k in req if mins[qi].get(k, 0) > 0]
+
     def within_min() -> bool:
-        return all(net(qi, k) + v <= mins[qi].get(k, 0) for k, v in req.items())
+        # Within its guarantee in every resource its min names (a quota that guarantees
+        # cpu but not memory is not "borrowing" because it uses memory).
+        if not guaranteed_keys:
+            return False
+        m = mins[qi]
+        return all(net(qi, k) + req[k] <= m[k] for k in guaranteed_keys)
 
     def fair_ok(vq: int) -> bool:
         less_q = _merge(releasing[qi], freed.get(qi))

@@ -539,3 +539,22 @@ def test_same_snapshot_same_decisions() -> None:
     a.pop("stats")
     b.pop("stats")
     assert a == b
+
+
+def test_fair_share_skips_a_victim_that_would_leave_its_quota_below_the_preemptor() -> None:
+    # root 10, A and B weight 1:1 -> runtime 5 each (A wants 5, B holds 6).
+    # B's newest job is the 5-cpu one: taking it would leave B at 1/5 while A sits at
+    # 5/5 -- not allowed. The older 1-cpu job leaves B at 5/5 >= A's 5/5: that one goes.
+    quotas = [quota("root"), quota("A", "root", weight=one(1)), quota("B", "root", weight=one(1))]
+    snap = snapshot(
+        quotas=quotas,
+        nodes=[node("n", one(10))],
+        workloads=[
+            running(1, "B", "n", req=one(1), admitted_at=1.0),
+            running(2, "B", "n", req=one(5), admitted_at=2.0),
+            workload(3, "A", req=one(5)),
+        ],
+    )
+    result = run_cycle(snap, forecast=False)
+    assert (result.runtime_quota["A"], result.runtime_quota["B"]) == ({CPU: 5}, {CPU: 5})
+    assert [(p.victim_id, p.reason) for p in result.preemptions] == [(1, "FairShare")]
