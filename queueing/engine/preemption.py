@@ -15,7 +15,9 @@ Candidate victims, in the order they are tried:
 2. **InQueue** -- lower-priority workloads of the same quota.
 
 Within each group: lower priority first, then the most recently admitted (least work
-lost), then the higher id. A victim is only taken if it reduces what is still
+lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
+(declared runtime, else its queue's p50) is left alone: waiting for it costs less
+than the work its eviction would throw away. A victim is only taken if it reduces what is still
 missing (a quota node's shortfall, or -- once quota fits -- capacity on a node the
 preemptor may use). The set is built greedily until the preemptor fits its quota
 chain and all its pods place on nodes (counting what victims hold as free); then
@@ -262,6 +264,23 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     if not streams:
         return None
 
+    grace = cy.config.preempt_grace_s
+    now = cy.now
+    history = cy.snapshot.runtime_history
+
+    def finishing_soon(v: WorkloadSpec) -> bool:
+        """Expected to end within the grace period: better wait than evict."""
+        if grace <= 0:
+            return False
+        total = v.expected_runtime_s
+        if total is None or total <= 0:
+            hist = history.get(v.queue)
+            total = hist[0] if hist else None
+        if total is None or total <= 0:
+            return False
+        start = v.started_at if v.started_at is not None else now
+        return start + total - now <= grace
+
     nodes = cy.nodes
     reqs = cy.reqs(w)
     elig_nodes: set[int] = set()
@@ -372,7 +391,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                     continue  # workloads attached to an ancestor are not "other quotas"
                 if lower_only and v.priority >= w.priority:
                     continue
-            if not useful(v, vq):
+            if not useful(v, vq) or finishing_soon(v):
                 continue
             if vq != qi and not reclaim_ok(v, vq):
                 continue
