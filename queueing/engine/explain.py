@@ -192,7 +192,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 qi = cy.quota_of[wid]
                 out[wid] = with_id(quota_expl(qi, arg, w._request), wid, ahead)
             elif kind == F_NODES:
-                out[wid] = with_id(nodes_expl(arg, cy.reqs(w)), wid, ahead)
+                shape = arg if arg is not None else cy.shape(w)
+                out[wid] = with_id(nodes_expl(shape, cy.reqs(w)), wid, ahead)
             elif kind == F_POLICY:
                 out[wid] = Explanation(wid, EXPLAIN_POLICY, blocked_by=arg, ahead=ahead)
             elif kind == F_DEPTH:

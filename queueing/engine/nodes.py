@@ -227,6 +227,19 @@ class NodeIndex:
                 self._lists_of_node[i].append(lst)
         return lst
 
+    def may_fit(self, elig: EligKey, req: Mapping[str, int]) -> bool:
+        """A cheap necessary condition: some eligible node has ``req[r]`` free, each r.
+
+        Uses the largest free amount per resource (the last entry of each sorted list),
+        so a pod that passes may still not fit on any single node.
+        """
+        for r, v in req.items():
+            if v > 0:
+                entries = self._sorted_for(elig, r).entries
+                if not entries or entries[-1][0] < v:
+                    return False
+        return True
+
     # -- placement -------------------------------------------------------------------
 
     def place(
