@@ -62,7 +62,7 @@ def synthetic_snapshot(
     one root. A fifth of the nodes are tainted GPU nodes (pool ``gpu``); running
     workloads fill about ``running_fill`` of the CPU capacity.
     """
-    rng = random.Random(seed)  # noqa: S311 - a benchmark world, not a secret
+    rng = random.Random(seed)
     n_gpu = nodes // 5
     node_specs: list[NodeSpec] = []
     for i in range(nodes):

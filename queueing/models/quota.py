@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.db import models
+
+from queueing.models.tenancy import Tenant, dns_label
+
+if TYPE_CHECKING:
+    from queueing.models.queue import Queue
+
+
+class Quota(models.Model):
+    """A node of the elastic-quota tree (Koordinator ElasticQuota).
+
+    ``min`` is guaranteed, ``max`` is the ceiling, ``shared_weight`` divides idle
+    capacity among siblings; all three are maps of resource name to canonical integer
+    amount (cpu in millicores, memory in bytes, devices as counts). A quota without a
+    parent is a root: the cluster. Workloads attach to leaves.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="quotas"
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    min = models.JSONField(default=dict, blank=True)
+    max = models.JSONField(default=dict, blank=True)
+    shared_weight = models.JSONField(default=dict, blank=True)
+    allow_lent = models.BooleanField(default=True, help_text="May lend its unused min to siblings.")
+    namespaces = models.JSONField(
+        default=list, blank=True, help_text="Namespaces whose workloads default to this quota."
+    )
+    default_queue: models.ForeignKey[Queue | None, Queue | None] = models.ForeignKey(
+        "queueing.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    runtime = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Runtime quota at the last cycle (written by the cycle).",
+    )
+    used = models.JSONField(
+        default=dict, blank=True, help_text="Usage at the last cycle (written by the cycle)."
+    )
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None

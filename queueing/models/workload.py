@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from queueing.choices import ACTIVE_PHASES, Phase, Source
+from queueing.models.queue import Queue
+from queueing.models.quota import Quota
+from queueing.models.tenancy import Tenant
+
+
+class Workload(models.Model):
+    """One job waiting for or holding admission (kube-queue's QueueUnit).
+
+    ``pod_sets`` is a list of ``{"name", "count", "requests", "node_selector",
+    "tolerations"}`` with per-pod requests in canonical units; ``total_request`` is
+    their sum, kept for fast aggregation. The cycle writes ``explanation``,
+    ``reason``, ``position``, ``global_position`` and the ETA.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="workloads")
+    quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="workloads")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
+    name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    kind = models.CharField(max_length=32, default="Job")
+    api_version = models.CharField(max_length=64, default="batch/v1")
+    object_uid = models.CharField(max_length=64, blank=True, db_index=True)
+    priority = models.IntegerField(default=0)
+    priority_class = models.CharField(max_length=253, blank=True)
+    pod_sets = models.JSONField(default=list)
+    total_request = models.JSONField(default=dict)
+    expected_runtime_s = models.FloatField(null=True, blank=True)
+    queue_order_at = models.DateTimeField()
+    phase = models.CharField(max_length=10, choices=Phase.choices, default=Phase.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    requeue_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    wait_s = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds from its queue-order time to its latest admission.",
+    )
+    assignment = models.JSONField(default=dict, blank=True)
+    pool = models.CharField(max_length=253, blank=True)
+    preempted_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    nominated = models.BooleanField(
+        default=False, help_text="Victims were evicted for it; their capacity is reserved for it."
+    )
+    explanation = models.JSONField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    position = models.PositiveIntegerField(null=True, blank=True)
+    global_position = models.PositiveIntegerField(null=True, blank=True)
+    eta_p50 = models.DateTimeField(null=True, blank=True)
+    eta_p90 = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.API)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["queue_order_at", "id"]
+        indexes = [
+            models.Index(fields=["phase", "queue"], name="workload_phase_queue"),
+            models.Index(fields=["tenant", "phase"], name="workload_tenant_phase"),
+            models.Index(fields=["quota", "phase"], name="workload_quota_phase"),
+            models.Index(fields=["queue", "position"], name="workload_queue_position"),
+            models.Index(fields=["-created_at"], name="workload_created"),
+        ]
+        constraints = [
+            # One live workload per cluster object name; a finished one may be recreated.
+            models.UniqueConstraint(
+                fields=["kind", "namespace", "name"],
+                condition=models.Q(phase__in=[p.value for p in ACTIVE_PHASES]),
+                name="workload_unique_active_object",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class WorkloadEvent(models.Model):
+    """One phase change of a workload: its timeline."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    from_phase = models.CharField(max_length=10, choices=Phase.choices, blank=True)
+    to_phase = models.CharField(max_length=10, choices=Phase.choices)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["workload", "at"], name="wlevent_workload_at")]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}: {self.from_phase or '-'} -> {self.to_phase}"

@@ -1,0 +1,140 @@
+"""The sync makes the database follow the cluster, and repairs lost cluster calls."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from queueing import actions
+from queueing.choices import Phase
+from queueing.cluster.base import JobRequest
+from queueing.models import SimJob, Workload
+from queueing.sync import sync_cluster
+from tests.builders import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def admit_in_db(workload: Workload) -> None:
+    """What apply() does, without the cluster call (as if the worker died right after)."""
+    Workload.objects.filter(pk=workload.pk).update(
+        phase=Phase.ADMITTED, admitted_at=workload.created_at
+    )
+
+
+def test_a_lost_admit_call_is_repeated_and_the_job_runs_and_finishes(world):
+    workload = submit(world, "job", runtime=30)
+    admit_in_db(workload)
+    report = sync_cluster(world.cluster, now=world.clock())
+    assert report.readmitted == 1
+    assert not SimJob.objects.get(name="job").suspended
+
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    workload.refresh_from_db()
+    assert workload.phase == Phase.RUNNING
+    assert workload.started_at is not None
+
+    sync_cluster(world.cluster, now=world.clock.advance(30))
+    workload.refresh_from_db()
+    assert workload.phase == Phase.SUCCEEDED
+    assert [e.to_phase for e in workload.events.all()] == ["Pending", "Running", "Succeeded"]
+
+
+def test_a_failed_job_fails_its_workload(world):
+    world.cluster.failure_rate = 1.0
+    workload = submit(world, "bad", runtime=5)
+    admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())
+    sync_cluster(world.cluster, now=world.clock.advance(10))
+    workload.refresh_from_db()
+    assert workload.phase == Phase.FAILED
+
+
+def test_a_job_unsuspended_behind_the_queue_is_suspended_again(world):
+    workload = submit(world, "sneaky")
+    SimJob.objects.filter(name="sneaky").update(
+        suspended=False, state="Running", started_at=world.clock()
+    )
+    report = sync_cluster(world.cluster, now=world.clock())
+    assert report.resuspended == 1
+    assert SimJob.objects.get(name="sneaky").suspended
+    workload.refresh_from_db()
+    assert workload.phase == Phase.PENDING
+
+
+def test_preempted_returns_to_pending_once_the_cluster_confirms(world):
+    workload = submit(world, "victim")
+    admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())  # re-admits: the job runs
+    original_order = Workload.objects.get(pk=workload.pk).queue_order_at
+    Workload.objects.filter(pk=workload.pk).update(phase=Phase.PREEMPTED)
+    sync_cluster(world.cluster, now=world.clock.advance(1))  # suspend call repeated
+    assert SimJob.objects.get(name="victim").suspended
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    workload.refresh_from_db()
+    assert workload.phase == Phase.PENDING
+    assert workload.queue_order_at == original_order
+    assert workload.assignment == {}
+
+
+def test_a_timed_out_workload_backs_off(world):
+    workload = submit(world, "slow", runtime=3600)
+    admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())
+    later = world.clock.advance(600)
+    Workload.objects.filter(pk=workload.pk).update(
+        phase=Phase.PREEMPTED, requeue_at=later + timedelta(hours=1)
+    )
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    workload.refresh_from_db()
+    assert workload.phase == Phase.BACKOFF
+
+
+def test_a_deleted_job_cancels_its_workload_after_a_grace_period(world):
+    workload = submit(world, "gone")
+    SimJob.objects.filter(name="gone").delete()
+    Workload.objects.filter(pk=workload.pk).update(created_at=world.clock())
+    sync_cluster(world.cluster, now=world.clock.advance(5))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.PENDING  # within the grace
+    sync_cluster(world.cluster, now=world.clock.advance(60))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.CANCELLED
+
+
+def test_a_job_created_outside_the_product_is_registered(world):
+    world.cluster.create_job(
+        JobRequest(
+            namespace="team-a",
+            name="kubectl-applied",
+            pod_sets=[{"name": "main", "count": 2, "requests": {"cpu": 500}}],
+            annotations={"kube-queue/priority": "42"},
+        )
+    )
+    report = sync_cluster(world.cluster, now=world.clock())
+    assert report.registered == 1
+    workload = Workload.objects.get(name="kubectl-applied")
+    assert (workload.quota, workload.queue, workload.priority) == (world.quota, world.queue, 42)
+    assert workload.total_request == {"cpu": 1000}
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 0
+
+
+def test_a_job_in_an_unknown_namespace_is_reported_not_registered(world):
+    world.cluster.create_job(
+        JobRequest(
+            namespace="nowhere",
+            name="lost",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+    report = sync_cluster(world.cluster, now=world.clock())
+    assert report.registered == 0
+    assert report.unplaced
+    assert "nowhere/lost" in report.unplaced[0]
+
+
+def test_cancelling_the_workload_removes_the_job(world):
+    workload = submit(world, "c")
+    actions.cancel_workload(actions.Actor.system(), workload)
+    sync_cluster(world.cluster, now=world.clock())
+    assert not Workload.objects.filter(phase__in=[Phase.PENDING]).exists()
