@@ -33,7 +33,7 @@ from queueing.engine.cycle import (
     F_QUOTA,
     F_WAITING,
 )
-from queueing.engine.nodes import PodSetReq
+from queueing.engine.nodes import PodSetReq, elig_key, podset_reqs
 from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
     EXPLAIN_BACKOFF,
@@ -166,6 +166,9 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         return tmpl
 
     new = tuple.__new__
+    _policy = Explanation(0, EXPLAIN_POLICY)
+    policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
+    policy_tail = tuple(_policy[9:])  # to_free .. detail
 
     def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...]) -> Explanation:
         # Fields 0 (workload_id) and 7 (ahead) differ; the rest comes from the template.
@@ -192,10 +195,21 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 qi = cy.quota_of[wid]
                 out[wid] = with_id(quota_expl(qi, arg, w._request), wid, ahead)
             elif kind == F_NODES:
-                shape = arg if arg is not None else cy.shape(w)
-                out[wid] = with_id(nodes_expl(shape, cy.reqs(w)), wid, ahead)
+                if arg is None:
+                    # Fast-failed in the tournament (a single pod set that no node could
+                    # hold): key the explanation without building the placer's view.
+                    ps = w.pod_sets[0]
+                    key: object = (elig_key(ps), frozenset(ps.requests._d.items()), ps.count)
+                    tmpl = nodes_cache.get(key)
+                    if tmpl is None:
+                        tmpl = nodes_expl(key, podset_reqs(w.pod_sets))
+                else:
+                    tmpl = nodes_expl(arg, cy.reqs(w))
+                out[wid] = with_id(tmpl, wid, ahead)
             elif kind == F_POLICY:
-                out[wid] = Explanation(wid, EXPLAIN_POLICY, blocked_by=arg, ahead=ahead)
+                out[wid] = new(
+                    Explanation, (wid, EXPLAIN_POLICY, *policy_mid, ahead, arg, *policy_tail)
+                )
             elif kind == F_DEPTH:
                 out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead)
             elif kind == F_WAITING:
