@@ -33,6 +33,12 @@ class Command(BaseCommand):
             default=EngineConfig().fair_share_mode,
             choices=("instant", "historical", "blended"),
         )
+        parser.add_argument(
+            "--preempt-grace",
+            type=float,
+            default=EngineConfig().preempt_grace_s,
+            help="seconds: victims expected to finish sooner are not preempted (0 = off)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -40,7 +46,9 @@ class Command(BaseCommand):
         if interval <= 0:
             raise CommandError("--cycle-interval must be positive.")
         scenario = SCENARIOS[options["scenario"]]()
-        config = EngineConfig(fair_share_mode=options["fair_share_mode"])
+        config = EngineConfig(
+            fair_share_mode=options["fair_share_mode"], preempt_grace_s=options["preempt_grace"]
+        )
         result = simulate(scenario, cycle_interval_s=interval, config=config)
         data = result.to_dict()
         if options["json"]:
