@@ -225,6 +225,7 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.requeues: list[Requeue] = []
         self.admitted_ids: set[int] = set()
+        self.admitted_ws: list[WorkloadSpec] = []  # in the order of ``admissions``
         #: Workloads chosen as victims this cycle (never chosen twice).
         self.victim_ids: set[int] = {w.id for ws in self.inflight.values() for w in ws}
         #: Preemptors waiting for capacity: id -> victim ids (in flight or new).
@@ -369,6 +370,7 @@ class Cycle:
             )
         )
         self.admitted_ids.add(w.id)
+        self.admitted_ws.append(w)
 
     def reserve(
         self,

@@ -13,9 +13,11 @@ from the cycle's end state (which is what the next cycle starts from):
 * ``backoff``, ``never-fits``, ``unknown-queue``.
 
 Each carries the first ``explain_ahead`` workloads ahead of it in its queue and the
-unblock hints: ``to_free`` (capacity that must be released), ``victims`` (what the
-preemption chose, for a preemptor) and ``borrowable`` (how much more its quota's max
-would let it borrow than its runtime quota gives it now).
+unblock hints: ``to_free`` (capacity that must be released), ``victims`` (for a
+preemptor, the victims chosen; for a quota-blocked workload whose queue preempts
+within its quota, the first lower-priority workloads of its quota that preemption
+could take) and ``borrowable`` (how much more its quota's max would let it borrow
+than its runtime quota gives it now).
 
 Explanations depend on the workload only through its quota, request shape and queue
 position, so the expensive parts are cached per (quota node, request) and shared.
@@ -45,6 +47,7 @@ from queueing.engine.types import (
     EXPLAIN_PREEMPTING,
     EXPLAIN_QUOTA,
     EXPLAIN_UNKNOWN,
+    PREEMPTED,
     Explanation,
 )
 
@@ -174,7 +177,25 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         # Fields 0 (workload_id) and 7 (ahead) differ; the rest comes from the template.
         return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:]))
 
+    victims_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+    skip_victims = cy.victim_ids
+
+    def victims_hint(qi: int, priority: int) -> tuple[int, ...]:
+        """Up to ``explain_ahead`` lower-priority workloads of the quota (victim order)."""
+        key = (qi, priority)
+        got = victims_cache.get(key)
+        if got is None:
+            lower = [
+                v
+                for v in cy.holding[qi]
+                if v.priority < priority and v.phase != PREEMPTED and v.id not in skip_victims
+            ]
+            lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
+            got = victims_cache[key] = tuple(v.id for v in lower[: max(1, n_ahead)])
+        return got
+
     for q in cy.queues:
+        in_quota_preemption = q.spec.preempt_within_quota != "Never"
         waiting_ids: list[int] = []
         head: tuple[int, ...] = ()
         for w in q.cands:
@@ -193,7 +214,12 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             kind, arg = f
             if kind == F_QUOTA:
                 qi = cy.quota_of[wid]
-                out[wid] = with_id(quota_expl(qi, arg, w._request), wid, ahead)
+                e = with_id(quota_expl(qi, arg, w._request), wid, ahead)
+                if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
+                    hint = victims_hint(qi, w.priority)
+                    if hint:
+                        e = e._replace(victims=hint)
+                out[wid] = e
             elif kind == F_NODES:
                 if arg is None:
                     # Fast-failed in the tournament (a single pod set that no node could

@@ -273,9 +273,7 @@ class _Simulation:
                         d = self.own_demand[qi]
                         for k, v in w._request._d.items():
                             d[k] = d.get(k, 0) + v
-        by_id = {w.id: w for q in cy.queues for w in q.cands}
-        for a in cy.admissions:
-            w = by_id[a.workload_id]
+        for a, w in zip(cy.admissions, cy.admitted_ws, strict=True):
             per_node = {nindex[n]: dict(r.raw) for n, r in a.assignment.items()}
             self.seq += 1
             heapq.heappush(

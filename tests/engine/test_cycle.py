@@ -558,3 +558,30 @@ def test_fair_share_skips_a_victim_that_would_leave_its_quota_below_the_preempto
     result = run_cycle(snap, forecast=False)
     assert (result.runtime_quota["A"], result.runtime_quota["B"]) == ({CPU: 5}, {CPU: 5})
     assert [(p.victim_id, p.reason) for p in result.preemptions] == [(1, "FairShare")]
+
+
+def test_quota_explanation_names_preemptible_victims_and_borrowing_headroom() -> None:
+    # Preemption is off for the cycle, so 3 stays blocked by q0's runtime quota: 4 of
+    # root's 12, because "other" keeps its whole min of 8 (no lending). The hint lists
+    # what an in-quota preemption could take (newest lower-priority first) and how
+    # much more q0's max (6) would allow than its runtime quota gives it (4).
+    base = inqueue_world()
+    snap = dataclasses.replace(
+        base,
+        quotas=(
+            quota("root"),
+            quota("q0", "root", min=one(4), max=one(6)),
+            quota("other", "root", min=one(8), lend=False),
+        ),
+        nodes=(node("n", one(12)),),
+        workloads=(*base.workloads, running(9, "other", "n", req=one(4))),
+        config=EngineConfig(fair_share_mode="instant", preemption=False),
+    )
+    result = run_cycle(snap, forecast=False)
+    assert result.runtime_quota["q0"] == {CPU: 4}
+    expl = result.explanations[3]
+    assert (expl.kind, expl.quota, expl.limit) == ("quota", "q0", "runtime")
+    assert expl.shortfall == {CPU: 2}
+    assert expl.victims == (2, 1)
+    assert expl.borrowable == {CPU: 2}
+    assert "preempting 2 workload(s)" in expl.sentence()
