@@ -218,7 +218,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
                     hint = victims_hint(qi, w.priority)
                     if hint:
-                        e = e._replace(victims=hint)
+                        e = new(Explanation, (*e[:10], hint, *e[11:]))  # 10 = victims
                 out[wid] = e
             elif kind == F_NODES:
                 if arg is None:

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from queueing.engine.cycle import F_NODES
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
@@ -61,7 +62,6 @@ OVERDUE_FACTOR = (0.25, 0.5)
 #: How many candidates the simulation examines between two looks at the clock.
 _CLOCK_EVERY = 64
 
-F_NODES = 1  # mirrors queueing.engine.cycle (kept local to avoid an import cycle)
 
 #: (time, sequence, quota index, workload, what it holds per node index or None to
 #: read it from the workload's assignment at release).
