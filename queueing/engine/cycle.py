@@ -436,6 +436,9 @@ class Cycle:
         t2 = perf_counter()
         self.stats["nominated_s"] = t1 - t0
         self.stats["tournament_s"] = t2 - t1
+        # The victim-search indexes point back at the cycle; drop them so the cycle is
+        # freed by reference counting, not by a later garbage collection.
+        self.preemptor = None
 
     def requeue_timeouts(self) -> None:
         """Admitted workloads that never started within the queue's timeout go back."""
@@ -526,41 +529,65 @@ class Cycle:
             blocked = q.blocked
             may_preempt = preemption_on and q.may_preempt
             qidx = q.index
-            while q.pos < q.limit:
-                w = cands[q.pos]
+            block_all = q.block_all
+            intelligent = q.intelligent
+            threshold = q.threshold
+            headroom = self._headroom
+            pos = q.pos
+            limit = q.limit
+            while pos < limit:
+                w = cands[pos]
                 wid = w.id
                 if wid in skip:
                     if wid in waiting and q.blocks(w):
                         blocked.setdefault(quota_of[wid], wid)
-                    q.pos += 1
+                    pos += 1
                     continue
                 qi = quota_of[wid]
                 if blocked:
                     b = blocked.get(qi)
                     if b is not None:
                         fail[wid] = (F_POLICY, b)
-                        q.pos += 1
+                        pos += 1
                         continue
-                if not may_preempt or (qidx, qi) in preempt_tried:
-                    c = quota_fail(qi, w._request._d)
-                    if c >= 0:
-                        fail[wid] = (F_QUOTA, c)
+                if may_preempt and (qidx, qi) not in preempt_tried:
+                    break
+                # Fast fail: the quota chain's cached headroom, then the nodes' largest
+                # free slot (single pod set), then the memo of failed gang shapes.
+                req = w._request._d
+                c = -1
+                cached = headroom[qi]
+                if cached is not None and cached[0] == self._load_version:
+                    head = cached[1]
+                    for k, v in req.items():
+                        hk = head.get(k)
+                        if hk is None:
+                            c = quota_fail(qi, req)
+                            break
+                        if v > hk[0]:
+                            c = hk[1]
+                            break
+                else:
+                    c = quota_fail(qi, req)
+                if c >= 0:
+                    fail[wid] = (F_QUOTA, c)
+                else:
+                    pod_sets = w.pod_sets
+                    if len(pod_sets) == 1 and not may_fit(
+                        elig_key(pod_sets[0]), pod_sets[0].requests._d
+                    ):
+                        fail[wid] = (F_NODES, None)
                     else:
-                        pod_sets = w.pod_sets
-                        if len(pod_sets) == 1 and not may_fit(
-                            elig_key(pod_sets[0]), pod_sets[0].requests._d
-                        ):
-                            fail[wid] = (F_NODES, None)
-                        else:
-                            shape = shape_of(w)
-                            if shape not in failed_shapes:
-                                return w
-                            fail[wid] = (F_NODES, shape)
-                    if q.blocks(w):
-                        blocked.setdefault(qi, wid)
-                    q.pos += 1
-                    continue
-                return w
+                        shape = shape_of(w)
+                        if shape not in failed_shapes:
+                            break
+                        fail[wid] = (F_NODES, shape)
+                if block_all or (intelligent and w.priority >= threshold):
+                    blocked.setdefault(qi, wid)
+                pos += 1
+            q.pos = pos
+            if pos < limit:
+                return cands[pos]
             for w in cands[q.pos :]:
                 if w.id not in skip and w.id not in fail:
                     b = q.blocked.get(quota_of[w.id])
