@@ -262,6 +262,7 @@ class QueueWindow:
     pending_ids: list[int]
     holding_total: int
     holding: list[dict[str, Any]]
+    holding_ids: list[int]
     finished: list[dict[str, Any]]
 
     @property
@@ -280,9 +281,25 @@ class QueueWindow:
     def is_last_page(self) -> bool:
         return self.page >= self.pages
 
+    def state(self) -> dict[str, Any]:
+        """What the page's script starts from (and refetches to resynchronise)."""
+        return {
+            "queue": self.queue.pk,
+            "page": self.page,
+            "pages": self.pages,
+            "page_size": self.page_size,
+            "first": self.first_position,
+            "last": self.last_position,
+            "pending_ids": self.pending_ids,
+            "holding_ids": self.holding_ids,
+            "pending_rows": self.pending,
+            "holding_rows": self.holding,
+            "finished_rows": self.finished,
+        }
+
 
 def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> QueueWindow:
-    """Six queries, whatever the queue's length."""
+    """Five queries, whatever the queue's length."""
     waiting = Workload.objects.filter(queue=queue, phase__in=WAITING_PHASES)
     pending_ids = list(waiting.order_by().values_list("id", flat=True))
     total = len(pending_ids)
@@ -291,6 +308,7 @@ def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> Que
     offset = (page - 1) * page_size
     pending = wire_rows(waiting.order_by(*pending_order())[offset : offset + page_size])
     holding_qs = Workload.objects.filter(queue=queue, phase__in=HOLDING_PHASES)
+    holding_ids = list(holding_qs.order_by().values_list("id", flat=True))
     holding = wire_rows(holding_qs.order_by(F("admitted_at").desc(nulls_last=True), "-id")[:100])
     finished = wire_rows(
         Workload.objects.filter(queue=queue, phase__in=TERMINAL_PHASES).order_by(
@@ -304,8 +322,9 @@ def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> Que
         pending_total=total,
         pending=pending,
         pending_ids=pending_ids,
-        holding_total=holding_qs.count() if len(holding) >= 100 else len(holding),
+        holding_total=len(holding_ids),
         holding=holding,
+        holding_ids=holding_ids,
         finished=finished,
     )
 

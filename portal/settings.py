@@ -177,6 +177,8 @@ CELERY_TASK_ALWAYS_EAGER = _bool("KQ_CELERY_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
+# Live stream: a connection merges what arrives for this long, then sends one frame.
+KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
