@@ -24,7 +24,7 @@ def _fmt(value: float) -> str:
     return f"{value:.2g}"
 
 
-def _frame(title: str, desc: str, body: str, ymax: float, unit: str, left: str, right: str) -> str:
+def _frame(title: str, desc: str, body: str, ymax: float, left: str, right: str) -> str:
     inner_h = HEIGHT - PAD_TOP - PAD_BOTTOM
     grid = []
     for i in range(3):
@@ -37,13 +37,12 @@ def _frame(title: str, desc: str, body: str, ymax: float, unit: str, left: str, 
         )
     return (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'preserveAspectRatio="none" aria-labelledby="{{id}}-t {{id}}-d">'
+        f'aria-labelledby="{{id}}-t {{id}}-d">'
         f'<title id="{{id}}-t">{escape(title)}</title><desc id="{{id}}-d">{escape(desc)}</desc>'
         + "".join(grid)
         + f'<text x="{PAD_LEFT}" y="{HEIGHT - 4}" class="axis">{escape(left)}</text>'
         f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 4}" class="axis" text-anchor="end">'
-        f"{escape(right)}</text>"
-        f'<text x="4" y="{PAD_TOP + 8}" class="axis">{escape(unit)}</text>' + body + "</svg>"
+        f"{escape(right)}</text>" + body + "</svg>"
     )
 
 
@@ -72,7 +71,7 @@ def line_chart(
         f"latest {_fmt(points[-1][1])} {unit}, highest {_fmt(ymax)} {unit}."
     )
     svg = _frame(
-        title, desc, body, ymax, unit, f"{points[0][0]:%m-%d %H:%M}", f"{points[-1][0]:%m-%d %H:%M}"
+        title, desc, body, ymax, f"{points[0][0]:%m-%d %H:%M}", f"{points[-1][0]:%m-%d %H:%M}"
     )
     return mark_safe(svg.replace("{id}", escape(chart_id)))  # noqa: S308 - every part is escaped
 
@@ -111,7 +110,7 @@ def bar_chart(
         f"{len(bars)} bars; latest {_fmt(values[-1])} {unit}, highest {_fmt(max(values))} {unit}, "
         f"median {_fmt(sorted(values)[len(values) // 2])} {unit}."
     )
-    svg = _frame(title, desc, "".join(parts), ymax, unit, bars[0][0], bars[-1][0])
+    svg = _frame(title, desc, "".join(parts), ymax, bars[0][0], bars[-1][0])
     return mark_safe(svg.replace("{id}", escape(chart_id)))  # noqa: S308 - every part is escaped
 
 
