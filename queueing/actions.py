@@ -333,7 +333,9 @@ def update_quota(
     unknown = set(changes) - set(QUOTA_EDITABLE)
     if unknown:
         raise ActionError(f"Quota field(s) {', '.join(sorted(unknown))} cannot be changed.")
-    current = Quota.objects.select_for_update().select_related("parent").get(pk=quota.pk)
+    current = (
+        Quota.objects.select_for_update(of=("self",)).select_related("parent").get(pk=quota.pk)
+    )
     if expected_version is not None and current.version != expected_version:
         raise ConflictError(
             f"Quota {current.name!r} was changed by someone else (version {current.version}, "
