@@ -19,6 +19,14 @@ def world(db: None) -> Iterator[builders.World]:
     set_cluster(None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing() -> None:
+    """Tests create many users; PBKDF2's deliberate slowness only costs them time."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
     yield

@@ -120,11 +120,15 @@ def channel_layer(redis_url: str) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def server_url(channel_layer: None) -> Iterator[str]:
+def server_url(channel_layer: None, django_db_blocker: Any) -> Iterator[str]:
     import uvicorn
+    from django.db import connections
 
     from portal.asgi import application
 
+    # The server's threads close their connections after each request, so none is left
+    # open on the test database when it is dropped.
+    connections.settings["default"]["CONN_MAX_AGE"] = 0
     port = free_port()
     config = uvicorn.Config(
         application, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
@@ -136,6 +140,21 @@ def server_url(channel_layer: None) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)
+    with django_db_blocker.unblock():
+        close_server_connections()
+
+
+def close_server_connections() -> None:
+    """The server's worker threads may still hold a connection; PostgreSQL will not drop
+    a test database that someone is connected to."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
