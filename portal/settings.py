@@ -151,6 +151,10 @@ if _engine.endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
+    # A file, not memory, so tests can share the database with worker subprocesses.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env.str("KQ_TEST_DB_NAME", default=str(VAR_DIR / "test-koord-queue.sqlite3"))
+    }
 elif "postgresql" in _engine:
     DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
     DATABASES["default"].setdefault("CONN_MAX_AGE", _int("DB_CONN_MAX_AGE", 60, 0))
@@ -176,6 +180,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = _bool("KQ_CELERY_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # Django's LOGGING below decides
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
@@ -212,6 +217,7 @@ KQ_FAIR_SHARE_MODE = _choice("KQ_FAIR_SHARE_MODE", "blended", ("instant", "histo
 KQ_USAGE_HALF_LIFE_S = _float("KQ_USAGE_HALF_LIFE_S", 7 * 24 * 3600.0, 1.0)
 KQ_CYCLE_LEASE_S = _float("KQ_CYCLE_LEASE_S", 30.0, 1.0)
 KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
+KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
 
 # --- Auth, API --------------------------------------------------------------------------
@@ -247,6 +253,7 @@ SPECTACULAR_SETTINGS = {
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing root
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -263,5 +270,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # One line per task every few seconds is noise; our cycle logs what matters.
+        "celery.app.trace": {"level": "WARNING"},
+    },
 }

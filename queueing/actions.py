@@ -325,6 +325,38 @@ QUOTA_EDITABLE = (
 )
 
 
+def quota_proposal(current: Quota, changes: Mapping[str, Any]) -> QuotaProposal:
+    """Parse an edit of ``current`` and validate the result; raises ValidationError by field.
+
+    Saves nothing: update_quota writes the proposal, the what-if preview simulates it.
+    """
+    unknown = set(changes) - set(QUOTA_EDITABLE)
+    if unknown:
+        raise ActionError(f"Quota field(s) {', '.join(sorted(unknown))} cannot be changed.")
+    errors = Errors()
+    mins = _resources_or_error(errors, "min", changes["min"]) if "min" in changes else current.min
+    maxs = _resources_or_error(errors, "max", changes["max"]) if "max" in changes else current.max
+    weights = (
+        _weights_or_error(errors, changes["shared_weight"])
+        if "shared_weight" in changes
+        else current.shared_weight
+    )
+    errors.raise_if_any()
+    parent = changes.get("parent", current.parent)
+    proposal = QuotaProposal(
+        name=current.name,
+        tenant_id=current.tenant_id,
+        parent_id=parent.pk if parent else None,
+        min=dict(mins),
+        max=dict(maxs),
+        shared_weight=dict(weights),
+        allow_lent=bool(changes.get("allow_lent", current.allow_lent)),
+        namespaces=list(changes.get("namespaces", current.namespaces)),
+    )
+    validate_quota(proposal, instance=current)
+    return proposal
+
+
 @transaction.atomic
 def update_quota(
     actor: Actor, quota: Quota, *, expected_version: int | None = None, **changes: Any
@@ -341,15 +373,6 @@ def update_quota(
             f"Quota {current.name!r} was changed by someone else (version {current.version}, "
             f"your edit was based on {expected_version}); reload and try again."
         )
-    errors = Errors()
-    mins = _resources_or_error(errors, "min", changes["min"]) if "min" in changes else current.min
-    maxs = _resources_or_error(errors, "max", changes["max"]) if "max" in changes else current.max
-    weights = (
-        _weights_or_error(errors, changes["shared_weight"])
-        if "shared_weight" in changes
-        else current.shared_weight
-    )
-    errors.raise_if_any()
     parent = changes.get("parent", current.parent)
     default_queue = changes.get("default_queue", current.default_queue)
     if default_queue is not None and default_queue.tenant_id != current.tenant_id:
@@ -357,17 +380,8 @@ def update_quota(
             {"default_queue": ["The default queue must belong to the quota's tenant."]}
         )
     _lock_tree(parent.pk if parent else None)
-    proposal = QuotaProposal(
-        name=current.name,
-        tenant_id=current.tenant_id,
-        parent_id=parent.pk if parent else None,
-        min=mins,
-        max=maxs,
-        shared_weight=weights,
-        allow_lent=changes.get("allow_lent", current.allow_lent),
-        namespaces=list(changes.get("namespaces", current.namespaces)),
-    )
-    validate_quota(proposal, instance=current)
+    proposal = quota_proposal(current, changes)
+    mins, maxs, weights = proposal.min, proposal.max, proposal.shared_weight
     before = snapshot_of(current)
     updated = Quota.objects.filter(pk=current.pk, version=current.version).update(
         min=mins,

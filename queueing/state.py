@@ -558,6 +558,9 @@ def apply(
             ).update(
                 phase=Phase.ADMITTED,
                 admitted_at=now,
+                wait_s=max(
+                    0.0, (now - index.rows[admission.workload_id]["queue_order_at"]).total_seconds()
+                ),
                 assignment=assignment,
                 pool=admission.pool or "",
                 attempts=F("attempts") + 1,
@@ -645,6 +648,7 @@ def apply(
         annotations = _annotations(result, index)
         report.annotated = _write_annotations(annotations, now)
         _charge_ledgers(result, index, snapshot.config)
+        quota_changes = _store_quota_state(result, index)
         _sample_usage(result, index)
 
         changed_ids.update(report.admitted, report.preempted, report.requeued)
@@ -667,6 +671,7 @@ def apply(
         )
         report.cycle_id = cycle.pk
         _publish(changed_ids, index, cycle.pk)
+        _publish_quotas(quota_changes, cycle.pk)
 
     # After the commit: make the cluster follow. Idempotent; the next sync retries.
     for workload_id in report.admitted:
@@ -679,6 +684,41 @@ def apply(
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
     return report
+
+
+def _store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[str, Any]]:
+    """Keep each quota's runtime quota and usage on its row; return the ones that moved."""
+    changed: list[dict[str, Any]] = []
+    rows = Quota.objects.filter(id__in=list(index.quota_ids.values())).values(
+        "id", "name", "tenant_id", "runtime", "used", "min", "max"
+    )
+    for row in rows:
+        runtime = (
+            result.runtime_quota[row["name"]].to_dict()
+            if row["name"] in result.runtime_quota
+            else {}
+        )
+        used = result.used[row["name"]].to_dict() if row["name"] in result.used else {}
+        if runtime == row["runtime"] and used == row["used"]:
+            continue
+        Quota.objects.filter(id=row["id"]).update(runtime=runtime, used=used)
+        changed.append({**row, "runtime": runtime, "used": used})
+    return changed
+
+
+def _publish_quotas(changed: Sequence[Mapping[str, Any]], cycle_id: int) -> None:
+    by_tenant: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in changed:
+        if row["tenant_id"] is not None:
+            by_tenant[row["tenant_id"]].append(
+                {key: row[key] for key in ("id", "name", "runtime", "used", "min", "max")}
+            )
+    at = timezone.now().isoformat()
+    for tenant_id, quotas in by_tenant.items():
+        events.publish_on_commit(
+            tenant_id,
+            {"type": "quotas", "tenant": tenant_id, "cycle": cycle_id, "at": at, "quotas": quotas},
+        )
 
 
 def _ref(row: Mapping[str, Any]) -> JobRef:

@@ -5,6 +5,7 @@ the snapshot and decision types live in :mod:`.types`, the resource vector in
 :mod:`.resources`.
 """
 
+from queueing.engine.cycle import run_cycle
 from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
     Admission,
@@ -44,4 +45,5 @@ __all__ = [
     "Taint",
     "Toleration",
     "WorkloadSpec",
+    "run_cycle",
 ]

@@ -112,8 +112,8 @@ class Resources(Mapping[str, int]):
         return bool(self._d)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Resources):
-            return self._d == other._d
+        if other.__class__ is Resources or isinstance(other, Resources):
+            return self._d == other._d  # type: ignore[attr-defined]
         if isinstance(other, Mapping):
             return self._d == {k: v for k, v in other.items() if v}
         return NotImplemented

@@ -1,7 +1,7 @@
 """Koord-Queue's stored state. Writes go through queueing.actions or the cycle's apply()."""
 
 from queueing.models.audit import AuditEvent
-from queueing.models.cycle import CycleLease, CycleRun
+from queueing.models.cycle import CycleLease, CycleRun, MetricCounter
 from queueing.models.ledger import UsageLedger, UsageSample
 from queueing.models.queue import Queue
 from queueing.models.quota import Quota
@@ -14,6 +14,7 @@ __all__ = [
     "CycleLease",
     "CycleRun",
     "Membership",
+    "MetricCounter",
     "Queue",
     "Quota",
     "SimJob",

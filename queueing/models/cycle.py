@@ -44,3 +44,19 @@ class CycleLease(models.Model):
 
     def __str__(self) -> str:
         return f"lease {self.name} #{self.token} held by {self.holder or 'nobody'}"
+
+
+class MetricCounter(models.Model):
+    """A monotonic counter shared by every process (web, workers): Prometheus reads it."""
+
+    name = models.CharField(max_length=100)
+    label = models.CharField(max_length=200, blank=True)
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "label"], name="metriccounter_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.label}}} = {self.value}"

@@ -36,6 +36,14 @@ class Quota(models.Model):
     default_queue: models.ForeignKey[Queue | None, Queue | None] = models.ForeignKey(
         "queueing.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    runtime = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Runtime quota at the last cycle (written by the cycle).",
+    )
+    used = models.JSONField(
+        default=dict, blank=True, help_text="Usage at the last cycle (written by the cycle)."
+    )
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

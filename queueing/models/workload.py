@@ -38,6 +38,11 @@ class Workload(models.Model):
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    wait_s = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds from its queue-order time to its latest admission.",
+    )
     assignment = models.JSONField(default=dict, blank=True)
     pool = models.CharField(max_length=253, blank=True)
     preempted_by = models.ForeignKey(

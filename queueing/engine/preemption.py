@@ -1,0 +1,442 @@
+"""Preemption: choose a minimal set of victims that lets a candidate fit.
+
+Candidate victims, in the order they are tried:
+
+1. **Reclaim / FairShare** -- workloads of *other* quotas that sit in a subtree using
+   more than its runtime quota (borrowing), below the lowest common ancestor with the
+   preemptor. A victim is only taken while its subtree is still above runtime quota
+   in a resource the preemptor needs, and never if that would take any quota on its
+   path below its ``min`` in such a resource. When the preemptor's quota stays within
+   its own ``min`` after admission the reason is ``Reclaim`` (it takes back what it
+   is guaranteed). Otherwise it is borrowing too, and the reason is ``FairShare``:
+   allowed only when the preemptor's share after the swap is at or below the victim
+   quota's share after losing the victim (Kueue's LessThanOrEqualToFinalShare), so
+   the victim's quota could never take it back -- no ping-pong.
+2. **InQueue** -- lower-priority workloads of the same quota.
+
+Within each group: lower priority first, then the most recently admitted (least work
+lost), then the higher id. A victim is only taken if it reduces what is still
+missing (a quota node's shortfall, or -- once quota fits -- capacity on a node the
+preemptor may use). The set is built greedily until the preemptor fits its quota
+chain and all its pods place on nodes (counting what victims hold as free); then
+each victim is dropped again if the preemptor still fits without it (minimal).
+
+Capacity that is already being released -- victims ``Preempted`` in earlier cycles,
+and victims chosen earlier in this cycle -- is never counted twice: those workloads
+are not candidates again, and the borrowing and ``min`` checks see usage net of them.
+The preemptor is not admitted in this cycle; the capacity is reserved for it until
+the victims are gone (see :mod:`.cycle`).
+
+Cost is bounded: a search examines at most ``MAX_EXAMINED`` candidates and tries at
+most ``MAX_PLACEMENTS`` gang placements.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
+
+if TYPE_CHECKING:
+    from queueing.engine.cycle import Cycle
+
+__all__ = [
+    "MAX_EXAMINED",
+    "MAX_EXAMINED_NODES_ONLY",
+    "MAX_PLACEMENTS",
+    "Preemptor",
+    "find_victims",
+]
+
+INQUEUE = "InQueue"
+RECLAIM = "Reclaim"
+FAIRSHARE = "FairShare"
+
+MAX_EXAMINED = 256
+#: When quota already fits and only nodes are short, victims help only if they sit on
+#: the right nodes; such searches rarely succeed late, so they look at fewer.
+MAX_EXAMINED_NODES_ONLY = 32
+MAX_PLACEMENTS = 8
+
+VKey = tuple[int, float, int]
+Found = tuple[
+    list[WorkloadSpec],
+    list[tuple[str, str]],
+    dict[int, dict[str, int]],
+    dict[int, dict[str, int]],
+    dict[int, dict[str, int]],
+]
+
+
+def _vkey(v: WorkloadSpec) -> VKey:
+    return (v.priority, -(v.admitted_at or 0.0), -v.id)
+
+
+class Preemptor:
+    """Per-cycle indexes for victim search, built on first use.
+
+    ``releasing`` -- per quota node, what victims (in flight or chosen this cycle)
+    will release; ``by_quota`` -- each quota's own holdings sorted as victims;
+    ``over`` -- quota nodes above their runtime quota (net of ``releasing``) with the
+    workloads of their subtree sorted as victims.
+    """
+
+    def __init__(self, cy: Cycle) -> None:
+        self.cy = cy
+        tree = cy.tree
+        n = len(tree)
+        self.releasing: list[dict[str, int]] = [{} for _ in range(n)]
+        qindex = tree.index
+        for ws in cy.inflight.values():
+            for v in ws:
+                vq = qindex.get(v.quota)
+                if vq is not None:
+                    self._add_releasing(vq, v._request._d)
+        self.by_quota: dict[int, list[tuple[VKey, WorkloadSpec]]] = {}
+        self.over: dict[int, set[str]] = {}
+        for c in range(n):
+            u = cy.used[c]
+            if not u:
+                continue
+            rt = cy.runtime[c]
+            rel = self.releasing[c]
+            over = {k for k, v in u.items() if v - rel.get(k, 0) > rt.get(k, 0)}
+            if over:
+                self.over[c] = over
+        self._subtree_lists: dict[int, list[tuple[VKey, WorkloadSpec, int]]] = {}
+
+    def _add_releasing(self, vq: int, req: Mapping[str, int], sign: int = 1) -> None:
+        for c in self.cy.tree.chains[vq]:
+            r = self.releasing[c]
+            for k, x in req.items():
+                r[k] = r.get(k, 0) + sign * x
+
+    def chosen(self, victims: list[WorkloadSpec]) -> None:
+        """Account victims chosen in this cycle as releasing."""
+        qindex = self.cy.tree.index
+        for v in victims:
+            vq = qindex.get(v.quota)
+            if vq is not None:
+                self._add_releasing(vq, v._request._d)
+
+    def quota_list(self, qi: int) -> list[tuple[VKey, WorkloadSpec]]:
+        got = self.by_quota.get(qi)
+        if got is None:
+            got = sorted(
+                ((_vkey(v), v) for v in self.cy.holding[qi] if v.phase != PREEMPTED),
+                key=lambda t: t[0],
+            )
+            self.by_quota[qi] = got
+        return got
+
+    def subtree_list(self, x: int) -> list[tuple[VKey, WorkloadSpec, int]]:
+        got = self._subtree_lists.get(x)
+        if got is None:
+            holding = self.cy.holding
+            got = sorted(
+                (
+                    (_vkey(v), v, vq)
+                    for vq in self.cy.tree.subtree(x)
+                    for v in holding[vq]
+                    if v.phase != PREEMPTED
+                ),
+                key=lambda t: t[0],
+            )
+            self._subtree_lists[x] = got
+        return got
+
+
+def _share(
+    used: Mapping[str, int],
+    runtime: Mapping[str, int],
+    less: Mapping[str, int] | None,
+    add: Mapping[str, int] | None = None,
+) -> float:
+    """``max_r (used - less + add) / runtime`` over resources with a positive amount."""
+    keys = set(used)
+    if add:
+        keys.update(add)
+    best = 0.0
+    for k in keys:
+        amount = used.get(k, 0) - (less.get(k, 0) if less else 0) + (add.get(k, 0) if add else 0)
+        if amount <= 0:
+            continue
+        cap = runtime.get(k, 0)
+        if cap <= 0:
+            return math.inf
+        s = amount / cap
+        if s > best:
+            best = s
+    return best
+
+
+def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found | None:
+    """Victims that let ``w`` (in quota ``qi``, queue ``spec``) fit, or None.
+
+    Returns ``(victims, [(reason, message)], per_node placement, freed per quota chain
+    node, freed per node index)``.
+    """
+    pre: Preemptor | None = getattr(cy, "preemptor", None)
+    if pre is None:
+        pre = Preemptor(cy)
+        cy.preemptor = pre
+    tree = cy.tree
+    req = w._request._d
+    if not req:
+        return None
+    chains = tree.chains
+    chain = chains[qi]
+    chain_set = set(chain)
+    maxes = tree.maxes
+    size = tree.size
+    for c in chain:
+        mx = maxes[c]
+        for k, amount in req.items():
+            if k in mx and amount > mx[k]:
+                return None  # never fits its own quota: nothing to win
+    used = cy.used
+    runtime = cy.runtime
+    mins = tree.mins
+    releasing = pre.releasing
+    skip = cy.victim_ids
+    load = cy.load
+    limit = cy.limit
+
+    # -- what is missing --------------------------------------------------------------
+    need: dict[int, dict[str, int]] = {}
+    for c in chain:
+        lc = load[c]
+        lim = limit[c]
+        for k, amount in req.items():
+            d = lc.get(k, 0) + amount - lim.get(k, 0)
+            if d > 0:
+                need.setdefault(c, {})[k] = d
+    allow_inq = spec.preempt_within_quota != "Never"
+    allow_reclaim = spec.reclaim != "Never"
+    if qi in need:
+        # Only the quota's own workloads lower its own usage.
+        if not allow_inq:
+            return None
+        have: dict[str, int] = {}
+        for _, v in pre.quota_list(qi):
+            if v.priority >= w.priority:
+                break
+            if v.id in skip:
+                continue
+            for k, x in v._request._d.items():
+                have[k] = have.get(k, 0) + x
+        if any(have.get(k, 0) < d for k, d in need[qi].items()):
+            return None
+    top = max(need, key=lambda c: -len(chains[c])) if need else -1  # nearest the root
+
+    # -- candidate streams, in preference order ------------------------------------------
+    def reclaim_stream() -> Iterator[tuple[VKey, WorkloadSpec, int]]:
+        lo, hi = (top, top + size[top]) if top >= 0 else (0, len(tree))
+        rel_over = [
+            x
+            for x, over in pre.over.items()
+            if lo <= x < hi and x not in chain_set and over & req.keys()
+        ]
+        rel_set = set(rel_over)
+        tops = [x for x in rel_over if not any(a in rel_set for a in chains[x][1:])]
+        lists = [pre.subtree_list(x) for x in tops]
+        if len(lists) == 1:
+            yield from lists[0]
+        elif lists:
+            yield from heapq.merge(*lists, key=lambda t: t[0])
+
+    def inqueue_stream() -> Iterator[tuple[VKey, WorkloadSpec, int]]:
+        for key, v in pre.quota_list(qi):
+            if v.priority >= w.priority:
+                return
+            yield key, v, qi
+
+    streams: list[Iterator[tuple[VKey, WorkloadSpec, int]]] = []
+    if allow_reclaim and (not need or any(c != qi for c in need)):
+        streams.append(reclaim_stream())
+    if allow_inq:
+        streams.append(inqueue_stream())
+    if not streams:
+        return None
+
+    nodes = cy.nodes
+    reqs = cy.reqs(w)
+    elig_nodes: set[int] = set()
+    for ps in reqs:
+        elig_nodes.update(nodes.eligible(ps.elig))
+    nindex = nodes.index
+    lower_only = spec.reclaim == "LowerPriority"
+
+    freed: dict[int, dict[str, int]] = {}
+    extra: dict[int, dict[str, int]] = {}
+    chosen: list[tuple[WorkloadSpec, int]] = []
+
+    def add(v: WorkloadSpec, vq: int, sign: int) -> None:
+        vr = v._request._d
+        for c in chains[vq]:
+            f = freed.setdefault(c, {})
+            for k, x in vr.items():
+                f[k] = f.get(k, 0) + sign * x
+            nc = need.get(c)
+            if nc is not None:
+                for k in nc:
+                    nc[k] -= sign * vr.get(k, 0)
+        for node_name, amount in v.assignment.items():
+            i = nindex.get(node_name)
+            if i is None:
+                continue
+            e = extra.setdefault(i, {})
+            for k, x in amount.raw.items():
+                e[k] = e.get(k, 0) + sign * x
+
+    def net(x: int, k: str) -> int:
+        return used[x].get(k, 0) - releasing[x].get(k, 0) - freed.get(x, {}).get(k, 0)
+
+    def within_min() -> bool:
+        return all(net(qi, k) + v <= mins[qi].get(k, 0) for k, v in req.items())
+
+    def fair_ok(vq: int) -> bool:
+        less_q = _merge(releasing[qi], freed.get(qi))
+        less_v = _merge(releasing[vq], freed.get(vq))
+        return _share(used[qi], runtime[qi], less_q, req) <= _share(used[vq], runtime[vq], less_v)
+
+    def reclaim_ok(v: WorkloadSpec, vq: int) -> bool:
+        """Is ``v``'s subtree still borrowing, and does taking it respect every min?"""
+        vr = v._request._d
+        borrowing = False
+        for x in chains[vq]:
+            if x in chain_set:
+                break  # reached the lowest common ancestor
+            rt = runtime[x]
+            m = mins[x]
+            for k in req:
+                a = net(x, k)
+                if a > rt.get(k, 0):
+                    borrowing = True
+                t = vr.get(k, 0)
+                if t and a - t < m.get(k, 0):
+                    return False
+        return borrowing
+
+    def useful(v: WorkloadSpec, vq: int) -> bool:
+        vr = v._request._d
+        open_need = False
+        for c, nc in need.items():
+            if any(d > 0 for d in nc.values()):
+                open_need = True
+                if c <= vq < c + size[c] and any(d > 0 and vr.get(k, 0) for k, d in nc.items()):
+                    return True
+        if open_need:
+            return False
+        for node_name, amount in v.assignment.items():
+            i = nindex.get(node_name)
+            if i is not None and i in elig_nodes and amount.raw.keys() & req.keys():
+                return True
+        return False
+
+    placements_left = MAX_PLACEMENTS
+
+    def fits() -> dict[int, dict[str, int]] | None:
+        nonlocal placements_left
+        if any(d > 0 for nc in need.values() for d in nc.values()):
+            return None
+        if placements_left <= 0:
+            return None
+        placements_left -= 1
+        pl = nodes.place(reqs, extra)
+        return None if pl is None else pl.per_node
+
+    # -- greedy ----------------------------------------------------------------------
+    found: dict[int, dict[str, int]] | None = None
+    examined = 0
+    budget = MAX_EXAMINED if need else MAX_EXAMINED_NODES_ONLY
+    for stream in streams:
+        for _, v, vq in stream:
+            if v.id in skip:
+                continue
+            examined += 1
+            if examined > budget:
+                break
+            if vq != qi:
+                if vq in chain_set:
+                    continue  # workloads attached to an ancestor are not "other quotas"
+                if lower_only and v.priority >= w.priority:
+                    continue
+            if not useful(v, vq):
+                continue
+            if vq != qi and not reclaim_ok(v, vq):
+                continue
+            add(v, vq, 1)
+            if vq != qi and not within_min() and not fair_ok(vq):
+                add(v, vq, -1)
+                continue
+            chosen.append((v, vq))
+            found = fits()
+            if found is not None:
+                break
+        if found is not None or examined > budget or placements_left <= 0:
+            break
+    if found is None:
+        return None
+    placed: dict[int, dict[str, int]] = found
+
+    # -- add back: drop every victim the preemptor can do without ----------------------
+    if len(chosen) > 1:
+        for v, vq in list(reversed(chosen)):
+            add(v, vq, -1)
+            pl = fits() if placements_left > 0 else None
+            if pl is not None and all(
+                vq2 == qi or within_min() or fair_ok(vq2) for v2, vq2 in chosen if v2 is not v
+            ):
+                chosen.remove((v, vq))
+                placed = pl
+            else:
+                add(v, vq, 1)
+
+    # -- reasons -----------------------------------------------------------------------
+    reasons: list[tuple[str, str]] = []
+    guaranteed = within_min()
+    for v, vq in chosen:
+        if vq == qi:
+            reasons.append(
+                (
+                    INQUEUE,
+                    f"preempted by workload {w.id} (priority {w.priority} > {v.priority}) "
+                    f"in quota {w.quota}",
+                )
+            )
+        elif guaranteed:
+            reasons.append(
+                (
+                    RECLAIM,
+                    f"quota {w.quota} reclaims its guaranteed share from quota {v.quota}, "
+                    f"which uses more than its runtime quota (for workload {w.id})",
+                )
+            )
+        else:
+            if not fair_ok(vq):
+                return None
+            mine = _share(used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi)), req)
+            theirs = _share(used[vq], runtime[vq], _merge(releasing[vq], freed.get(vq)))
+            reasons.append(
+                (
+                    FAIRSHARE,
+                    f"fair share: quota {w.quota} with workload {w.id} would be at "
+                    f"{mine:.2f} of its runtime quota, quota {v.quota} at {theirs:.2f} "
+                    f"without this workload",
+                )
+            )
+    victims = [v for v, _ in chosen]
+    pre.chosen(victims)
+    return victims, reasons, placed, freed, extra
+
+
+def _merge(a: Mapping[str, int], b: Mapping[str, int] | None) -> dict[str, int]:
+    out = dict(a)
+    if b:
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + v
+    return out

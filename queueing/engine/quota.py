@@ -1,0 +1,304 @@
+"""The elastic-quota tree and its runtime quota (Koordinator's rule).
+
+Runtime quota is what a quota may use *now*. It is computed top-down, each resource
+on its own:
+
+1. A root gets ``min(its max, schedulable cluster capacity)``.
+2. Inside a parent, workloads attached directly to the parent are served first; what
+   is left (``available``) is split among the children.
+3. Each child first gets ``min(min, demand)`` -- or its whole ``min`` when it does not
+   allow lending. If those bases already exceed ``available`` (mins over-committed,
+   or the cluster shrank) the bases are scaled down in proportion to themselves.
+4. The remainder is water-filled among children with unmet demand in proportion to
+   ``shared_weight``, each capped at ``min(max, demand)``; a child that saturates
+   returns its surplus to the pool and the rest iterate. Weight 0 borrows nothing.
+5. Every integer split uses the largest-remainder (Hamilton) method, ties broken by
+   quota name, so the parts always add up to the whole: nothing is lost or
+   double-counted to rounding.
+
+Demand is admitted usage plus the requests of competing workloads, summed up the
+tree and capped by each quota's ``max``. Capacity left over once all demand is met
+stays unassigned (as in Koordinator): runtime quota follows demand.
+
+Reference: koordinator-sh/koordinator
+``pkg/scheduler/plugins/elasticquota/core/runtime_quota_calculator.go`` and
+``docs/proposals/scheduling/20220722-multi-hierarchy-elastic-quota-management.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from queueing.engine.types import QuotaNode
+
+__all__ = ["QuotaTree", "hamilton", "waterfill"]
+
+
+def hamilton(total: int, weights: Sequence[int], names: Sequence[str]) -> list[int]:
+    """Split ``total`` into integers proportional to ``weights`` (largest remainder).
+
+    The parts sum to exactly ``total`` whenever some weight is positive; non-positive
+    weights get 0. Ties between equal remainders go to the lexicographically smaller
+    name, so the split is deterministic.
+    """
+    n = len(weights)
+    parts = [0] * n
+    if total <= 0:
+        return parts
+    tw = 0
+    for w in weights:
+        if w > 0:
+            tw += w
+    if tw <= 0:
+        return parts
+    given = 0
+    rems: list[tuple[int, str, int]] = []
+    for i, w in enumerate(weights):
+        if w <= 0:
+            continue
+        q, r = divmod(w * total, tw)  # exact: Python ints do not overflow
+        parts[i] = q
+        given += q
+        rems.append((-r, names[i], i))
+    residual = total - given
+    if residual > 0:
+        rems.sort()
+        for k in range(residual):
+            parts[rems[k][2]] += 1
+    return parts
+
+
+def waterfill(
+    available: int,
+    bases: Sequence[int],
+    caps: Sequence[int],
+    weights: Sequence[int],
+    names: Sequence[str],
+) -> list[int]:
+    """Allocate ``available`` among entries: bases first, then the rest by weight.
+
+    Returns per-entry allocations. Each entry gets its ``base``; if the bases exceed
+    ``available`` they are scaled down in proportion to themselves. The remainder is
+    shared by weight among entries whose allocation is below ``cap``, iteratively
+    (water-filling), never above ``cap``.
+    """
+    n = len(bases)
+    if available <= 0:
+        return [0] * n
+    total_base = sum(bases)
+    if total_base >= available:
+        if total_base == available:
+            return list(bases)
+        return hamilton(available, bases, names)
+    alloc = list(bases)
+    remaining = available - total_base
+    need = [i for i in range(n) if caps[i] > alloc[i]]
+    while remaining > 0 and need:
+        ws = [weights[i] for i in need]
+        if sum(w for w in ws if w > 0) <= 0:
+            break
+        deltas = hamilton(remaining, ws, [names[i] for i in need])
+        remaining = 0
+        still: list[int] = []
+        for i, d in zip(need, deltas, strict=True):
+            a = alloc[i] + d
+            if a >= caps[i]:
+                remaining += a - caps[i]
+                a = caps[i]
+            else:
+                still.append(i)
+            alloc[i] = a
+        if len(still) == len(need) and remaining == 0:
+            break
+        need = still
+    return alloc
+
+
+class QuotaTree:
+    """An index over the quota forest of one snapshot.
+
+    Quotas are numbered in topological order (every parent before its children), so
+    top-down passes walk ``range(n)`` and bottom-up passes walk it backwards.
+    """
+
+    __slots__ = (
+        "allow_lent",
+        "chains",
+        "children",
+        "fair_weight",
+        "index",
+        "maxes",
+        "mins",
+        "names",
+        "nodes",
+        "parent",
+        "roots",
+        "size",
+    )
+
+    def __init__(self, quotas: Sequence[QuotaNode]) -> None:
+        by_name: dict[str, QuotaNode] = {}
+        for q in quotas:
+            if q.name in by_name:
+                raise ValueError(f"quota {q.name!r} appears twice in the snapshot")
+            by_name[q.name] = q
+        for q in quotas:
+            if q.parent is not None and q.parent not in by_name:
+                raise ValueError(f"quota {q.name!r} names unknown parent {q.parent!r}")
+        kids: dict[str | None, list[str]] = {}
+        for q in quotas:
+            kids.setdefault(q.parent, []).append(q.name)
+        order: list[str] = []
+        stack = sorted(kids.get(None, []), reverse=True)
+        while stack:
+            name = stack.pop()
+            order.append(name)
+            stack.extend(sorted(kids.get(name, []), reverse=True))
+        if len(order) != len(by_name):
+            stuck = sorted(set(by_name) - set(order))
+            raise ValueError(f"quota tree has a cycle through {stuck}")
+        self.names: list[str] = order
+        self.index: dict[str, int] = {name: i for i, name in enumerate(order)}
+        self.nodes: list[QuotaNode] = [by_name[name] for name in order]
+        self.parent: list[int] = [
+            -1 if n.parent is None else self.index[n.parent] for n in self.nodes
+        ]
+        self.children: list[list[int]] = [[] for _ in order]
+        for i, p in enumerate(self.parent):
+            if p >= 0:
+                self.children[p].append(i)
+        self.roots: list[int] = [i for i, p in enumerate(self.parent) if p < 0]
+        chains: list[tuple[int, ...]] = []
+        for i, p in enumerate(self.parent):
+            chains.append((i,) if p < 0 else (i, *chains[p]))
+        self.chains: list[tuple[int, ...]] = chains
+        # Preorder numbering makes every subtree the contiguous range [i, i + size[i]).
+        size = [1] * len(order)
+        for i in range(len(order) - 1, -1, -1):
+            p = self.parent[i]
+            if p >= 0:
+                size[p] += size[i]
+        self.size: list[int] = size
+        self.mins: list[dict[str, int]] = [dict(n.min.raw) for n in self.nodes]
+        self.maxes: list[dict[str, int]] = [
+            {k: int(v) for k, v in n.max.items()} for n in self.nodes
+        ]
+        self.allow_lent: list[bool] = [n.allow_lent for n in self.nodes]
+        self.fair_weight: list[float] = [n.fair_weight for n in self.nodes]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def root_of(self, i: int) -> int:
+        """Index of the root above quota ``i``."""
+        return self.chains[i][-1]
+
+    def subtree(self, i: int) -> range:
+        """Indices of quota ``i`` and all its descendants."""
+        return range(i, i + self.size[i])
+
+    def lca(self, a: int, b: int) -> int:
+        """Lowest common ancestor of quotas ``a`` and ``b``; -1 if in different trees."""
+        seen = set(self.chains[a])
+        for x in self.chains[b]:
+            if x in seen:
+                return x
+        return -1
+
+    def subtree_sums(self, own: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
+        """Per quota, the sum of ``own`` over its subtree (itself and descendants)."""
+        out = [dict(o) for o in own]
+        parent = self.parent
+        for i in range(len(out) - 1, -1, -1):
+            p = parent[i]
+            if p >= 0:
+                dst = out[p]
+                for k, v in out[i].items():
+                    dst[k] = dst.get(k, 0) + v
+        return out
+
+    def demand(self, own: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
+        """Subtree demand per quota, each level capped by that quota's ``max``."""
+        out = [dict(o) for o in own]
+        parent = self.parent
+        maxes = self.maxes
+        for i in range(len(out) - 1, -1, -1):
+            d = out[i]
+            mx = maxes[i]
+            if mx:
+                for k, cap in mx.items():
+                    if d.get(k, 0) > cap:
+                        d[k] = cap
+            p = parent[i]
+            if p >= 0:
+                dst = out[p]
+                for k, v in d.items():
+                    dst[k] = dst.get(k, 0) + v
+        return out
+
+    def runtime(
+        self,
+        own_demand: Sequence[Mapping[str, int]],
+        cluster: Mapping[str, int],
+    ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        """Runtime quota per quota; returns ``(runtime, demand)``.
+
+        ``own_demand[i]`` is the usage plus competing requests of workloads attached
+        directly to quota ``i``; ``cluster`` is the schedulable cluster capacity.
+        """
+        n = len(self.names)
+        demand = self.demand(own_demand)
+        resources: set[str] = set(cluster)
+        for i in range(n):
+            resources.update(demand[i])
+            resources.update(self.mins[i])
+            resources.update(self.maxes[i])
+        runtime: list[dict[str, int]] = [{} for _ in range(n)]
+        for root in self.roots:
+            mx = self.maxes[root]
+            rt = runtime[root]
+            for r in resources:
+                c = cluster.get(r, 0)
+                if r in mx and mx[r] < c:
+                    c = mx[r]
+                if c > 0:
+                    rt[r] = c
+        names = self.names
+        mins = self.mins
+        maxes = self.maxes
+        lent = self.allow_lent
+        for p in range(n):
+            kids = self.children[p]
+            if not kids:
+                continue
+            own_p = own_demand[p]
+            rt_p = runtime[p]
+            kid_names = [names[c] for c in kids]
+            for r in resources:
+                avail = rt_p.get(r, 0) - own_p.get(r, 0)
+                if avail <= 0:
+                    continue
+                bases: list[int] = []
+                caps: list[int] = []
+                weights: list[int] = []
+                any_need = False
+                for c in kids:
+                    d = demand[c].get(r, 0)
+                    m = mins[c].get(r, 0)
+                    mx_c = maxes[c].get(r)
+                    if mx_c is not None and m > mx_c:
+                        m = mx_c  # a min above max cannot be honoured
+                    base = (d if d < m else m) if lent[c] else m
+                    bases.append(base)
+                    caps.append(d)
+                    if d > base:
+                        any_need = True
+                    weights.append(self.nodes[c].weight(r) if d > base else 0)
+                if not any_need and sum(bases) <= avail:
+                    alloc = bases
+                else:
+                    alloc = waterfill(avail, bases, caps, weights, kid_names)
+                for c, a in zip(kids, alloc, strict=True):
+                    if a > 0:
+                        runtime[c][r] = a
+        return runtime, demand

