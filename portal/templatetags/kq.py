@@ -24,6 +24,8 @@ def quantity(amount: Any, resource: str) -> str:
     """``{{ amount|quantity:"memory" }}`` -> "64Gi"; blank for None."""
     if amount is None or amount == "":
         return "—"
+    if isinstance(amount, str):  # already a quantity ("8", "64Gi")
+        return amount
     try:
         return format_amount(resource, int(amount))
     except (TypeError, ValueError):

@@ -9,7 +9,6 @@ started from, so a stale edit is refused rather than overwriting someone else's.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -33,20 +32,12 @@ from portal.forms import (
 )
 from portal.templatetags.kq import as_datetime
 from portal.views.common import require_cluster_admin, visible_tenant_or_404
-from queueing import access, actions
+from queueing import access, actions, whatif
 from queueing.actions import ActionError, Actor, ConflictError
 from queueing.choices import Role, Source
 from queueing.models import Quota, Tenant
 
 PREVIEW_ROWS = 100
-
-
-def whatif_module() -> Any | None:
-    """queueing.whatif, once it exists (it lands on main separately)."""
-    try:
-        return importlib.import_module("queueing.whatif")
-    except ImportError:
-        return None
 
 
 def quota_for_edit(request: HttpRequest, tenant: Tenant | None, name: str) -> Quota:
@@ -77,7 +68,6 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
         "tenant": tenant,
         "quota": current,
         "back_url": back_url(tenant),
-        "whatif_available": whatif_module() is not None,
     }
     if request.method != "POST":
         context["form"] = QuotaForm(instance=current)
@@ -101,9 +91,8 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     digest = preview_digest(current, {**changes, "namespaces": data["namespaces"]})
     wants_save = request.POST.get("action") == "save"
     previewed = constant_time_compare(data.get("preview_digest") or "", digest)
-    module = whatif_module()
 
-    if wants_save and (previewed or module is None):
+    if wants_save and previewed:
         try:
             saved = actions.update_quota(
                 Actor.of(request.user, Source.UI),
@@ -129,47 +118,21 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
         context["notice"] = (
             "The values changed since the last preview: check this preview, then save."
         )
-    if module is not None:
-        try:
-            preview = module.preview_quota_change(current, changes)
-        except ValidationError as exc:
-            apply_validation_error(form, exc)
-            return render(request, "portal/quota_form.html", context, status=400)
-        context["preview"] = preview_context(preview.as_dict())
-    else:
-        # Without the what-if engine, still validate exactly as the save would.
-        try:
-            validate_only(current, changes, data["namespaces"])
-        except ValidationError as exc:
-            apply_validation_error(form, exc)
-            return render(request, "portal/quota_form.html", context, status=400)
+    try:
+        preview = whatif.preview_quota_change(current, changes)
+    except ValidationError as exc:
+        apply_validation_error(form, exc)
+        return render(request, "portal/quota_form.html", context, status=400)
+    except ActionError as exc:
+        form.add_error(None, str(exc))
+        return render(request, "portal/quota_form.html", context, status=400)
+    context["preview"] = preview_context(preview.as_dict())
     bound = request.POST.copy()
     bound["preview_digest"] = digest
     context["form"] = QuotaForm(bound, instance=current)
     context["form"].is_valid()
     context["previewed"] = True
     return render(request, "portal/quota_form.html", context)
-
-
-def validate_only(quota: Quota, changes: Mapping[str, Any], namespaces: list[str]) -> None:
-    """Run update_quota's checks and roll back: used only while queueing.whatif is absent."""
-    from django.db import transaction
-
-    class _Rollback(Exception):
-        pass
-
-    try:
-        with transaction.atomic():
-            actions.update_quota(
-                Actor.system(),
-                quota,
-                expected_version=quota.version,
-                namespaces=namespaces,
-                **changes,
-            )
-            raise _Rollback
-    except _Rollback:
-        pass
 
 
 def conflict_message(current: Quota, version: int) -> str:
@@ -238,12 +201,18 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
             w["id"] or 0,
         )
     )
+    summary = dict(data.get("summary") or {})
+    facts = [
+        (label, summary.get(f"{key}_before"), summary.get(f"{key}_after"))
+        for key, label in (("admitted", "Admitted next cycle"), ("preempted", "Preempted"))
+        if f"{key}_before" in summary or f"{key}_after" in summary
+    ]
     return {
         "quotas": quotas,
         "workloads": changed[:PREVIEW_ROWS],
-        "workloads_changed": len(changed),
-        "workloads_total": len(workloads),
-        "summary": data.get("summary") or {},
+        "workloads_changed": int(summary.get("changed_workloads", len(changed))),
+        "quotas_changed": sum(1 for q in quotas if q["changed"]),
+        "facts": facts,
     }
 
 
