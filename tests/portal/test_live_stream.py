@@ -235,3 +235,15 @@ def test_cluster_admins_watch_every_tenant_and_summaries_are_small(
         await summary.disconnect()
 
     run(scenario)
+
+
+def test_docs_describe_every_message_and_field():
+    from pathlib import Path
+
+    from portal.event_schema import CLIENT_MESSAGES, WORKLOAD_ROW
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text()
+    for kind in [*SERVER_MESSAGES, *CLIENT_MESSAGES]:
+        assert f"### `{kind}`" in doc or f"`{kind}`" in doc, kind
+    for field in WORKLOAD_ROW["properties"]:
+        assert f"`{field}`" in doc, field
