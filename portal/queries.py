@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, Q, QuerySet
 
 from queueing import events
 from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES, WAITING_PHASES, Phase
@@ -44,7 +44,6 @@ class QuotaRow:
     depth: int = 0
     used: dict[str, int] = field(default_factory=dict)
     runtime: dict[str, int] | None = None
-    runtime_at: datetime | None = None
     children: list[QuotaRow] = field(default_factory=list)
 
     @property
@@ -82,26 +81,6 @@ def bar(resource: str, values: Mapping[str, int | None]) -> dict[str, Any]:
     return {"resource": resource, "values": dict(values), "pct": pct, "over": over}
 
 
-def latest_samples(quota_ids: Sequence[int]) -> dict[int, tuple[dict, dict, datetime]]:
-    """The newest usage sample of each quota: (runtime, decayed, at), one query."""
-    newest = UsageSample.objects.filter(quota_id=OuterRef("pk")).order_by("-at", "-id")
-    rows = (
-        Quota.objects.filter(pk__in=list(quota_ids))
-        .annotate(
-            s_runtime=Subquery(newest.values("runtime")[:1]),
-            s_decayed=Subquery(newest.values("decayed")[:1]),
-            s_at=Subquery(newest.values("at")[:1]),
-        )
-        .values_list("pk", "s_runtime", "s_decayed", "s_at")
-    )
-    out: dict[int, tuple[dict, dict, datetime]] = {}
-    for pk, runtime, decayed, at in rows:
-        if at is None:
-            continue
-        out[pk] = (_json(runtime), _json(decayed), at)
-    return out
-
-
 def _json(value: Any) -> dict:
     # A JSON column read through a subquery comes back as text on some databases.
     if isinstance(value, str):
@@ -123,13 +102,14 @@ def used_by_quota(quota_ids: Sequence[int] | None = None) -> dict[int, dict[str,
 
 
 def quota_tree(quotas: Sequence[Quota]) -> list[QuotaRow]:
-    """Rows in depth-first order with depth set; used rolls up from leaves to ancestors."""
-    samples = latest_samples([q.pk for q in quotas])
+    """Rows in depth-first order with depth set.
+
+    ``used`` is what holding workloads hold now, rolled up from leaves to ancestors;
+    ``runtime`` is the runtime quota the last cycle computed (None before any cycle).
+    """
     direct = used_by_quota([q.pk for q in quotas])
-    rows = {q.pk: QuotaRow(quota=q) for q in quotas}
-    for pk, row in rows.items():
-        if pk in samples:
-            row.runtime, _, row.runtime_at = samples[pk]
+    rows = {q.pk: QuotaRow(quota=q, runtime=dict(q.runtime) if q.runtime else None) for q in quotas}
+    for row in rows.values():
         parent_id = row.quota.parent_id
         if parent_id in rows:
             rows[parent_id].children.append(row)
@@ -327,6 +307,10 @@ def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> Que
         holding_ids=holding_ids,
         finished=finished,
     )
+
+
+def last_cycle_at() -> datetime | None:
+    return CycleRun.objects.order_by("-started_at").values_list("started_at", flat=True).first()
 
 
 def recent_cycles(limit: int = 60) -> list[CycleRun]:

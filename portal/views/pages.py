@@ -102,5 +102,6 @@ def tenant_context(tenant: Tenant) -> dict[str, Any]:
         "min_depth": min_depth,
         "fair_share": queries.fair_share(top_rows, root),
         "usage_charts": usage_charts,
+        "last_cycle_at": queries.last_cycle_at(),
         "live_url": reverse("tenant", args=[tenant.name]) + "?partial=live",
     }

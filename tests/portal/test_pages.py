@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal import queries
-from queueing.models import CycleRun, UsageSample, Workload
+from queueing.models import CycleRun, Quota, UsageSample, Workload
 from tests import live
 from tests.builders import submit
 
@@ -43,6 +43,7 @@ def test_the_overview_shows_quota_bars_queue_counts_fair_share_and_usage(site):
             used={"cpu": 3000},
             runtime={"cpu": 12000},
         )
+    Quota.objects.filter(pk=site.quota.pk).update(runtime={"cpu": 12000}, used={"cpu": 3000})
     page = text(site.client("vic").get(f"/tenants/{site.tenant.name}/"))
     # the quota's bar: used, runtime, min and max as quantities
     assert "used <strong>3</strong> · runtime 12 · min 8 · max 16" in page
