@@ -189,7 +189,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+            "CONFIG": {
+                # redis-py 8 times reads out after 5 s by default, which breaks the layer's
+                # blocking BZPOPMIN: every idle consumer would crash and reconnect every
+                # 5 s (django/channels_redis#422). The layer bounds its own waits.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "capacity": 1500,
+                "expiry": 30,
+            },
         }
     }
     CACHES = {

@@ -110,7 +110,10 @@ def channel_layer(redis_url: str) -> Iterator[None]:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # A prefix of our own: other test runs may share the Redis database.
-            "CONFIG": {"hosts": [redis_url], "prefix": f"kqtest{os.getpid()}"},
+            "CONFIG": {
+                "hosts": [{"address": redis_url, "socket_timeout": None}],
+                "prefix": f"kqtest{os.getpid()}",
+            },
         }
     }
     channel_layers.backends.clear()
