@@ -77,7 +77,12 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
         return render(request, "portal/quota_form.html", context)
 
     form = QuotaForm(request.POST, instance=current)
-    formset = cast(BaseResourceFormSet, ResourceFormSet(request.POST, prefix="res"))
+    formset = cast(
+        BaseResourceFormSet,
+        ResourceFormSet(
+            request.POST, initial=resource_initial(current, current.parent), prefix="res"
+        ),
+    )
     context.update(form=form, resources=formset)
     if not (form.is_valid() and formset.is_valid()):
         return render(request, "portal/quota_form.html", context, status=400)
@@ -209,6 +214,8 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
     ]
     return {
         "quotas": quotas,
+        "changed_quotas": [q for q in quotas if q["changed"]],
+        "unchanged_quotas": [q for q in quotas if not q["changed"]],
         "workloads": changed[:PREVIEW_ROWS],
         "workloads_changed": int(summary.get("changed_workloads", len(changed))),
         "quotas_changed": sum(1 for q in quotas if q["changed"]),
@@ -250,7 +257,10 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
         return render(request, "portal/quota_form.html", context)
 
     form = QuotaForm(request.POST, parents=parents, tenants=tenants)
-    formset = cast(BaseResourceFormSet, ResourceFormSet(request.POST, prefix="res"))
+    formset = cast(
+        BaseResourceFormSet,
+        ResourceFormSet(request.POST, initial=resource_initial(None, initial_parent), prefix="res"),
+    )
     context.update(form=form, resources=formset)
     if form.is_valid() and formset.is_valid():
         data = form.cleaned_data
