@@ -123,6 +123,12 @@
     return { resubscribe: subscribe };
   };
 
+  // After a form round trip, move focus to what the server said: the errors, a
+  // conflict, or the what-if preview (so keyboard and screen-reader users land there).
+  var landing = document.getElementById("error-summary") || document.getElementById("conflict") ||
+    document.getElementById("whatif-h");
+  if (landing) landing.focus();
+
   // Pages whose numbers come from the server (overview, workload, cluster): refetch the
   // element's partial on activity, at most every two seconds.
   document.querySelectorAll("[data-live-refresh]").forEach(function (el) {

@@ -186,3 +186,31 @@ def test_the_cluster_page_shows_nodes_the_quota_tree_and_cycles(site):
     assert "Duration of recent admission cycles" in page
     live_part = site.client("root").get("/cluster/?partial=live")
     assert b"<html" not in live_part.content
+
+
+def test_the_overview_and_workload_pages_cost_the_same_for_any_number_of_workloads(site):
+    def count(url: str) -> int:
+        client = site.client("vic")
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url).status_code == 200
+        return len(ctx.captured_queries)
+
+    first = submit(site.world, "first")
+    other = submit(site.world, "other")
+    Workload.objects.filter(pk=first.pk).update(
+        explanation={"kind": "behind", "ahead": [other.pk], "victims": [], "blocked_by": None}
+    )
+    overview = f"/tenants/{site.tenant.name}/"
+    workload = f"/tenants/{site.tenant.name}/workloads/{first.pk}/"
+    before = (count(overview), count(workload))
+    ids = [submit(site.world, f"more-{i}").pk for i in range(30)]
+    live.admit(ids[:10])
+    Workload.objects.filter(pk=first.pk).update(
+        explanation={
+            "kind": "behind",
+            "ahead": ids[10:20],
+            "victims": ids[:5],
+            "blocked_by": ids[11],
+        }
+    )
+    assert (count(overview), count(workload)) == (before[0], before[1])
