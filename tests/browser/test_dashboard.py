@@ -144,3 +144,42 @@ def test_a_tenant_cannot_open_another_tenants_pages(bsite, server_url, browser_f
         assert response.status == 404, path
         expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
     assert off_loop(lambda: Workload.objects.get(pk=theirs.pk).phase) == "Pending"
+
+
+UNLABELLED = """() => [...document.querySelectorAll(
+    'input:not([type=hidden]), select, textarea, button, svg[role=img]')]
+  .filter(el => {
+    if (el.tagName === 'svg') return !el.getAttribute('aria-labelledby');
+    if (el.tagName === 'BUTTON') return !el.textContent.trim() && !el.getAttribute('aria-label');
+    return !(el.labels && el.labels.length) && !el.getAttribute('aria-label');
+  })
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+
+def test_pages_are_labelled_and_fit_a_phone(bsite, server_url, browser_factory):
+    w = submit(bsite.world, "phone-1")
+    live.rank([w.pk])
+    t = bsite.tenant.name
+    paths = [
+        f"/tenants/{t}/",
+        f"/tenants/{t}/queues/{bsite.queue.name}/",
+        f"/tenants/{t}/workloads/{w.pk}/",
+        f"/tenants/{t}/quotas/{bsite.quota.name}/edit/",
+        f"/tenants/{t}/queues/{bsite.queue.name}/edit/",
+        f"/tenants/{t}/members/",
+        f"/tenants/{t}/audit/",
+        "/cluster/",
+    ]
+    page = browser_factory()
+    log_in(page, server_url, "root")
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 800})
+        for path in paths:
+            assert page.goto(server_url + path).status == 200, path
+            assert page.evaluate(UNLABELLED) == [], path
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 1, f"{path} is {overflow}px wider than a {width}px screen"
+    # keyboard: the skip link is the first stop and leads to the content
+    page.goto(server_url + f"/tenants/{t}/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
