@@ -70,11 +70,17 @@ def tenant_page(request: HttpRequest, name: str) -> HttpResponse:
 def tenant_context(tenant: Tenant) -> dict[str, Any]:
     queues = list(queries.queue_counts(Queue.objects.filter(tenant=tenant)))
     all_quotas = list(Quota.objects.select_related("parent", "default_queue"))
-    tree = queries.quota_tree(all_quotas)
-    mine = [row for row in tree if row.quota.tenant_id == tenant.pk]
+    by_id = {q.pk: q for q in all_quotas}
+    mine = queries.quota_tree([q for q in all_quotas if q.tenant_id == tenant.pk])
     tops = {q.pk for q in queries.tenant_top_quotas(tenant, [r.quota for r in mine])}
     top_rows = [row for row in mine if row.quota.pk in tops]
-    root = next((row.quota for row in tree if row.quota.parent_id is None), None)
+    root = None
+    if top_rows:  # the root of the tree the tenant's entitlement hangs from
+        root = top_rows[0].quota
+        seen = {root.pk}
+        while root.parent_id in by_id and root.parent_id not in seen:
+            root = by_id[root.parent_id]
+            seen.add(root.pk)
     leaves = [row.quota for row in mine if not row.children]
     series = queries.usage_series(leaves)
     usage_charts = []
