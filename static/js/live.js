@@ -120,7 +120,13 @@
       if (socket && socket.readyState === WebSocket.OPEN && options.onResync) options.onResync();
     });
     open();
-    return { resubscribe: subscribe };
+    // drop() closes the socket as a network failure would (tests use it; so can a console).
+    var handle = {
+      resubscribe: subscribe,
+      drop: function () { if (socket) socket.close(4000, "dropped"); },
+    };
+    (KQ.sockets = KQ.sockets || []).push(handle);
+    return handle;
   };
 
   // After a form round trip, move focus to what the server said: the errors, a

@@ -183,3 +183,69 @@ def test_pages_are_labelled_and_fit_a_phone(bsite, server_url, browser_factory):
     page.goto(server_url + f"/tenants/{t}/")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+def test_after_a_lost_connection_the_page_reconnects_and_resynchronises(
+    bsite, server_url, browser_factory
+):
+    ids = [submit(bsite.world, f"r{i}").pk for i in range(3)]
+    live.rank(ids)
+    page = browser_factory()
+    log_in(page, server_url, "vic", f"/tenants/{bsite.tenant.name}/queues/{bsite.queue.name}/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    page.evaluate("window.__sameDocument = true")
+
+    def silently_reorder() -> None:
+        # Written without publishing: only a resynchronisation can show it.
+        for position, workload_id in enumerate(reversed(ids), start=1):
+            Workload.objects.filter(pk=workload_id).update(position=position)
+
+    page.evaluate("KQ.sockets[0].drop()")
+    off_loop(silently_reorder)
+    first = page.locator("#pending-rows tr").first
+    expect(first).to_have_attribute("data-id", str(ids[-1]))
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    assert page.evaluate("window.__sameDocument") is True
+
+
+def test_a_later_page_of_a_long_queue_follows_rows_in_and_out_of_its_window(
+    bsite, server_url, browser_factory
+):
+    from django.utils import timezone
+
+    now = timezone.now()
+    Workload.objects.bulk_create(
+        Workload(
+            tenant=bsite.tenant,
+            quota=bsite.quota,
+            queue=bsite.queue,
+            name=f"bulk-{i:03d}",
+            namespace="team-a",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 1000}}],
+            total_request={"cpu": 1000},
+            queue_order_at=now,
+        )
+        for i in range(104)
+    )
+    ids = list(
+        Workload.objects.filter(queue=bsite.queue).order_by("name").values_list("id", flat=True)
+    )
+    live.rank(ids)
+    page = browser_factory()
+    log_in(
+        page, server_url, "vic", f"/tenants/{bsite.tenant.name}/queues/{bsite.queue.name}/?page=2"
+    )
+    rows = page.locator("#pending-rows tr")
+    expect(rows).to_have_count(4)
+    expect(rows.first.locator("td[data-field=position]")).to_have_text("101")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+
+    # The head goes to the back: it enters page 2 (as a whole row, it is in the window),
+    # and workload 101 moves up to 100, out of the window (it arrives as a stub).
+    off_loop(live.rank, ids[1:] + ids[:1])
+    expect(page.locator(f'#pending-rows tr[data-id="{ids[0]}"]')).to_have_count(1)
+    expect(page.locator(f'#pending-rows tr[data-id="{ids[100]}"]')).to_have_count(0)
+    expect(rows).to_have_count(4)
+    expect(rows.first.locator("td[data-field=position]")).to_have_text("101")
+    expect(rows.last.locator("td[data-field=position]")).to_have_text("104")
+    expect(page.locator('[data-count="pending"]').first).to_have_text("104")
