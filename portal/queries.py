@@ -173,20 +173,27 @@ def fair_share(tenant_rows: Sequence[QuotaRow], root: Quota | None) -> list[dict
 
 
 def usage_series(
-    quotas: Sequence[Quota], limit: int = 240
+    quotas: Sequence[Quota], points: int = 240
 ) -> dict[str, list[tuple[datetime, float]]]:
-    """Decayed usage over time summed over ``quotas``, per resource (newest ``limit``)."""
+    """Decayed usage over time summed over ``quotas``, per resource.
+
+    Covers every sample kept (the cycle keeps 14 days, one a minute), thinned evenly to
+    at most ``points`` instants so the chart's cost does not grow with the history.
+    """
     ids = [q.pk for q in quotas]
     times = list(
         UsageSample.objects.filter(quota_id__in=ids)
-        .order_by("-at")
+        .order_by("at")
         .values_list("at", flat=True)
-        .distinct()[:limit]
+        .distinct()
     )
     if not times:
         return {}
+    if len(times) > points:
+        step = (len(times) - 1) / (points - 1)
+        times = [times[round(i * step)] for i in range(points)]
     totals: dict[datetime, dict[str, float]] = defaultdict(dict)
-    for at, decayed in UsageSample.objects.filter(quota_id__in=ids, at__gte=min(times)).values_list(
+    for at, decayed in UsageSample.objects.filter(quota_id__in=ids, at__in=times).values_list(
         "at", "decayed"
     ):
         bucket = totals[at]

@@ -214,3 +214,16 @@ def test_the_overview_and_workload_pages_cost_the_same_for_any_number_of_workloa
         }
     )
     assert (count(overview), count(workload)) == (before[0], before[1])
+
+
+def test_the_usage_chart_spans_the_whole_history_in_a_bounded_number_of_points(site):
+    start = timezone.now() - timedelta(days=2)
+    UsageSample.objects.bulk_create(
+        UsageSample(quota=site.quota, at=start + timedelta(minutes=m), decayed={"cpu": m * 1000})
+        for m in range(0, 2000)
+    )
+    series = queries.usage_series([site.quota], points=50)
+    cpu = series["cpu"]
+    assert len(cpu) == 50
+    assert (cpu[0][0], cpu[-1][0]) == (start, start + timedelta(minutes=1999))
+    assert cpu[-1][1] == 1999 * 1000
