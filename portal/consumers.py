@@ -14,6 +14,7 @@ Client messages: ``{"type": "ping"}`` -> ``{"type": "pong"}``;
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -23,6 +24,8 @@ from django.conf import settings
 
 from portal import delivery
 from queueing import access, events
+
+log = logging.getLogger(__name__)
 
 FORBIDDEN = 4403  # close code: not allowed to watch this tenant (also for unknown ones)
 REAUTHORISE_S = 60.0  # a removed member stops receiving within this long
@@ -54,6 +57,8 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         self.subscription = delivery.Subscription()
         self.buffer = delivery.Buffer()
         self.flush_handle: asyncio.TimerHandle | None = None
+        self.flush_lock = asyncio.Lock()  # one flush at a time keeps frames in order
+        self.closed = False
         self.checked_at = time.monotonic()
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
@@ -67,6 +72,7 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def disconnect(self, code: int) -> None:
+        self.closed = True
         handle = getattr(self, "flush_handle", None)
         if handle is not None:
             handle.cancel()
@@ -99,13 +105,20 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
 
     async def flush(self) -> None:
         self.flush_handle = None
-        if time.monotonic() - self.checked_at > REAUTHORISE_S:
-            self.checked_at = time.monotonic()
-            if not await self.allowed():
-                await self.close(code=FORBIDDEN)
+        async with self.flush_lock:
+            if self.closed:
                 return
-        for frame in self.buffer.drain(self.subscription):
-            await self.send_json(frame)
+            if time.monotonic() - self.checked_at > REAUTHORISE_S:
+                self.checked_at = time.monotonic()
+                if not await self.allowed():
+                    self.closed = True
+                    await self.close(code=FORBIDDEN)
+                    return
+            try:
+                for frame in self.buffer.drain(self.subscription):
+                    await self.send_json(frame)
+            except Exception:  # the client went away mid-send; disconnect() follows
+                log.debug("could not deliver to %s", self.channel_name, exc_info=True)
 
 
 class ClusterConsumer(TenantConsumer):

@@ -247,3 +247,27 @@ def test_docs_describe_every_message_and_field():
         assert f"### `{kind}`" in doc or f"`{kind}`" in doc, kind
     for field in WORKLOAD_ROW["properties"]:
         assert f"`{field}`" in doc, field
+
+
+def test_a_member_removed_while_connected_stops_receiving(
+    site, cookies, monkeypatch, django_capture_on_commit_callbacks
+):
+    from portal import consumers
+    from queueing.models import Membership
+
+    monkeypatch.setattr(consumers, "REAUTHORISE_S", 0.0)
+
+    def remove_and_publish() -> None:
+        Membership.objects.filter(user=site.users["vic"]).delete()
+        with django_capture_on_commit_callbacks(execute=True):
+            submit(site.world, "after-removal")
+
+    async def scenario():
+        comm = communicator(f"/ws/tenants/{site.tenant.pk}/", cookies["vic"])
+        assert (await comm.connect())[0]
+        await comm.receive_json_from()
+        await sync_to_async(remove_and_publish)()
+        closed = await comm.receive_output(timeout=2)
+        assert closed == {"type": "websocket.close", "code": 4403}
+
+    run(scenario)
