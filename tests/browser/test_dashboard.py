@@ -61,6 +61,7 @@ def test_log_in_open_a_queue_and_watch_a_cycle_move_it(bsite, server_url, browse
     while pending_names(page) != expected and time.monotonic() < deadline:
         page.wait_for_timeout(25)
     elapsed = time.monotonic() - started
+    print(f"the page showed the cycle's new order {elapsed:.2f} s after it committed")
     assert pending_names(page) == expected
     assert elapsed <= 2.0, f"the page showed the new order after {elapsed:.2f} s"
     assert page.evaluate("window.__sameDocument") is True
