@@ -103,6 +103,7 @@ def _setup() -> dict[str, Any]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)  # a reused database starts empty
     _state.update(folder=folder, env={**os.environ}, redis=redis_proc)
     atexit.register(_teardown)
     return _state
