@@ -124,7 +124,11 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
             "The values changed since the last preview: check this preview, then save."
         )
     try:
-        preview = whatif.preview_quota_change(current, changes)
+        # namespaces do not change the simulation, but validating them now keeps Save
+        # from failing on something the preview did not mention.
+        preview = whatif.preview_quota_change(
+            current, {**changes, "namespaces": data["namespaces"]}
+        )
     except ValidationError as exc:
         apply_validation_error(form, exc)
         return render(request, "portal/quota_form.html", context, status=400)

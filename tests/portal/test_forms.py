@@ -221,3 +221,13 @@ def test_the_audit_page_filters(site):
     future = ada.get(url, {"since": "2999-01-01"}).content.decode()
     assert "0 events." in future
     assert Workload.objects.get(pk=w.pk).phase == "Cancelled"
+
+
+def test_the_preview_already_refuses_a_namespace_of_another_quota(site):
+    response = site.client("root").post(
+        edit_url(site), grid(site.quota, namespaces="team-a, team-b") | {"action": "preview"}
+    )
+    assert response.status_code == 400
+    assert "Namespace &#x27;team-b&#x27; already belongs to quota &#x27;team-b-q&#x27;." in (
+        response.content.decode()
+    )
