@@ -164,6 +164,22 @@ class TestQuotaAPI(StandardEndpoint):
         assert [c["name"] for c in everything[0]["children"]] == ["team-a-q", "team-b-q"]
 
 
+def test_tree_and_timeline_query_counts_do_not_grow(api: ApiWorld) -> None:
+    from tests.portal.api.base import count_queries
+
+    client = api.client("member")
+    tree = reverse("api:quota-tree")
+    events = reverse("api:workload-events", kwargs={"pk": api.workload.pk})
+    client.get(tree)
+    before = (count_queries(lambda: client.get(tree)), count_queries(lambda: client.get(events)))
+    for name in ("team-a-x", "team-a-y", "team-a-z"):
+        actions.create_quota(SYSTEM, name=name, tenant=api.tenant, parent=api.dev, max={"cpu": "1"})
+    url = f"/api/v1/workloads/{api.workload.pk}/cancel/"
+    assert client.post(url, {}, format="json").status_code == 200
+    after = (count_queries(lambda: client.get(tree)), count_queries(lambda: client.get(events)))
+    assert after == before
+
+
 class TestQueueAPI(StandardEndpoint):
     basename = "queue"
     create_expect = matrix(201, ADMINS, outsider=400)
