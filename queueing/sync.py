@@ -11,6 +11,8 @@ that the next sync does not put right:
   Preempted but the job still runs (the suspend call was lost) -> suspend again;
 - waiting but the job was unsuspended behind the queue's back -> suspend it;
 - the job is gone -> Cancelled.
+
+With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from queueing import actions, compat
@@ -35,6 +39,7 @@ from queueing.cluster.base import (
     ClusterError,
     JobInfo,
     JobNotFound,
+    QueueUnitMirror,
 )
 from queueing.models import Queue, Quota, Workload
 
@@ -42,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # A workload created moments ago may not be in the cluster's (watch) view yet.
 MISSING_GRACE = timedelta(seconds=30)
+# Finished workloads keep their QueueUnit phase up to date for this long.
+MIRROR_FINISHED_FOR = timedelta(hours=1)
 
 
 @dataclass
@@ -51,6 +58,7 @@ class SyncReport:
     readmitted: int = 0
     resuspended: int = 0
     cancelled: int = 0
+    mirrored: int = 0
     unplaced: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -61,6 +69,7 @@ class SyncReport:
             "readmitted": self.readmitted,
             "resuspended": self.resuspended,
             "cancelled": self.cancelled,
+            "mirrored": self.mirrored,
             "unplaced": self.unplaced[:20],
             "errors": self.errors[:20],
         }
@@ -105,7 +114,26 @@ def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) ->
             _register(cluster, job, report)
         except ClusterError as exc:
             report.errors.append(f"{job.ref.namespace}/{job.ref.name}: {exc}")
+
+    if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
+        try:
+            report.mirrored = mirror_queue_units(cluster, now)
+        except ClusterError as exc:
+            report.errors.append(f"QueueUnit mirroring: {exc}")
     return report
+
+
+def mirror_queue_units(cluster: QueueUnitMirror, now: datetime) -> int:
+    """Show each workload's phase, under kube-queue's name, in its job's QueueUnit."""
+    rows = Workload.objects.filter(
+        Q(phase__in=ACTIVE_PHASES) | Q(finished_at__gte=now - MIRROR_FINISHED_FOR)
+    ).values_list("kind", "namespace", "name", "phase", "reason")
+    return cluster.mirror_queue_units(
+        {
+            (kind, namespace, name): (compat.kube_queue_phase(phase), reason[:300])
+            for kind, namespace, name, phase, reason in rows
+        }
+    )
 
 
 def _finish(workload: Workload, job: JobInfo, report: SyncReport) -> None:
@@ -228,7 +256,8 @@ def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
     try:
         pod_sets = actions.parse_pod_sets(list(job.pod_sets), canonical=True)
     except Exception as exc:
-        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {_first_message(exc)}")
+        why = job.message if not job.pod_sets and job.message else _first_message(exc)
+        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {why}")
         return
     with transaction.atomic():
         try:
