@@ -36,7 +36,7 @@ from queueing.actions import Actor
 from queueing.choices import normalize_policy
 from queueing.cluster.base import NodeInfo
 from queueing.models import Queue, Quota, Tenant
-from queueing.quantities import QuantityError, describe, parse_resources
+from queueing.quantities import QuantityError, describe, format_resources, parse_resources
 
 Obj = dict[str, Any]
 
@@ -301,7 +301,10 @@ def _apply(
         size = _root_size(objects, plans)
 
         def make_root() -> tuple[str, str]:
-            actions.create_quota(actor, name=root, tenant=None, parent=None, min=size, max=size)
+            quantities = format_resources(size)  # actions parse quantities, not amounts
+            actions.create_quota(
+                actor, name=root, tenant=None, parent=None, min=quantities, max=quantities
+            )
             return "create", f"the cluster's capacity, {describe(size)}"
 
         if not _step(report, f"quota {root} (root)", make_root):
@@ -365,9 +368,9 @@ def _upsert_quota(plan: _QuotaPlan, root: str, actor: Actor) -> tuple[str, str]:
             name=plan.name,
             tenant=tenant,
             parent=parent,
-            min=plan.min,
-            max=plan.max,
-            shared_weight=plan.shared_weight,
+            min=format_resources(plan.min),
+            max=format_resources(plan.max),
+            shared_weight=format_resources(plan.shared_weight),
             allow_lent=plan.allow_lent,
             namespaces=plan.namespaces,
         )
@@ -390,7 +393,7 @@ def _upsert_quota(plan: _QuotaPlan, root: str, actor: Actor) -> tuple[str, str]:
     for key in ("min", "max", "shared_weight"):
         new = getattr(plan, key)
         if dict(getattr(existing, key)) != new:
-            changes[key] = new
+            changes[key] = format_resources(new)
             notes.append(_diff(key, getattr(existing, key), new))
     if existing.allow_lent != plan.allow_lent:
         changes["allow_lent"] = plan.allow_lent

@@ -1652,6 +1652,8 @@ class Informer:
                 self.watch_once(stop)
                 failures = 0
             except ApiCallError as err:
+                if stop.is_set():
+                    return  # we closed the stream ourselves
                 self.rest.count("watch", err)
                 failures += 1
                 wait = self.rest.policy.backoff(min(failures, 8), self.rest.rng)
@@ -1688,6 +1690,12 @@ class ClusterWatcher:
         self.stop_event = threading.Event()
         self.informers: list[Informer] = []
         self._threads: list[threading.Thread] = []
+        # Every watch holds a connection open: a pool of their own, one per informer.
+        streams = len(cluster.kinds) * len(cluster._scopes()) + 2
+        configuration = copy.copy(cluster.api.configuration)
+        configuration.connection_pool_maxsize = streams + 2
+        self.api = k8s.ApiClient(configuration)
+        self.api.user_agent = f"{cluster.api.user_agent} (watch)"
         # Each informer owns its stream; they share nothing but the retry policy.
         for kind in cluster.kinds:
             for namespace in cluster._scopes():
@@ -1725,7 +1733,7 @@ class ClusterWatcher:
     def _rest(self) -> Rest:
         base = self.cluster.rest
         return Rest(
-            base.api,
+            self.api,
             timeout_s=base.timeout_s,
             policy=base.policy,
             sleep=base.sleep,
@@ -1788,3 +1796,4 @@ class ClusterWatcher:
         for thread in self._threads:
             thread.join(timeout_s)
         self._threads.clear()
+        self.api.close()

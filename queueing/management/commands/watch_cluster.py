@@ -9,9 +9,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from queueing import watch
 from queueing.cluster import get_cluster
 from queueing.cluster.kubernetes import KubernetesCluster
-from queueing.watch import run_watch
 
 
 class Command(BaseCommand):
@@ -38,5 +38,7 @@ class Command(BaseCommand):
             timer.daemon = True
             timer.start()
         self.stdout.write("Watching the cluster; a change starts a cycle.")
-        sent = run_watch(cluster, stop, debounce_s=options["debounce"])
+        sent = watch.run_watch(
+            cluster, stop, trigger=watch.enqueue_tick, debounce_s=options["debounce"]
+        )
         self.stdout.write(f"Stopped after requesting {sent} cycle(s).")
