@@ -228,8 +228,14 @@ if _unknown_kinds:
 # The container that runs a Job submitted with pod sets only (no manifest).
 KQ_JOB_IMAGE = env.str("KQ_JOB_IMAGE", default="busybox:1.36")
 # Kubernetes API calls: per-request timeout and the total time one call may spend retrying.
-KQ_KUBE_TIMEOUT_S = _float("KQ_KUBE_TIMEOUT_S", 30.0, 1.0)
-KQ_KUBE_RETRY_S = _float("KQ_KUBE_RETRY_S", 20.0, 0.0)
+KQ_KUBE_TIMEOUT_S = _float("KQ_KUBE_TIMEOUT_S", 10.0, 0.5)
+KQ_KUBE_RETRY_S = _float("KQ_KUBE_RETRY_S", 10.0, 0.0)
+if KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S >= KQ_CYCLE_LEASE_S:
+    # A cluster write must end while the lease that ordered it is held (queueing/lease.py).
+    raise ImproperlyConfigured(
+        f"KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S ({KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S:g}) must "
+        f"be less than KQ_CYCLE_LEASE_S ({KQ_CYCLE_LEASE_S:g})."
+    )
 
 # --- Auth, API --------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

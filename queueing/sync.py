@@ -41,6 +41,7 @@ from queueing.cluster.base import (
     JobNotFound,
     QueueUnitMirror,
 )
+from queueing.lease import Fence, Lease
 from queueing.models import Queue, Quota, Workload
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,14 @@ def pool_selector(workload: Workload) -> dict[str, str]:
     return {label: workload.pool} if workload.pool else {}
 
 
-def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) -> SyncReport:
-    """Bring workloads in line with what the cluster reports. See the module docstring."""
+def sync_cluster(
+    cluster: Cluster | None = None, now: datetime | None = None, lease: Lease | None = None
+) -> SyncReport:
+    """Bring workloads in line with what the cluster reports. See the module docstring.
+
+    With the sync ``lease``, repairs stop (LeaseLost) once it cannot outlive them."""
     cluster = cluster or get_cluster()
+    fence = Fence(lease)
     now = now or timezone.now()
     report = SyncReport()
     cluster.tick(now)
@@ -102,7 +108,7 @@ def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) ->
         if job is not None:
             seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
         try:
-            _reconcile(cluster, workload, job, now, report)
+            _reconcile(cluster, workload, job, now, report, fence)
         except ClusterError as exc:
             report.errors.append(f"{workload}: {exc}")
             log.warning("sync of %s failed: %s", workload, exc)
@@ -111,7 +117,7 @@ def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) ->
         if key in seen or job.state in (SUCCEEDED, FAILED):
             continue
         try:
-            _register(cluster, job, report)
+            _register(cluster, job, report, fence)
         except ClusterError as exc:
             report.errors.append(f"{job.ref.namespace}/{job.ref.name}: {exc}")
 
@@ -156,6 +162,7 @@ def _reconcile(
     job: JobInfo | None,
     now: datetime,
     report: SyncReport,
+    fence: Fence,
 ) -> None:
     ref = actions.workload_ref(workload)
     if job is None:
@@ -178,11 +185,13 @@ def _reconcile(
         return
     if phase in (Phase.PENDING, Phase.BACKOFF):
         if not job.suspended:
+            fence.check()
             cluster.suspend(ref)  # only the queue may release a job
             report.resuspended += 1
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
+            fence.check()
             cluster.admit(ref, node_selector=pool_selector(workload))
             report.readmitted += 1
         elif job.state == RUNNING and actions.transition(
@@ -202,6 +211,7 @@ def _reconcile(
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
+            fence.check()
             cluster.suspend(ref)
             report.resuspended += 1
         elif job.active == 0:
@@ -228,7 +238,7 @@ def _requeue(
         report.transitions += 1
 
 
-def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
+def _register(cluster: Cluster, job: JobInfo, report: SyncReport, fence: Fence) -> None:
     queue_name = compat.queue_name(job.labels, job.annotations)
     quota_name = compat.quota_name(job.labels)
     queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
@@ -279,6 +289,7 @@ def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
             return
     report.registered += 1
     if not job.suspended:
+        fence.check()
         try:
             cluster.suspend(job.ref)
             report.resuspended += 1
