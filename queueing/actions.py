@@ -216,6 +216,8 @@ def set_membership(actor: Actor, tenant: Tenant, user: Any, role: str) -> Member
         membership = Membership.objects.create(tenant=tenant, user=user, role=role)
         audit(actor, "membership.create", membership, after=snapshot_of(membership))
     elif membership.role != role:
+        if membership.role == Role.ADMIN:
+            _keep_an_admin(actor, membership)
         before = snapshot_of(membership)
         membership.role = role
         membership.save(update_fields=["role"])
@@ -223,8 +225,28 @@ def set_membership(actor: Actor, tenant: Tenant, user: Any, role: str) -> Member
     return membership
 
 
+def _keep_an_admin(actor: Actor, leaving: Membership) -> None:
+    """A tenant admin cannot leave the tenant without an admin; cluster admins can."""
+    if actor.user is not None and getattr(actor.user, "is_superuser", False):
+        return
+    if actor.source == Source.SYSTEM:
+        return
+    others = (
+        Membership.objects.select_for_update()
+        .filter(tenant_id=leaving.tenant_id, role=Role.ADMIN)
+        .exclude(pk=leaving.pk)
+    )
+    if not others.exists():
+        raise ActionError(
+            f"{leaving.user} is the last admin of tenant {leaving.tenant}; "
+            "make someone else admin first."
+        )
+
+
 @transaction.atomic
 def remove_membership(actor: Actor, membership: Membership) -> None:
+    if membership.role == Role.ADMIN:
+        _keep_an_admin(actor, membership)
     before = snapshot_of(membership)
     audit(actor, "membership.delete", membership, before=before)
     membership.delete()

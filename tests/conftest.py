@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,30 @@ def world(db: None) -> Iterator[builders.World]:
     set_cluster(None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing() -> None:
+    """Tests create many users; PBKDF2's deliberate slowness only costs them time."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
     yield
     set_cluster(None)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    request: pytest.FixtureRequest, django_db_modify_db_settings_parallel_suffix: None
+) -> None:
+    """Browser tests serve pages from a server thread: on SQLite it needs a test database
+    in a file (an in-memory one cannot be shared between threads safely)."""
+    from django.conf import settings
+
+    wants_server = any(item.get_closest_marker("browser") for item in request.session.items)
+    db = settings.DATABASES["default"]
+    if wants_server and db["ENGINE"].endswith("sqlite3"):
+        folder = Path(tempfile.mkdtemp(prefix="kq-test-db-"))
+        db.setdefault("TEST", {})["NAME"] = str(folder / "test.sqlite3")

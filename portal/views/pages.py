@@ -1,4 +1,5 @@
-"""Server-rendered pages. Views read through queries and write through queueing.actions."""
+"""Home, tenant switcher and tenant overview. Views read through queries; writes go
+through queueing.actions (see the form views)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,16 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
 
+from portal import charts, queries
+from portal.views.common import role_flags, visible_tenant_or_404
 from queueing import access
-from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
+from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.models import Queue, Quota, Tenant, Workload
-from queueing.quantities import format_resources
-
-
-def visible_tenant_or_404(request: HttpRequest, name: str) -> Tenant:
-    """A tenant the user may see; any other name is a 404, never a 403."""
-    tenant = access.visible_tenants(request.user).filter(name=name).first()
-    if tenant is None:
-        raise Http404("No such tenant.")
-    return tenant
 
 
 @login_required
@@ -37,53 +33,81 @@ def home(request: HttpRequest) -> HttpResponse:
             running=Count("id", filter=Q(phase__in=HOLDING_PHASES)),
         )
     }
-    rows = [(tenant, counts.get(tenant.pk, {"pending": 0, "running": 0})) for tenant in tenants]
+    roles = access.roles_by_tenant(request.user)
+    rows = [
+        (tenant, counts.get(tenant.pk, {"pending": 0, "running": 0}), roles.get(tenant.pk))
+        for tenant in tenants
+    ]
     return render(request, "portal/home.html", {"rows": rows})
+
+
+@login_required
+@require_GET
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    """The tenant switcher: a plain GET form, so it works without JavaScript."""
+    name = request.GET.get("tenant", "")
+    if not name:
+        return redirect("home")
+    tenant = visible_tenant_or_404(request, name)
+    return redirect("tenant", name=tenant.name)
 
 
 @login_required
 def tenant_page(request: HttpRequest, name: str) -> HttpResponse:
     tenant = visible_tenant_or_404(request, name)
     context = tenant_context(tenant)
-    context["role"] = access.role_in(request.user, tenant.pk)
-    if request.GET.get("partial") == "workloads":
-        return render(request, "portal/_workloads.html", context)
+    context.update(role_flags(request, tenant))
+    context["editable"] = {
+        row.quota.pk
+        for row in context["quota_rows"]
+        if access.can_edit_quota(request.user, row.quota)
+    }
+    if request.GET.get("partial") == "live":
+        return render(request, "portal/_tenant_live.html", context)
     return render(request, "portal/tenant.html", context)
 
 
 def tenant_context(tenant: Tenant) -> dict[str, Any]:
-    queues = list(
-        Queue.objects.filter(tenant=tenant).annotate(
-            pending=Count("workloads", filter=Q(workloads__phase__in=WAITING_PHASES)),
-            admitted=Count("workloads", filter=Q(workloads__phase=Phase.ADMITTED)),
-            running=Count("workloads", filter=Q(workloads__phase=Phase.RUNNING)),
+    queues = list(queries.queue_counts(Queue.objects.filter(tenant=tenant)))
+    all_quotas = list(Quota.objects.select_related("parent", "default_queue"))
+    by_id = {q.pk: q for q in all_quotas}
+    mine = queries.quota_tree([q for q in all_quotas if q.tenant_id == tenant.pk])
+    tops = {q.pk for q in queries.tenant_top_quotas(tenant, [r.quota for r in mine])}
+    top_rows = [row for row in mine if row.quota.pk in tops]
+    root = None
+    if top_rows:  # the root of the tree the tenant's entitlement hangs from
+        root = top_rows[0].quota
+        seen = {root.pk}
+        while root.parent_id in by_id and root.parent_id not in seen:
+            root = by_id[root.parent_id]
+            seen.add(root.pk)
+    leaves = [row.quota for row in mine if not row.children]
+    series = queries.usage_series(leaves)
+    usage_charts = []
+    for resource, points in series.items():
+        unit, divisor = charts.usage_unit(resource)
+        scaled = [(at, value / divisor) for at, value in points]
+        usage_charts.append(
+            {
+                "resource": resource,
+                "unit": unit,
+                "svg": charts.line_chart(
+                    f"usage-{resource.replace('/', '-').replace('.', '-')}",
+                    f"Decayed {resource} usage of {tenant}",
+                    unit,
+                    scaled,
+                ),
+                "latest": scaled[-1][1] if scaled else None,
+            }
         )
-    )
-    quotas = [
-        {
-            "quota": quota,
-            "min": format_resources(quota.min),
-            "max": format_resources(quota.max),
-        }
-        for quota in Quota.objects.filter(tenant=tenant).select_related("parent")
-    ]
-    live = Workload.objects.filter(tenant=tenant).select_related("queue", "quota")
-    pending = list(
-        live.filter(phase__in=WAITING_PHASES).order_by("global_position", "queue_order_at", "id")[
-            :200
-        ]
-    )
-    holding = list(live.filter(phase__in=HOLDING_PHASES).order_by("-admitted_at", "-id")[:200])
-    finished = list(
-        live.filter(phase__in=[Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED]).order_by(
-            "-finished_at", "-id"
-        )[:20]
-    )
+    min_depth = min((row.depth for row in mine), default=0)
     return {
         "tenant": tenant,
         "queues": queues,
-        "quotas": quotas,
-        "pending": pending,
-        "holding": holding,
-        "finished": finished,
+        "quota_rows": mine,
+        "min_depth": min_depth,
+        "fair_share": queries.fair_share(top_rows, root),
+        "usage_charts": usage_charts,
+        "last_cycle_at": queries.last_cycle_at(),
+        "live_url": reverse("tenant", args=[tenant.name]) + "?partial=live",
     }

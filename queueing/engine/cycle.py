@@ -68,7 +68,7 @@ F_DEPTH = 3  # (F_DEPTH, 0)
 F_WAITING = 4  # (F_WAITING, 0): nominated, victims still releasing
 F_NOTREACHED = 5  # (F_NOTREACHED, 0)
 
-ShapeKey = tuple[tuple[Resources, int, Any], ...]
+ShapeKey = tuple[tuple[frozenset[tuple[str, int]], int, Any], ...]
 
 
 def _order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -78,7 +78,18 @@ def _order_key(w: WorkloadSpec) -> tuple[int, float, int]:
 class QueueState:
     """A queue's candidates for this cycle and how far the cycle got into them."""
 
-    __slots__ = ("blocked", "cands", "index", "limit", "pos", "spec")
+    __slots__ = (
+        "block_all",
+        "blocked",
+        "cands",
+        "index",
+        "intelligent",
+        "limit",
+        "may_preempt",
+        "pos",
+        "spec",
+        "threshold",
+    )
 
     def __init__(self, index: int, spec: QueueSpec, cands: list[WorkloadSpec]) -> None:
         self.index = index
@@ -89,13 +100,14 @@ class QueueState:
         self.limit = len(cands) if depth <= 0 else min(depth, len(cands))
         #: quota index -> id of the head that blocks it (Block / Intelligent).
         self.blocked: dict[int, int] = {}
+        self.block_all = spec.blocking
+        self.intelligent = spec.policy == POLICY_INTELLIGENT
+        self.threshold = spec.priority_threshold
+        self.may_preempt = not (spec.preempt_within_quota == "Never" and spec.reclaim == "Never")
 
     def blocks(self, w: WorkloadSpec) -> bool:
         """Whether a failure of ``w`` blocks those behind it on the same quota."""
-        spec = self.spec
-        if spec.blocking:
-            return True
-        return spec.policy == POLICY_INTELLIGENT and w.priority >= spec.priority_threshold
+        return self.block_all or (self.intelligent and w.priority >= self.threshold)
 
 
 class Cycle:
@@ -213,6 +225,7 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.requeues: list[Requeue] = []
         self.admitted_ids: set[int] = set()
+        self.admitted_ws: list[WorkloadSpec] = []  # in the order of ``admissions``
         #: Workloads chosen as victims this cycle (never chosen twice).
         self.victim_ids: set[int] = {w.id for ws in self.inflight.values() for w in ws}
         #: Preemptors waiting for capacity: id -> victim ids (in flight or new).
@@ -223,6 +236,9 @@ class Cycle:
         self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
         #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
         self.qver: list[int] = [0] * nq
+        #: Bumped on every change of ``load``; guards the headroom cache.
+        self._load_version = 0
+        self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
         self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
         self._reqs: dict[int, tuple[PodSetReq, ...]] = {}
         self._shape: dict[int, ShapeKey] = {}
@@ -236,14 +252,16 @@ class Cycle:
         if len(pod_sets) == 1 and pod_sets[0].count > 0:
             ps = pod_sets[0]
             e = elig_key(ps)
-            self._reqs[w.id] = (PodSetReq(ps.name, ps.count, ps.requests._d, e),)
-            self._shape[w.id] = ((ps.requests, ps.count, e),)
+            d = ps.requests._d
+            self._reqs[w.id] = (PodSetReq(ps.name, ps.count, d, e),)
+            self._shape[w.id] = ((frozenset(d.items()), ps.count, e),)
             return
         reqs = podset_reqs(pod_sets)
         live = [ps for ps in pod_sets if ps.count > 0]
         self._reqs[w.id] = reqs
         self._shape[w.id] = tuple(
-            (ps.requests, ps.count, p.elig) for ps, p in zip(live, reqs, strict=True)
+            (frozenset(ps.requests._d.items()), ps.count, p.elig)
+            for ps, p in zip(live, reqs, strict=True)
         )
 
     def reqs(self, w: WorkloadSpec) -> tuple[PodSetReq, ...]:
@@ -268,25 +286,54 @@ class Cycle:
         req: Mapping[str, int],
         freed: Mapping[int, Mapping[str, int]] | None = None,
     ) -> int:
-        """The first chain node where ``req`` does not fit, or -1 when it fits.
+        """A chain node where ``req`` does not fit (the tightest), or -1 when it fits.
 
-        ``freed`` (chain node -> resources) is capacity to treat as released.
+        ``freed`` (chain node -> resources) is capacity to treat as released. Without
+        it, the per-resource headroom of the chain is cached until the next change of
+        load (consecutive candidates of one quota mostly ask the same question).
         """
+        if freed:
+            load = self.load
+            limit = self.limit
+            for c in self.tree.chains[qi]:
+                lc = load[c]
+                lim = limit[c]
+                fr = freed.get(c)
+                if fr:
+                    for k, v in req.items():
+                        if lc.get(k, 0) - fr.get(k, 0) + v > lim.get(k, 0):
+                            return c
+                else:
+                    for k, v in req.items():
+                        if lc.get(k, 0) + v > lim.get(k, 0):
+                            return c
+            return -1
+        cached = self._headroom[qi]
+        if cached is None or cached[0] != self._load_version:
+            cached = (self._load_version, {})
+            self._headroom[qi] = cached
+        head = cached[1]
+        for k, v in req.items():
+            hk = head.get(k)
+            if hk is None:
+                hk = self._chain_headroom(qi, k)
+                head[k] = hk
+            if v > hk[0]:
+                return hk[1]
+        return -1
+
+    def _chain_headroom(self, qi: int, k: str) -> tuple[int, int]:
+        """Smallest ``limit - load`` for resource ``k`` along the chain, and where."""
         load = self.load
         limit = self.limit
+        best = -1
+        best_at = qi
+        first = True
         for c in self.tree.chains[qi]:
-            lc = load[c]
-            lim = limit[c]
-            fr = freed.get(c) if freed else None
-            if fr:
-                for k, v in req.items():
-                    if lc.get(k, 0) - fr.get(k, 0) + v > lim.get(k, 0):
-                        return c
-            else:
-                for k, v in req.items():
-                    if lc.get(k, 0) + v > lim.get(k, 0):
-                        return c
-        return -1
+            room = limit[c].get(k, 0) - load[c].get(k, 0)
+            if first or room < best:
+                best, best_at, first = room, c, False
+        return best, best_at
 
     def admit(
         self,
@@ -299,6 +346,7 @@ class Cycle:
     ) -> None:
         """Record an admission and take its quota and node capacity."""
         req = w._request._d
+        self._load_version += 1
         for c in self.tree.chains[qi]:
             u = self.used[c]
             ld = self.load[c]
@@ -322,6 +370,7 @@ class Cycle:
             )
         )
         self.admitted_ids.add(w.id)
+        self.admitted_ws.append(w)
 
     def reserve(
         self,
@@ -332,6 +381,7 @@ class Cycle:
         node_extra: Mapping[int, Mapping[str, int]],
     ) -> None:
         """Hold back what a waiting preemptor needs beyond what its victims release."""
+        self._load_version += 1
         for c in self.tree.chains[qi]:
             fr = freed.get(c, {})
             ld = self.load[c]
@@ -386,6 +436,9 @@ class Cycle:
         t2 = perf_counter()
         self.stats["nominated_s"] = t1 - t0
         self.stats["tournament_s"] = t2 - t1
+        # The victim-search indexes point back at the cycle; drop them so the cycle is
+        # freed by reference counting, not by a later garbage collection.
+        self.preemptor = None
 
     def requeue_timeouts(self) -> None:
         """Admitted workloads that never started within the queue's timeout go back."""
@@ -460,24 +513,81 @@ class Cycle:
         # Nominated workloads that were admitted or are waiting are out of the race.
         skip = admitted_ids | set(waiting)
 
+        preempt_tried = self.preempt_tried
+        shape_of = self.shape
+        may_fit = nodes.may_fit
+
         def advance(q: QueueState) -> WorkloadSpec | None:
-            """Move ``q`` to its next candidate that may be tried, or None."""
+            """Move ``q`` to its next candidate that may be tried, or None.
+
+            A candidate that cannot fit *now* cannot fit later in the cycle either
+            (capacity only shrinks), so when it could not preempt anyway (its queue
+            and quota used their one attempt, or preemption is off) it fails right
+            here, without a turn in the tournament.
+            """
             cands = q.cands
             blocked = q.blocked
-            while q.pos < q.limit:
-                w = cands[q.pos]
-                if w.id in skip:
-                    if w.id in waiting and q.blocks(w):
-                        blocked.setdefault(quota_of[w.id], w.id)
-                    q.pos += 1
+            may_preempt = preemption_on and q.may_preempt
+            qidx = q.index
+            block_all = q.block_all
+            intelligent = q.intelligent
+            threshold = q.threshold
+            headroom = self._headroom
+            pos = q.pos
+            limit = q.limit
+            while pos < limit:
+                w = cands[pos]
+                wid = w.id
+                if wid in skip:
+                    if wid in waiting and q.blocks(w):
+                        blocked.setdefault(quota_of[wid], wid)
+                    pos += 1
                     continue
+                qi = quota_of[wid]
                 if blocked:
-                    b = blocked.get(quota_of[w.id])
+                    b = blocked.get(qi)
                     if b is not None:
-                        fail[w.id] = (F_POLICY, b)
-                        q.pos += 1
+                        fail[wid] = (F_POLICY, b)
+                        pos += 1
                         continue
-                return w
+                if may_preempt and (qidx, qi) not in preempt_tried:
+                    break
+                # Fast fail: the quota chain's cached headroom, then the nodes' largest
+                # free slot (single pod set), then the memo of failed gang shapes.
+                req = w._request._d
+                c = -1
+                cached = headroom[qi]
+                if cached is not None and cached[0] == self._load_version:
+                    head = cached[1]
+                    for k, v in req.items():
+                        hk = head.get(k)
+                        if hk is None:
+                            c = quota_fail(qi, req)
+                            break
+                        if v > hk[0]:
+                            c = hk[1]
+                            break
+                else:
+                    c = quota_fail(qi, req)
+                if c >= 0:
+                    fail[wid] = (F_QUOTA, c)
+                else:
+                    pod_sets = w.pod_sets
+                    if len(pod_sets) == 1 and not may_fit(
+                        elig_key(pod_sets[0]), pod_sets[0].requests._d
+                    ):
+                        fail[wid] = (F_NODES, None)
+                    else:
+                        shape = shape_of(w)
+                        if shape not in failed_shapes:
+                            break
+                        fail[wid] = (F_NODES, shape)
+                if block_all or (intelligent and w.priority >= threshold):
+                    blocked.setdefault(qi, wid)
+                pos += 1
+            q.pos = pos
+            if pos < limit:
+                return cands[pos]
             for w in cands[q.pos :]:
                 if w.id not in skip and w.id not in fail:
                     b = q.blocked.get(quota_of[w.id])
@@ -558,21 +668,19 @@ class Cycle:
                 entry = nxt
 
     def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
-        spec = q.spec
-        if spec.preempt_within_quota == "Never" and spec.reclaim == "Never":
+        """One victim search per queue and quota per cycle, for its first failing head."""
+        if not q.may_preempt:
             return False
         key = (q.index, qi)
         if key in self.preempt_tried:
             return False
+        self.preempt_tried.add(key)
         shape = self.shape(w)
         if (qi, w.priority, shape) in self.preempt_failed:
             return False
         # A gang that found no victims on nodes (its quota fitting) will not find them
         # for another quota at the same or lower priority either, as far as nodes go.
-        if (-1, w.priority, shape) in self.preempt_failed:
-            return False
-        self.preempt_tried.add(key)
-        return True
+        return (-1, w.priority, shape) not in self.preempt_failed
 
     def _preempt(self, w: WorkloadSpec, qi: int, found: Any) -> None:
         victims, reasons, per_node, freed, extra = found

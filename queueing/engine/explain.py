@@ -13,9 +13,11 @@ from the cycle's end state (which is what the next cycle starts from):
 * ``backoff``, ``never-fits``, ``unknown-queue``.
 
 Each carries the first ``explain_ahead`` workloads ahead of it in its queue and the
-unblock hints: ``to_free`` (capacity that must be released), ``victims`` (what the
-preemption chose, for a preemptor) and ``borrowable`` (how much more its quota's max
-would let it borrow than its runtime quota gives it now).
+unblock hints: ``to_free`` (capacity that must be released), ``victims`` (for a
+preemptor, the victims chosen; for a quota-blocked workload whose queue preempts
+within its quota, the first lower-priority workloads of its quota that preemption
+could take) and ``borrowable`` (how much more its quota's max would let it borrow
+than its runtime quota gives it now).
 
 Explanations depend on the workload only through its quota, request shape and queue
 position, so the expensive parts are cached per (quota node, request) and shared.
@@ -33,7 +35,7 @@ from queueing.engine.cycle import (
     F_QUOTA,
     F_WAITING,
 )
-from queueing.engine.nodes import PodSetReq
+from queueing.engine.nodes import PodSetReq, elig_key, podset_reqs
 from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
     EXPLAIN_BACKOFF,
@@ -45,6 +47,7 @@ from queueing.engine.types import (
     EXPLAIN_PREEMPTING,
     EXPLAIN_QUOTA,
     EXPLAIN_UNKNOWN,
+    PREEMPTED,
     Explanation,
 )
 
@@ -166,12 +169,33 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         return tmpl
 
     new = tuple.__new__
+    _policy = Explanation(0, EXPLAIN_POLICY)
+    policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
+    policy_tail = tuple(_policy[9:])  # to_free .. detail
 
     def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...]) -> Explanation:
         # Fields 0 (workload_id) and 7 (ahead) differ; the rest comes from the template.
         return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:]))
 
+    victims_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+    skip_victims = cy.victim_ids
+
+    def victims_hint(qi: int, priority: int) -> tuple[int, ...]:
+        """Up to ``explain_ahead`` lower-priority workloads of the quota (victim order)."""
+        key = (qi, priority)
+        got = victims_cache.get(key)
+        if got is None:
+            lower = [
+                v
+                for v in cy.holding[qi]
+                if v.priority < priority and v.phase != PREEMPTED and v.id not in skip_victims
+            ]
+            lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
+            got = victims_cache[key] = tuple(v.id for v in lower[: max(1, n_ahead)])
+        return got
+
     for q in cy.queues:
+        in_quota_preemption = q.spec.preempt_within_quota != "Never"
         waiting_ids: list[int] = []
         head: tuple[int, ...] = ()
         for w in q.cands:
@@ -190,11 +214,28 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             kind, arg = f
             if kind == F_QUOTA:
                 qi = cy.quota_of[wid]
-                out[wid] = with_id(quota_expl(qi, arg, w._request), wid, ahead)
+                e = with_id(quota_expl(qi, arg, w._request), wid, ahead)
+                if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
+                    hint = victims_hint(qi, w.priority)
+                    if hint:
+                        e = new(Explanation, (*e[:10], hint, *e[11:]))  # 10 = victims
+                out[wid] = e
             elif kind == F_NODES:
-                out[wid] = with_id(nodes_expl(arg, cy.reqs(w)), wid, ahead)
+                if arg is None:
+                    # Fast-failed in the tournament (a single pod set that no node could
+                    # hold): key the explanation without building the placer's view.
+                    ps = w.pod_sets[0]
+                    key: object = (elig_key(ps), frozenset(ps.requests._d.items()), ps.count)
+                    tmpl = nodes_cache.get(key)
+                    if tmpl is None:
+                        tmpl = nodes_expl(key, podset_reqs(w.pod_sets))
+                else:
+                    tmpl = nodes_expl(arg, cy.reqs(w))
+                out[wid] = with_id(tmpl, wid, ahead)
             elif kind == F_POLICY:
-                out[wid] = Explanation(wid, EXPLAIN_POLICY, blocked_by=arg, ahead=ahead)
+                out[wid] = new(
+                    Explanation, (wid, EXPLAIN_POLICY, *policy_mid, ahead, arg, *policy_tail)
+                )
             elif kind == F_DEPTH:
                 out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead)
             elif kind == F_WAITING:

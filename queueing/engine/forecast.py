@@ -3,8 +3,10 @@
 **Position** is the workload's rank (1-based) in its queue and in the global order
 the engine would consider it: waiting preemptors first, then the tournament merge of
 the queues (queue priority, fair-share score with the candidate's request, workload
-priority, queue-order time, id) at the cycle's end state. Only workloads that compete
-now get a position; one backing off gets an explanation instead.
+priority, queue-order time, id) at the cycle's end state. A k-way merge that always
+takes the smallest head equals a stable sort by each element's *prefix maximum* key
+along its queue, so the merge is one C-speed sort. Only workloads that compete now
+get a position; one backing off gets an explanation instead.
 
 **ETA** comes from a forward simulation of the cycle in virtual time. Running and
 admitted workloads finish after their expected remaining runtime -- the declared
@@ -15,19 +17,28 @@ same order and with the same fit rules as the real cycle (quota chain, gang
 placement, Block/Intelligent blocking). Simplifications, on purpose:
 
 * no preemption in virtual time (the forecast is pessimistic for high priority);
-* each queue looks ``eta_max_depth`` candidates ahead;
+* each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
 * runtime quota is recomputed every so many completions, not at each one;
-* preempted victims release at once and compete again with their original order;
+* preempted victims and requeued workloads release at once; victims compete again
+  with their original order;
 * a running workload past its estimate is assumed to need a quarter (p50) or half
-  (p90) of the estimate more.
+  (p90) of the estimate more (a declared runtime is a limit: it ends now);
+* completions within 2 % of their lead time are released together (an ETA two
+  hours out is good to about two minutes).
 
 The cost is bounded: the simulation stops at ``now + eta_horizon_s`` and when its
-share of ``eta_budget_s`` is spent; workloads not admitted by then get ``None``.
+half of ``eta_budget_s`` is spent; workloads not admitted by then get ``None``.
 
-To stay cheap, a candidate that does not fit is *filed* under what blocked it and
-only looked at again when that changes: per (quota node, resource) in a heap ordered
-by the amount it needs (woken when headroom reaches it), or per (eligible node set,
-resource) ordered by the per-pod need (woken when a node there frees enough).
+To stay cheap, the simulation starts from what the cycle learnt: a candidate that
+failed on nodes, or whose quota is still short, is *filed* under what blocks it and
+looked at again only when that changes -- per (quota node, resource) in a heap
+ordered by the amount it needs (woken when headroom reaches it), or per (eligible
+node set, resource) ordered by its per-pod need (woken when a node there frees
+enough). A release wakes only about as many filed candidates as the freed room could
+hold, smallest need first -- an approximation: in a cluster full of small work a
+large, high-ranked candidate may be woken later than the real cycle would consider
+it. Within one instant, failed gang shapes are memoised (capacity only shrinks until
+the next release).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from queueing.engine.cycle import F_NODES
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
@@ -49,6 +61,15 @@ __all__ = ["forecast", "positions"]
 
 #: Share of the expected runtime a running workload still needs once past it.
 OVERDUE_FACTOR = (0.25, 0.5)
+#: Completions this close (relative to how far ahead they are) are released together.
+RESOLUTION = 0.02
+#: How many candidates the simulation examines between two looks at the clock.
+_CLOCK_EVERY = 64
+
+
+#: (time, sequence, quota index, workload, what it holds per node index or None to
+#: read it from the workload's assignment at release).
+Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
 
 
 def _order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -61,48 +82,36 @@ def positions(cy: Cycle) -> dict[int, Position]:
     waiting = cy.waiting
     quota_of = cy.quota_of
     score = cy.fair.score
+    cache: dict[tuple[int, object], float] = {}
     in_queue: dict[int, int] = {}
-    lists: list[list[WorkloadSpec]] = []
+    first: list[WorkloadSpec] = []
+    keyed: list[tuple[tuple[int, float, int, float, int], int, int]] = []
     for q in cy.queues:
-        lst = [w for w in q.cands if w.id not in admitted]
-        for n, w in enumerate(lst, 1):
-            in_queue[w.id] = n
-        lists.append(lst)
-    order: list[int] = []
-    first = sorted(
-        (w for lst in lists for w in lst if w.id in waiting),
-        key=_order_key,
-    )
-    order.extend(w.id for w in first)
-    heap: list[tuple[int, float, int, float, int, int, int]] = []
-    push = heapq.heappush
-    pop = heapq.heappop
-
-    def advance(qidx: int, pos: int) -> None:
-        lst = lists[qidx]
-        while pos < len(lst) and lst[pos].id in waiting:
-            pos += 1
-        if pos < len(lst):
-            w = lst[pos]
-            push(
-                heap,
-                (
-                    -cy.queues[qidx].spec.priority,
-                    score(quota_of[w.id], w._request._d),
-                    -w.priority,
-                    w.queue_order_at,
-                    w.id,
-                    qidx,
-                    pos,
-                ),
-            )
-
-    for qidx in range(len(lists)):
-        advance(qidx, 0)
-    while heap:
-        entry = pop(heap)
-        order.append(entry[4])
-        advance(entry[5], entry[6] + 1)
+        qp = -q.spec.priority
+        env: tuple[int, float, int, float, int] | None = None
+        n = 0
+        for w in q.cands:
+            wid = w.id
+            if wid in admitted:
+                continue
+            n += 1
+            in_queue[wid] = n
+            if wid in waiting:
+                first.append(w)
+                continue
+            qi = quota_of[wid]
+            ck = (qi, w._request)
+            s = cache.get(ck)
+            if s is None:
+                s = cache[ck] = score(qi, w._request._d)
+            key = (qp, s, -w.priority, w.queue_order_at, wid)
+            if env is None or key > env:
+                env = key
+            keyed.append((env, n, wid))
+    keyed.sort()
+    first.sort(key=_order_key)
+    order = [w.id for w in first]
+    order.extend(wid for _, _, wid in keyed)
     return {wid: Position(in_queue[wid], g) for g, wid in enumerate(order, 1)}
 
 
@@ -112,9 +121,9 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     pos = positions(cy)
     t1 = perf_counter()
     budget = max(0.0, cy.config.eta_budget_s)
-    p50 = _Simulation(cy, 0, deadline=t1 + budget / 2).run()
-    t2 = perf_counter()
-    p90 = _Simulation(cy, 1, deadline=t2 + max(0.0, budget - (t2 - t1))).run()
+    p50_events, p90_events = _holding_events(cy)
+    p50 = _Simulation(cy, 0, p50_events, deadline=t1 + budget / 2).run()
+    p90 = _Simulation(cy, 1, p90_events, deadline=t1 + budget).run()
     etas = {wid: Eta(p50.get(wid), p90.get(wid)) for wid in pos}
     cy.stats["positions_s"] = t1 - t0
     cy.stats["eta_s"] = perf_counter() - t1
@@ -123,8 +132,47 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     return pos, etas
 
 
+def _runtime_of(cy: Cycle, w: WorkloadSpec, q: int) -> float:
+    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+        return w.expected_runtime_s
+    hist = cy.snapshot.runtime_history.get(w.queue)
+    if hist is not None:
+        v = hist[q]
+        if v and v > 0:
+            return float(v)
+    return cy.config.default_runtime_s
+
+
+def _holding_events(cy: Cycle) -> tuple[list[Event], list[Event]]:
+    """When each holding workload ends, in the p50 and the p90 view (heapified)."""
+    now = cy.now
+    released = cy.victim_ids | {r.workload_id for r in cy.requeues}
+    ev50: list[Event] = []
+    ev90: list[Event] = []
+    seq = 0
+    for qi, ws in enumerate(cy.holding):
+        for w in ws:
+            if w.phase == PREEMPTED or w.id in released:
+                continue  # released at once, see _Simulation.setup
+            seq += 1
+            start = w.started_at if w.started_at is not None else now
+            declared = w.expected_runtime_s is not None and w.expected_runtime_s > 0
+            for q, out in ((0, ev50), (1, ev90)):
+                left = start + _runtime_of(cy, w, q) - now
+                if left <= 0:
+                    left = 0.0 if declared else _runtime_of(cy, w, q) * OVERDUE_FACTOR[q]
+                out.append((now + left, seq, qi, w, None))
+    for w in cy.orphans:
+        seq += 1
+        ev50.append((now + _runtime_of(cy, w, 0), seq, -1, w, None))
+        ev90.append((now + _runtime_of(cy, w, 1), seq, -1, w, None))
+    heapq.heapify(ev50)
+    heapq.heapify(ev90)
+    return ev50, ev90
+
+
 class _Cand:
-    """A waiting workload inside the simulation."""
+    """A waiting workload inside the simulation's window of its queue."""
 
     __slots__ = ("filed", "first", "idx", "qi", "queue", "req", "w")
 
@@ -139,13 +187,26 @@ class _Cand:
 
 
 class _SimQueue:
-    __slots__ = ("behind", "block_at", "cands", "dirty", "in_heap", "nxt", "state", "window")
+    __slots__ = (
+        "behind",
+        "block_at",
+        "cands",
+        "dirty",
+        "in_heap",
+        "index",
+        "nxt",
+        "state",
+        "window",
+        "ws",
+    )
 
-    def __init__(self, state: QueueState, cands: list[_Cand]) -> None:
+    def __init__(self, index: int, state: QueueState, ws: list[WorkloadSpec]) -> None:
+        self.index = index
         self.state = state
-        self.cands = cands
+        self.ws = ws  # waiting workloads in queue order
+        self.cands: dict[int, _Cand] = {}  # list index -> candidate (the window)
         self.nxt = 0  # next list index not yet in the window
-        self.window = 0  # candidates in the window (not admitted)
+        self.window = 0  # candidates in the window, not admitted
         self.dirty: list[int] = []  # heap of list indices to (re)check
         self.in_heap = False
         self.block_at: dict[int, int] = {}  # quota -> index of a failing blocking head
@@ -155,7 +216,7 @@ class _SimQueue:
 class _Simulation:
     """One forward run (p50 or p90) of the cycle in virtual time."""
 
-    def __init__(self, cy: Cycle, q: int, deadline: float) -> None:
+    def __init__(self, cy: Cycle, q: int, events: list[Event], deadline: float) -> None:
         self.cy = cy
         self.q = q
         self.deadline = deadline
@@ -169,20 +230,20 @@ class _Simulation:
         self.used = [dict(u) for u in cy.used]
         self.own_demand = [dict(d) for d in cy.own_demand]
         self.runtime = cy.runtime
-        self.limit = [dict(x) for x in cy.limit]
-        self.history = cy.snapshot.runtime_history
-        self.default_runtime = cfg.default_runtime_s
-        self.events: list[tuple[float, int, int, Mapping[str, int], dict[int, dict[str, int]]]] = []
-        self.seq = 0
+        self.limit = cy.limit
+        self.events = events
+        self.seq = len(events) + 1
         self.eta: dict[int, float] = {}
         self.fair = self._fair()
         self.qheap: list[tuple[tuple[int, float, int, float, int], int]] = []
         self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
         self.node_files: dict[tuple[object, str], list[tuple[int, int, int, _Cand]]] = {}
         self.node_keys: dict[int, list[tuple[object, str]]] = {}
-        self.recompute_every = 8
-        self.steps = 0
+        self.failed_shapes: set[object] = set()
+        self.node_how: dict[object, tuple[tuple[object, str], int] | None] = {}
         self.queues: list[_SimQueue] = []
+        self.examined = 0
+        self.out_of_time = False
 
     def _fair(self) -> FairShare:
         cy = self.cy
@@ -198,115 +259,116 @@ class _Simulation:
             cy.tree.fair_weight,
         )
 
-    # -- runtimes --------------------------------------------------------------------
-
-    def runtime_of(self, w: WorkloadSpec) -> float:
-        if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
-            return w.expected_runtime_s
-        hist = self.history.get(w.queue)
-        if hist is not None:
-            v = hist[self.q]
-            if v and v > 0:
-                return float(v)
-        return self.default_runtime
-
-    def remaining(self, w: WorkloadSpec) -> float:
-        total = self.runtime_of(w)
-        start = w.started_at if w.started_at is not None else self.now
-        left = start + total - self.now
-        if left <= 0:
-            declared = w.expected_runtime_s is not None and w.expected_runtime_s > 0
-            left = 0.0 if declared else total * OVERDUE_FACTOR[self.q]
-        return left
-
-    def add_event(
-        self, at: float, qi: int, req: Mapping[str, int], per_node: dict[int, dict[str, int]]
-    ) -> None:
-        self.seq += 1
-        heapq.heappush(self.events, (at, self.seq, qi, req, per_node))
-
     # -- setup -----------------------------------------------------------------------
 
-    def setup(self) -> list[_SimQueue]:
+    def setup(self) -> None:
         cy = self.cy
         nindex = self.nodes.index
-        released: list[WorkloadSpec] = []
         requeued = {r.workload_id for r in cy.requeues}
         victims = cy.victim_ids
+        back: dict[str, list[WorkloadSpec]] = {}
         for qi, ws in enumerate(cy.holding):
             for w in ws:
-                per_node = self._per_node(w, nindex)
                 if w.phase == PREEMPTED or w.id in victims or w.id in requeued:
                     # Evicted (or being requeued): capacity comes back at once.
-                    self._release(qi, w._request._d, per_node, demand=True)
-                    if w.id in victims:
-                        released.append(w)
-                    continue
-                self.add_event(self.now + self.remaining(w), qi, w._request._d, per_node)
-        for w in cy.orphans:
-            self.add_event(self.now + self.remaining(w), -1, {}, self._per_node(w, nindex))
-        by_id = {w.id: w for q in cy.queues for w in q.cands}
-        for a in cy.admissions:
-            w = by_id[a.workload_id]
+                    self._release(qi, w, None, demand=True)
+                    if w.id in victims and w.queue in cy.queue_specs:
+                        back.setdefault(w.queue, []).append(w)
+                        d = self.own_demand[qi]
+                        for k, v in w._request._d.items():
+                            d[k] = d.get(k, 0) + v
+        for a, w in zip(cy.admissions, cy.admitted_ws, strict=True):
             per_node = {nindex[n]: dict(r.raw) for n, r in a.assignment.items()}
-            self.add_event(
-                self.now + self.runtime_of(w), cy.quota_of[w.id], w._request._d, per_node
+            self.seq += 1
+            heapq.heappush(
+                self.events,
+                (self.now + _runtime_of(cy, w, self.q), self.seq, cy.quota_of[w.id], w, per_node),
             )
-        # Victims compete again, in their queue with their original order.
-        extra: dict[str, list[WorkloadSpec]] = {}
-        qindex = cy.tree.index
-        for w in released:
-            if w.queue in cy.queue_specs and w.quota in qindex:
-                extra.setdefault(w.queue, []).append(w)
-                d = self.own_demand[qindex[w.quota]]
-                for k, v in w._request._d.items():
-                    d[k] = d.get(k, 0) + v
-        queues: list[_SimQueue] = []
         admitted = cy.admitted_ids
-        waiting = cy.waiting
-        quota_of = cy.quota_of
         states = {q.spec.name: q for q in cy.queues}
         from queueing.engine.cycle import QueueState
 
-        for name in sorted(set(states) | set(extra)):
+        for name in sorted(set(states) | set(back)):
             state = states.get(name) or QueueState(-1, cy.queue_specs[name], [])
-            ws = [w for w in state.cands if w.id not in admitted]
-            if name in extra:
-                ws.extend(extra[name])
-                ws.sort(key=_order_key)
-            sq_index = len(queues)
-            cands = [
-                _Cand(w, quota_of.get(w.id, qindex.get(w.quota, -1)), sq_index, i, w.id in waiting)
-                for i, w in enumerate(ws)
-            ]
-            queues.append(_SimQueue(state, cands))
-        self.runtime, _ = cy.tree.runtime(self.own_demand, self.nodes.capacity)
-        self._limits()
-        self.fair = self._fair()
-        return queues
+            ws = state.cands  # admitted ones are skipped as the window fills
+            if name in back:
+                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=_order_key)
+            self.queues.append(_SimQueue(len(self.queues), state, ws))
 
-    @staticmethod
-    def _per_node(w: WorkloadSpec, nindex: Mapping[str, int]) -> dict[int, dict[str, int]]:
-        out: dict[int, dict[str, int]] = {}
-        for n, r in w.assignment.items():
-            i = nindex.get(n)
-            if i is not None:
-                out[i] = dict(r.raw)
-        return out
+    def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:
+        """Bring candidates into the queue's window, filed or dirty.
 
-    def _limits(self) -> None:
-        maxes = self.tree.maxes
-        self.limit = []
-        for i, rt in enumerate(self.runtime):
-            lim = dict(rt)
-            for k, cap in maxes[i].items():
-                if lim.get(k, 0) > cap:
-                    lim[k] = cap
-            self.limit.append(lim)
+        At the start, what the cycle learnt is reused: a candidate it failed to place
+        waits for nodes, one whose quota is still short waits for that quota node, one
+        behind a failing Block/Intelligent head waits for that head.
+        """
+        cy = self.cy
+        depth = self.depth
+        spec_depth = sq.state.spec.max_depth
+        if spec_depth > 0:
+            depth = min(depth, spec_depth)
+        quota_of = cy.quota_of
+        qindex = cy.tree.index
+        waiting = cy.waiting
+        fail = cy.fail
+        blocks = sq.state.blocks
+        admitted = cy.admitted_ids
+        ws = sq.ws
+        n = len(ws)
+        while sq.window < depth and sq.nxt < n:
+            i = sq.nxt
+            w = ws[i]
+            sq.nxt += 1
+            if w.id in admitted:
+                continue
+            sq.window += 1
+            qi = quota_of.get(w.id)
+            if qi is None:
+                qi = qindex.get(w.quota, -1)
+            c = _Cand(w, qi, sq.index, i, w.id in waiting)
+            sq.cands[i] = c
+            if initial and not c.first:
+                b = sq.block_at.get(qi)
+                if b is not None:
+                    sq.behind.setdefault(qi, []).append(i)
+                    continue
+                f = fail.get(w.id)
+                if f is not None and f[0] == F_NODES:
+                    # The cycle just failed to place it; it waits for nodes to free up.
+                    self._file(c, -1, "")
+                    if blocks(w):
+                        sq.block_at[qi] = i
+                    continue
+                fc, fk = self._quota_fail(qi, c.req)
+                if fc >= 0:
+                    self._file(c, fc, fk)
+                    if blocks(w):
+                        sq.block_at[qi] = i
+                    continue
+            heapq.heappush(sq.dirty, i)
+
+    def _quota_fail(self, qi: int, req: Mapping[str, int]) -> tuple[int, str]:
+        used = self.used
+        limit = self.limit
+        for node_q in self.tree.chains[qi]:
+            u = used[node_q]
+            lim = limit[node_q]
+            for k, v in req.items():
+                if u.get(k, 0) + v > lim.get(k, 0):
+                    return node_q, k
+        return -1, ""
 
     def _release(
-        self, qi: int, req: Mapping[str, int], per_node: dict[int, dict[str, int]], *, demand: bool
-    ) -> None:
+        self,
+        qi: int,
+        w: WorkloadSpec,
+        per_node: dict[int, dict[str, int]] | None,
+        *,
+        demand: bool,
+        into: dict[int, dict[str, int]] | None = None,
+    ) -> set[int]:
+        """Give back what ``w`` held; node capacity goes to ``into`` when batching."""
+        req = w._request._d
         if qi >= 0:
             for c in self.tree.chains[qi]:
                 u = self.used[c]
@@ -316,55 +378,85 @@ class _Simulation:
                 d = self.own_demand[qi]
                 for k, v in req.items():
                     d[k] = d.get(k, 0) - v
+        if per_node is None:
+            nindex = self.nodes.index
+            per_node = {}
+            for n, r in w.assignment.items():
+                i = nindex.get(n)
+                if i is not None:
+                    per_node[i] = dict(r.raw)
         if per_node:
-            self.nodes.release(per_node)
+            if into is None:
+                self.nodes.release(per_node)
+            else:
+                for i, amount in per_node.items():
+                    acc = into.get(i)
+                    if acc is None:
+                        into[i] = dict(amount)
+                    else:
+                        for k, v in amount.items():
+                            acc[k] = acc.get(k, 0) + v
+        return set(per_node)
 
     # -- the run ---------------------------------------------------------------------
 
     def run(self) -> dict[int, float]:
-        queues = self.setup()
-        self.queues = queues
-        depth = self.depth
-        for sq in queues:
-            while sq.window < depth and sq.nxt < len(sq.cands):
-                heapq.heappush(sq.dirty, sq.nxt)
-                sq.nxt += 1
-                sq.window += 1
+        if perf_counter() > self.deadline:
+            return self.eta
+        self.setup()
+        for sq in self.queues:
+            self._fill(sq, initial=True)
             self._schedule(sq)
         t = self.now
         n_running = len(self.events)
-        self.recompute_every = max(8, n_running // 8)
+        recompute_every = max(64, n_running // 4)
         since = 0
-        steps = 0
+        tree = self.tree
         while True:
             self._admit_round(t)
-            steps += 1
-            if not self.events or perf_counter() > self.deadline:
+            if self.out_of_time or not self.events or perf_counter() > self.deadline:
                 break
             t = self.events[0][0]
             if t > self.end:
                 break
+            # Completions within RESOLUTION of the lead time are released together: a
+            # 2 % error on "in two hours" buys one admission pass instead of dozens.
+            window = t + RESOLUTION * (t - self.now)
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
-            while self.events and self.events[0][0] <= t:
-                _, _, qi, req, per_node = heapq.heappop(self.events)
-                self._release(qi, req, per_node, demand=True)
+            freed: dict[int, dict[str, int]] = {}
+            while self.events and self.events[0][0] <= window:
+                at, _, qi, w, held = heapq.heappop(self.events)
+                t = at
+                touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
-                    for c in self.tree.chains[qi]:
-                        for k in req:
+                    for c in tree.chains[qi]:
+                        for k in w._request._d:
                             touched_q.add((c, k))
-                touched_n.update(per_node)
                 since += 1
-            if since >= self.recompute_every:
+            if freed:
+                self.nodes.release(freed)
+            self.failed_shapes.clear()  # capacity grew: old failures may fit now
+            if since >= recompute_every:
                 since = 0
-                self.runtime, _ = self.tree.runtime(self.own_demand, self.nodes.capacity)
+                self.runtime, _ = tree.runtime(self.own_demand, self.nodes.capacity)
                 self._limits()
                 self.fair = self._fair()
                 touched_q = set(self.quota_files)
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
-        self.steps = steps
         return self.eta
+
+    def _limits(self) -> None:
+        maxes = self.tree.maxes
+        limit = []
+        for i, rt in enumerate(self.runtime):
+            lim = dict(rt)
+            for k, cap in maxes[i].items():
+                if lim.get(k, 0) > cap:
+                    lim[k] = cap
+            limit.append(lim)
+        self.limit = limit
 
     def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, float, int, float, int]:
         if c.first:
@@ -380,7 +472,7 @@ class _Simulation:
     def _schedule(self, sq: _SimQueue) -> None:
         if sq.dirty and not sq.in_heap:
             c = sq.cands[sq.dirty[0]]
-            heapq.heappush(self.qheap, (self._key(sq, c), c.queue))
+            heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
             sq.in_heap = True
 
     def _mark(self, c: _Cand) -> None:
@@ -392,27 +484,31 @@ class _Simulation:
     def _admit_round(self, t: float) -> None:
         qheap = self.qheap
         queues = self.queues
-        score = self.fair.score
         tree = self.tree
         used = self.used
-        limit = self.limit
         nodes = self.nodes
         eta = self.eta
-        depth = self.depth
+        cy = self.cy
+        failed_shapes = self.failed_shapes
+        deadline = self.deadline
         while qheap:
+            self.examined += 1
+            if self.examined % _CLOCK_EVERY == 0 and perf_counter() > deadline:
+                self.out_of_time = True
+                return
             key, qidx = heapq.heappop(qheap)
             sq = queues[qidx]
             sq.in_heap = False
             if not sq.dirty:
                 continue
             i = heapq.heappop(sq.dirty)
-            c = sq.cands[i]
-            w = c.w
-            if w.id in eta or c.qi < 0:
+            c = sq.cands.get(i)
+            if c is None or c.w.id in eta or c.qi < 0:
                 self._schedule(sq)
                 continue
+            w = c.w
             if not c.first:
-                s2 = score(c.qi, c.req)
+                s2 = self.fair.score(c.qi, c.req)
                 if s2 > key[1]:
                     heapq.heappush(sq.dirty, i)
                     heapq.heappush(qheap, ((key[0], s2, *key[2:]), qidx))
@@ -425,20 +521,14 @@ class _Simulation:
                 self._schedule(sq)
                 continue
             req = c.req
-            fail_c = -1
-            fail_k = ""
-            for node_q in tree.chains[qi]:
-                u = used[node_q]
-                lim = limit[node_q]
-                for k, v in req.items():
-                    if u.get(k, 0) + v > lim.get(k, 0):
-                        fail_c, fail_k = node_q, k
-                        break
-                if fail_c >= 0:
-                    break
+            fail_c, fail_k = self._quota_fail(qi, req)
             placed = None
             if fail_c < 0:
-                placed = nodes.place(self.cy.reqs(w))
+                shape = cy.shape(w)
+                if shape not in failed_shapes:
+                    placed = nodes.place(cy.reqs(w))
+                    if placed is None:
+                        failed_shapes.add(shape)
             if placed is not None:
                 for node_q in tree.chains[qi]:
                     u = used[node_q]
@@ -447,16 +537,18 @@ class _Simulation:
                 self.fair.admitted(qi, req)
                 nodes.commit(placed.per_node)
                 eta[w.id] = t
-                self.add_event(t + self.runtime_of(w), qi, req, dict(placed.per_node))
+                self.seq += 1
+                heapq.heappush(
+                    self.events,
+                    (t + _runtime_of(cy, w, self.q), self.seq, qi, w, dict(placed.per_node)),
+                )
+                del sq.cands[i]
                 sq.window -= 1
                 if sq.block_at.get(qi) == i:
                     del sq.block_at[qi]
                     for j in sq.behind.pop(qi, []):
                         heapq.heappush(sq.dirty, j)
-                while sq.window < depth and sq.nxt < len(sq.cands):
-                    heapq.heappush(sq.dirty, sq.nxt)
-                    sq.nxt += 1
-                    sq.window += 1
+                self._fill(sq)
             else:
                 if sq.state.blocks(w) and (b is None or i < b):
                     sq.block_at[qi] = i
@@ -473,18 +565,24 @@ class _Simulation:
                 (c.req.get(fail_k, 0), c.w.id, self.seq, c),
             )
             return
-        reqs = self.cy.reqs(c.w)
-        ps = max(reqs, key=lambda p: (self.nodes._size(p), p.name))
-        prim = self.nodes.primary(ps.elig, ps.req)
-        if prim is None:
+        shape = self.cy.shape(c.w)
+        how = self.node_how.get(shape)
+        if how is None:
+            reqs = self.cy.reqs(c.w)
+            ps = max(reqs, key=lambda p: (self.nodes._size(p), p.name)) if reqs else None
+            prim = self.nodes.primary(ps.elig, ps.req) if ps is not None else None
+            how = self.node_how[shape] = (
+                None if ps is None or prim is None else ((ps.elig, prim), ps.req.get(prim, 0))
+            )
+        if how is None:
             return
-        key = (ps.elig, prim)
+        key, need = how
         lst = self.node_files.get(key)
         if lst is None:
             lst = self.node_files[key] = []
-            for n in self.nodes.eligible(ps.elig):
+            for n in self.nodes.eligible(key[0]):  # type: ignore[arg-type]
                 self.node_keys.setdefault(n, []).append(key)
-        heapq.heappush(lst, (ps.req.get(prim, 0), c.w.id, self.seq, c))
+        heapq.heappush(lst, (need, c.w.id, self.seq, c))
 
     def _wake_quota(self, touched: set[tuple[int, str]]) -> None:
         files = self.quota_files
@@ -496,10 +594,7 @@ class _Simulation:
                 continue
             c_node, k = key
             head = limit[c_node].get(k, 0) - used[c_node].get(k, 0)
-            while lst and lst[0][0] <= head:
-                cand = heapq.heappop(lst)[3]
-                if cand.filed:
-                    self._mark(cand)
+            self._wake(lst, head)
 
     def _wake_nodes(self, touched: set[int]) -> None:
         if not touched or not self.node_files:
@@ -510,8 +605,23 @@ class _Simulation:
                 lst = self.node_files.get(key)
                 if not lst:
                     continue
-                have = free[n].get(key[1], 0)
-                while lst and lst[0][0] <= have:
-                    cand = heapq.heappop(lst)[3]
-                    if cand.filed:
-                        self._mark(cand)
+                self._wake(lst, free[n].get(key[1], 0))
+
+    def _wake(self, lst: list[tuple[int, int, int, _Cand]], room: int) -> None:
+        """Wake filed candidates whose need fits ``room``, smallest need first.
+
+        Only about as many as ``room`` could hold (twice over) are woken: waking every
+        small candidate of a full cluster for each freed slot would make one simulated
+        instant as costly as a whole cycle. The rest stay filed for the next release.
+        """
+        budget = 2 * room
+        woken = 0
+        while lst and lst[0][0] <= room:
+            need = lst[0][0]
+            if woken and need > budget:
+                break
+            cand = heapq.heappop(lst)[3]
+            if cand.filed:
+                self._mark(cand)
+                woken += 1
+                budget -= max(need, 1)

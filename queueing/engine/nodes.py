@@ -227,6 +227,19 @@ class NodeIndex:
                 self._lists_of_node[i].append(lst)
         return lst
 
+    def may_fit(self, elig: EligKey, req: Mapping[str, int]) -> bool:
+        """A cheap necessary condition: some eligible node has ``req[r]`` free, each r.
+
+        Uses the largest free amount per resource (the last entry of each sorted list),
+        so a pod that passes may still not fit on any single node.
+        """
+        for r, v in req.items():
+            if v > 0:
+                entries = self._sorted_for(elig, r).entries
+                if not entries or entries[-1][0] < v:
+                    return False
+        return True
+
     # -- placement -------------------------------------------------------------------
 
     def place(
@@ -241,6 +254,7 @@ class NodeIndex:
         """
         free = self.free
         taken: dict[int, dict[str, int]] = {}
+        eff_cache: dict[int, dict[str, int]] = {}
         placements: list[tuple[str, int, int]] = []
         order = (
             pod_sets
@@ -261,24 +275,34 @@ class NodeIndex:
             need = req[prim]
             lst = self._sorted_for(ps.elig, prim).entries
             elig_set: set[int] | None = None
+            # Nodes whose sorted key is stale for this search -- partly taken by this
+            # gang, or carrying extra capacity -- are checked one by one, from a cache
+            # of their effective free capacity. A node that got pods of this set took
+            # as many as fit, so it is done for the set.
+            done: set[int] = set()
             while remaining > 0:
                 best_i = -1
                 best_free = 0
-                # Nodes whose sorted key is stale for this search: partly taken by this
-                # gang, or carrying extra capacity. Checked one by one.
-                special: set[int] = set(taken)
+                special = set(taken)
                 if extra:
                     special.update(extra)
                 for i in special:
+                    if i in done:
+                        continue
                     if elig_set is None:
                         elig_set = set(self.eligible(ps.elig))
                     if i not in elig_set:
+                        done.add(i)
                         continue
-                    eff = self._effective(i, taken, extra)
+                    eff = eff_cache.get(i)
+                    if eff is None:
+                        eff = eff_cache[i] = self._effective(i, taken, extra)
                     if _fits(req, eff):
                         fp = eff.get(prim, 0)
                         if best_i < 0 or (fp, i) < (best_free, best_i):
                             best_i, best_free = i, fp
+                    else:
+                        done.add(i)
                 # The first non-special node in the sorted list that fits all resources.
                 pos = bisect_left(lst, (need, -1))
                 n_entries = len(lst)
@@ -292,7 +316,9 @@ class NodeIndex:
                     pos += 1
                 if best_i < 0:
                     return None
-                eff = self._effective(best_i, taken, extra)
+                eff = eff_cache.get(best_i)
+                if eff is None:
+                    eff = self._effective(best_i, taken, extra)
                 k = remaining
                 for r, v in req.items():
                     if v > 0:
@@ -302,6 +328,9 @@ class NodeIndex:
                 t = taken.setdefault(best_i, {})
                 for r, v in req.items():
                     t[r] = t.get(r, 0) + v * k
+                    eff[r] = eff.get(r, 0) - v * k
+                eff_cache[best_i] = eff
+                done.add(best_i)
                 placements.append((ps.name, best_i, k))
                 remaining -= k
         return Placement(tuple(placements), taken)

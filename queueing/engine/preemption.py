@@ -15,7 +15,9 @@ Candidate victims, in the order they are tried:
 2. **InQueue** -- lower-priority workloads of the same quota.
 
 Within each group: lower priority first, then the most recently admitted (least work
-lost), then the higher id. A victim is only taken if it reduces what is still
+lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
+(declared runtime, else its queue's p50) is left alone: waiting for it costs less
+than the work its eviction would throw away. A victim is only taken if it reduces what is still
 missing (a quota node's shortfall, or -- once quota fits -- capacity on a node the
 preemptor may use). The set is built greedily until the preemptor fits its quota
 chain and all its pods place on nodes (counting what victims hold as free); then
@@ -95,6 +97,14 @@ class Preemptor:
                 vq = qindex.get(v.quota)
                 if vq is not None:
                     self._add_releasing(vq, v._request._d)
+        # What waiting preemptors (nominated earlier, or chosen earlier in this cycle)
+        # will add once admitted: capacity released inside their chain is theirs.
+        self.incoming: list[dict[str, int]] = [{} for _ in range(n)]
+        if cy.waiting:
+            for q in cy.queues:
+                for w in q.cands:
+                    if w.id in cy.waiting:
+                        self.arriving(cy.quota_of[w.id], w._request._d)
         self.by_quota: dict[int, list[tuple[VKey, WorkloadSpec]]] = {}
         self.over: dict[int, set[str]] = {}
         for c in range(n):
@@ -103,10 +113,18 @@ class Preemptor:
                 continue
             rt = cy.runtime[c]
             rel = self.releasing[c]
-            over = {k for k, v in u.items() if v - rel.get(k, 0) > rt.get(k, 0)}
+            inc = self.incoming[c]
+            over = {k for k, v in u.items() if v - rel.get(k, 0) + inc.get(k, 0) > rt.get(k, 0)}
             if over:
                 self.over[c] = over
         self._subtree_lists: dict[int, list[tuple[VKey, WorkloadSpec, int]]] = {}
+
+    def arriving(self, qi: int, req: Mapping[str, int]) -> None:
+        """Account a preemptor that will be admitted in quota ``qi``."""
+        for c in self.cy.tree.chains[qi]:
+            r = self.incoming[c]
+            for k, x in req.items():
+                r[k] = r.get(k, 0) + x
 
     def _add_releasing(self, vq: int, req: Mapping[str, int], sign: int = 1) -> None:
         for c in self.cy.tree.chains[vq]:
@@ -202,16 +220,22 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     mins = tree.mins
     releasing = pre.releasing
     skip = cy.victim_ids
-    load = cy.load
     limit = cy.limit
 
+    incoming = pre.incoming
+
     # -- what is missing --------------------------------------------------------------
+    # Counted on projected usage: what holds now, minus what victims already chosen
+    # will release, plus what preemptors already waiting will take. Without it two
+    # preemptors of one cycle would each free the same shortfall.
     need: dict[int, dict[str, int]] = {}
     for c in chain:
-        lc = load[c]
+        u = used[c]
+        rel = releasing[c]
+        inc = incoming[c]
         lim = limit[c]
         for k, amount in req.items():
-            d = lc.get(k, 0) + amount - lim.get(k, 0)
+            d = u.get(k, 0) - rel.get(k, 0) + inc.get(k, 0) + amount - lim.get(k, 0)
             if d > 0:
                 need.setdefault(c, {})[k] = d
     allow_inq = spec.preempt_within_quota != "Never"
@@ -262,6 +286,23 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     if not streams:
         return None
 
+    grace = cy.config.preempt_grace_s
+    now = cy.now
+    history = cy.snapshot.runtime_history
+
+    def finishing_soon(v: WorkloadSpec) -> bool:
+        """Expected to end within the grace period: better wait than evict."""
+        if grace <= 0:
+            return False
+        total = v.expected_runtime_s
+        if total is None or total <= 0:
+            hist = history.get(v.queue)
+            total = hist[0] if hist else None
+        if total is None or total <= 0:
+            return False
+        start = v.started_at if v.started_at is not None else now
+        return start + total - now <= grace
+
     nodes = cy.nodes
     reqs = cy.reqs(w)
     elig_nodes: set[int] = set()
@@ -293,14 +334,26 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 e[k] = e.get(k, 0) + sign * x
 
     def net(x: int, k: str) -> int:
-        return used[x].get(k, 0) - releasing[x].get(k, 0) - freed.get(x, {}).get(k, 0)
+        return (
+            used[x].get(k, 0)
+            - releasing[x].get(k, 0)
+            + incoming[x].get(k, 0)
+            - freed.get(x, {}).get(k, 0)
+        )
+
+    guaranteed_keys = [k for k in req if mins[qi].get(k, 0) > 0]
 
     def within_min() -> bool:
-        return all(net(qi, k) + v <= mins[qi].get(k, 0) for k, v in req.items())
+        # Within its guarantee in every resource its min names (a quota that guarantees
+        # cpu but not memory is not "borrowing" because it uses memory).
+        if not guaranteed_keys:
+            return False
+        m = mins[qi]
+        return all(net(qi, k) + req[k] <= m[k] for k in guaranteed_keys)
 
     def fair_ok(vq: int) -> bool:
-        less_q = _merge(releasing[qi], freed.get(qi))
-        less_v = _merge(releasing[vq], freed.get(vq))
+        less_q = _merge(releasing[qi], freed.get(qi), incoming[qi])
+        less_v = _merge(releasing[vq], freed.get(vq), incoming[vq])
         return _share(used[qi], runtime[qi], less_q, req) <= _share(used[vq], runtime[vq], less_v)
 
     def reclaim_ok(v: WorkloadSpec, vq: int) -> bool:
@@ -365,7 +418,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                     continue  # workloads attached to an ancestor are not "other quotas"
                 if lower_only and v.priority >= w.priority:
                     continue
-            if not useful(v, vq):
+            if not useful(v, vq) or finishing_soon(v):
                 continue
             if vq != qi and not reclaim_ok(v, vq):
                 continue
@@ -419,8 +472,12 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         else:
             if not fair_ok(vq):
                 return None
-            mine = _share(used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi)), req)
-            theirs = _share(used[vq], runtime[vq], _merge(releasing[vq], freed.get(vq)))
+            mine = _share(
+                used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi), incoming[qi]), req
+            )
+            theirs = _share(
+                used[vq], runtime[vq], _merge(releasing[vq], freed.get(vq), incoming[vq])
+            )
             reasons.append(
                 (
                     FAIRSHARE,
@@ -431,12 +488,19 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             )
     victims = [v for v, _ in chosen]
     pre.chosen(victims)
+    pre.arriving(qi, req)
     return victims, reasons, placed, freed, extra
 
 
-def _merge(a: Mapping[str, int], b: Mapping[str, int] | None) -> dict[str, int]:
+def _merge(
+    a: Mapping[str, int], b: Mapping[str, int] | None, minus: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """``a + b - minus``: what to subtract from usage (released, minus arriving)."""
     out = dict(a)
     if b:
         for k, v in b.items():
             out[k] = out.get(k, 0) + v
+    if minus:
+        for k, v in minus.items():
+            out[k] = out.get(k, 0) - v
     return out

@@ -14,9 +14,11 @@ Everything is deterministic for a seed (``random.Random(seed)``).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from queueing.engine.resources import Resources
+from queueing.engine.simulator import Arrival, Scenario
 from queueing.engine.types import (
     EngineConfig,
     NodeSpec,
@@ -29,7 +31,13 @@ from queueing.engine.types import (
     WorkloadSpec,
 )
 
-__all__ = ["KueueClass", "kueue_baseline_classes", "synthetic_snapshot"]
+__all__ = [
+    "SCENARIOS",
+    "KueueClass",
+    "kueue_baseline",
+    "kueue_baseline_classes",
+    "synthetic_snapshot",
+]
 
 GI = 2**30
 GPU = "nvidia.com/gpu"
@@ -248,3 +256,78 @@ def kueue_baseline_classes() -> tuple[KueueClass, ...]:
         KueueClass("medium", 100, 0.5, 0.5, 100, 5),
         KueueClass("large", 50, 1.2, 1.0, 200, 20),
     )
+
+
+def kueue_baseline(
+    cohorts: int = 5, queues_per_cohort: int = 6, nominal: int = 20, borrowing_limit: int = 100
+) -> Scenario:
+    """Kueue's scheduler baseline (``configs/baseline/generator.yaml``) as a scenario.
+
+    Kueue objects map onto ours one to one: a cohort is a root quota whose max is the
+    sum of its ClusterQueues' nominal quota (what a cohort can lend); a ClusterQueue
+    is a leaf quota with ``min`` = nominal and ``max`` = nominal + borrowingLimit and
+    its own queue (BestEffortFIFO = ``Priority``; ``withinClusterQueue: LowerPriority``
+    = ``preempt_within_quota="LowerPriority"``; ``reclaimWithinCohort: Any`` =
+    ``reclaim="Any"``). Workloads are created one per interval per class and queue,
+    the first after one interval, as Kueue's generator does (it waits before each
+    creation). Kueue's test has no nodes, only quota; one node holds the whole
+    capacity so that placement never binds either. One cpu unit = 1000 millicores.
+    """
+    unit = 1000
+    quotas: list[QuotaNode] = []
+    queues: list[QueueSpec] = []
+    measured: dict[str, int] = {}
+    arrivals: list[Arrival] = []
+    wid = 0
+    classes = kueue_baseline_classes()
+    for c in range(cohorts):
+        cohort = f"cohort-{c}"
+        quotas.append(QuotaNode(cohort, None, max={"cpu": nominal * queues_per_cohort * unit}))
+        for q in range(queues_per_cohort):
+            name = f"cq-{c}-{q}"
+            quotas.append(
+                QuotaNode(
+                    name,
+                    cohort,
+                    min=Resources({"cpu": nominal * unit}),
+                    max={"cpu": (nominal + borrowing_limit) * unit},
+                )
+            )
+            queues.append(
+                QueueSpec(
+                    name,
+                    policy="Priority",
+                    preempt_within_quota="LowerPriority",
+                    reclaim="Any",
+                )
+            )
+            measured[name] = nominal * unit
+            for k in classes:
+                for i in range(k.count):
+                    at = round((i + 1) * k.interval_s, 6)
+                    wid += 1
+                    w = WorkloadSpec(
+                        id=wid,
+                        name=f"{k.name}-{c}-{q}-{i}",
+                        quota=name,
+                        queue=name,
+                        priority=k.priority,
+                        queue_order_at=1_700_000_000.0 + at,
+                        pod_sets=(PodSet("main", 1, Resources({"cpu": k.request * unit})),),
+                        expected_runtime_s=k.runtime_s,
+                    )
+                    arrivals.append(Arrival(at, w, k.name, k.runtime_s))
+    total = cohorts * queues_per_cohort * nominal * unit
+    return Scenario(
+        name="kueue-baseline",
+        quotas=tuple(quotas),
+        queues=tuple(queues),
+        nodes=(NodeSpec("sim-node", Resources({"cpu": total})),),
+        arrivals=tuple(arrivals),
+        measured=measured,
+        resource="cpu",
+    )
+
+
+#: Scenarios the ``simulate`` command knows, by name.
+SCENARIOS: dict[str, Callable[[], Scenario]] = {"kueue-baseline": kueue_baseline}

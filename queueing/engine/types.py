@@ -335,7 +335,11 @@ class EngineConfig:
     #: Node label whose value names the pool an admission landed in.
     pool_label: str = "koord-queue/pool"
     #: Forecast: candidates looked at per queue at each simulated instant.
-    eta_max_depth: int = 8
+    eta_max_depth: int = 4
+    #: A running workload expected to finish within this many seconds (declared
+    #: runtime, else its queue's p50) is not preempted: waiting costs less than the
+    #: work an eviction throws away. 0 disables the rule.
+    preempt_grace_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.fair_share_mode not in ("instant", "historical", "blended"):

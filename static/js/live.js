@@ -1,68 +1,169 @@
-// Live updates of a tenant page over the WebSocket: change cells in place, refetch the
-// lists when rows arrive or leave, reconnect with backoff and resynchronise on reconnect.
+// Koord-Queue live updates: one WebSocket per page, reconnecting with backoff and
+// resynchronising on reconnect; relative times kept fresh. Message schema: docs/events.md.
 (function () {
   "use strict";
-  var root = document.querySelector("[data-live-tenant]");
-  if (!root) return;
-  var tenant = root.getAttribute("data-live-tenant");
-  var status = document.getElementById("live-status");
-  var delay = 500, refetchTimer = null, socket = null;
+  var KQ = (window.KQ = window.KQ || {});
+  var statusEl = document.getElementById("live-status");
 
-  function say(text) { if (status) status.textContent = text; }
+  function say(text) {
+    if (!statusEl) return;
+    statusEl.hidden = false;
+    statusEl.textContent = text;
+  }
+  KQ.say = say;
 
-  function refetch() {
-    if (refetchTimer) return;
-    refetchTimer = setTimeout(function () {
-      refetchTimer = null;
-      fetch(root.getAttribute("data-partial-url"), { credentials: "same-origin" })
-        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-        .then(function (html) { root.innerHTML = html; })
-        .catch(function () { say("Could not refresh the lists; retrying on the next change."); });
-    }, 150);
+  function human(seconds) {
+    seconds = Math.abs(seconds);
+    if (seconds < 60) return Math.floor(seconds) + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min";
+    if (seconds < 86400) {
+      var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60);
+      return m ? h + " h " + m + " min" : h + " h";
+    }
+    var d = Math.floor(seconds / 86400), hh = Math.floor((seconds % 86400) / 3600);
+    return hh ? d + " d " + hh + " h" : d + " d";
   }
 
-  function mark(row) {
-    row.classList.remove("changed");
-    void row.offsetWidth; // restart the highlight
-    row.classList.add("changed");
-  }
+  // "in 3 min" / "3 min ago" (mode "rel") or "3 min" since then (mode "age").
+  KQ.relative = function (iso, mode) {
+    var when = Date.parse(iso);
+    if (isNaN(when)) return "—";
+    var delta = (when - Date.now()) / 1000;
+    if (mode === "age") return human(-delta);
+    if (Math.abs(delta) < 1) return "now";
+    return delta > 0 ? "in " + human(delta) : human(delta) + " ago";
+  };
 
-  function apply(change) {
-    var rows = root.querySelectorAll('tr[data-workload="' + change.id + '"]');
-    if (!rows.length) { refetch(); return; }
-    rows.forEach(function (row) {
-      var list = row.closest("table").getAttribute("data-list");
-      var waiting = change.phase === "Pending" || change.phase === "Backoff";
-      var holding = change.phase === "Admitted" || change.phase === "Running" || change.phase === "Preempted";
-      if ((list === "pending" && !waiting) || (list === "holding" && !holding) || list === "finished") { refetch(); return; }
-      var phase = row.querySelector('[data-field="phase"]');
-      if (phase) phase.innerHTML = '<span class="phase phase-' + change.phase.toLowerCase() + '"></span>';
-      if (phase) phase.firstChild.textContent = change.phase;
-      var pos = row.querySelector('[data-field="position"]');
-      if (pos) pos.textContent = change.position == null ? "—" : String(change.position);
-      var reason = row.querySelector('[data-field="reason"]');
-      if (reason) reason.textContent = change.reason || "";
-      mark(row);
+  KQ.timeElement = function (iso, mode) {
+    if (!iso) {
+      var none = document.createElement("span");
+      none.className = "muted";
+      none.textContent = "—";
+      return none;
+    }
+    var t = document.createElement("time");
+    t.setAttribute("datetime", iso);
+    t.setAttribute("data-rel", mode || "rel");
+    t.title = new Date(iso).toLocaleString();
+    t.textContent = KQ.relative(iso, mode);
+    return t;
+  };
+
+  KQ.refreshTimes = function (root) {
+    (root || document).querySelectorAll("time[data-rel]").forEach(function (t) {
+      t.textContent = KQ.relative(t.getAttribute("datetime"), t.getAttribute("data-rel"));
     });
-  }
+  };
+  setInterval(function () { KQ.refreshTimes(); }, 15000);
 
-  function connect() {
-    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + "/ws/tenants/" + tenant + "/");
-    socket.onopen = function () { delay = 500; say("Live: updates appear as the queue moves."); refetch(); };
-    socket.onmessage = function (event) {
-      var message = JSON.parse(event.data);
-      if (message.type === "workloads") {
-        message.changes.forEach(apply);
-        if (message.removed && message.removed.length) refetch();
+  // Open a socket at options.path; on every (re)connect send options.subscribe and call
+  // options.onResync (not on the first connect of a page that was just rendered).
+  KQ.connect = function (options) {
+    var delay = 500, socket = null, pingTimer = null, pongTimer = null, connects = 0;
+    var loadedAt = Date.now();
+
+    function stopPing() {
+      clearInterval(pingTimer);
+      clearTimeout(pongTimer);
+    }
+    function startPing() {
+      stopPing();
+      pingTimer = setInterval(function () {
+        if (!socket || socket.readyState !== WebSocket.OPEN) return;
+        socket.send(JSON.stringify({ type: "ping" }));
+        clearTimeout(pongTimer);
+        pongTimer = setTimeout(function () { socket.close(); }, 10000);
+      }, 25000);
+    }
+    function subscribe() {
+      var sub = typeof options.subscribe === "function" ? options.subscribe() : options.subscribe;
+      if (sub && socket && socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify(Object.assign({ type: "subscribe" }, sub)));
       }
+    }
+    function open() {
+      var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      socket = new WebSocket(scheme + location.host + options.path);
+      socket.onmessage = function (event) {
+        var message;
+        try { message = JSON.parse(event.data); } catch (e) { return; }
+        if (message.type === "hello") {
+          delay = 500;
+          connects += 1;
+          subscribe();
+          say("Live: this page updates as the queue moves.");
+          document.documentElement.setAttribute("data-live", "on");
+          var fresh = connects === 1 && Date.now() - loadedAt < 2000;
+          if (options.onResync && !fresh) options.onResync();
+          return;
+        }
+        if (message.type === "pong") { clearTimeout(pongTimer); return; }
+        if (message.type === "subscribed" || message.type === "error") return;
+        options.onMessage(message);
+      };
+      socket.onclose = function (event) {
+        stopPing();
+        document.documentElement.setAttribute("data-live", "off");
+        if (event.code === 4403) {
+          say("Live updates are not available for this page; reload to try again.");
+          return;
+        }
+        var wait = Math.round(delay * (0.75 + Math.random() / 2));
+        say("Disconnected; reconnecting in " + Math.max(1, Math.round(wait / 1000)) + " s…");
+        setTimeout(open, wait);
+        delay = Math.min(delay * 2, 15000);
+      };
+      startPing();
+    }
+    document.addEventListener("visibilitychange", function () {
+      if (document.visibilityState !== "visible") return;
+      if (socket && socket.readyState === WebSocket.OPEN && options.onResync) options.onResync();
+    });
+    open();
+    // drop() closes the socket as a network failure would (tests use it; so can a console).
+    var handle = {
+      resubscribe: subscribe,
+      drop: function () { if (socket) socket.close(4000, "dropped"); },
     };
-    socket.onclose = function (event) {
-      if (event.code === 4403) { say("Live updates are not available for this tenant."); return; }
-      say("Disconnected; reconnecting…");
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 15000);
-    };
-  }
-  connect();
+    (KQ.sockets = KQ.sockets || []).push(handle);
+    return handle;
+  };
+
+  // After a form round trip, move focus to what the server said: the errors, a
+  // conflict, or the what-if preview (so keyboard and screen-reader users land there).
+  var landing = document.getElementById("error-summary") || document.getElementById("conflict") ||
+    document.getElementById("whatif-h");
+  if (landing) landing.focus();
+
+  // Pages whose numbers come from the server (overview, workload, cluster): refetch the
+  // element's partial on activity, at most every two seconds.
+  document.querySelectorAll("[data-live-refresh]").forEach(function (el) {
+    var timer = null, last = 0, inflight = false;
+    function refetch() {
+      if (timer) return;
+      var wait = Math.max(150, 2000 - (Date.now() - last));
+      timer = setTimeout(function () {
+        timer = null;
+        if (inflight) { refetch(); return; }
+        inflight = true;
+        last = Date.now();
+        fetch(el.getAttribute("data-live-refresh"), { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (html) { el.innerHTML = html; KQ.refreshTimes(el); })
+          .catch(function () { say("Could not refresh; retrying on the next change."); })
+          .finally(function () { inflight = false; });
+      }, wait);
+    }
+    var workload = el.getAttribute("data-workload");
+    KQ.connect({
+      path: el.hasAttribute("data-live-all")
+        ? "/ws/all/"
+        : "/ws/tenants/" + el.getAttribute("data-live-tenant") + "/",
+      subscribe: workload
+        ? { queues: [], workloads: [parseInt(workload, 10)] }
+        : { summary: true },
+      onMessage: refetch,
+      onResync: refetch,
+    });
+  });
 })();

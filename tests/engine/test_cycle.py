@@ -539,3 +539,49 @@ def test_same_snapshot_same_decisions() -> None:
     a.pop("stats")
     b.pop("stats")
     assert a == b
+
+
+def test_fair_share_skips_a_victim_that_would_leave_its_quota_below_the_preemptor() -> None:
+    # root 10, A and B weight 1:1 -> runtime 5 each (A wants 5, B holds 6).
+    # B's newest job is the 5-cpu one: taking it would leave B at 1/5 while A sits at
+    # 5/5 -- not allowed. The older 1-cpu job leaves B at 5/5 >= A's 5/5: that one goes.
+    quotas = [quota("root"), quota("A", "root", weight=one(1)), quota("B", "root", weight=one(1))]
+    snap = snapshot(
+        quotas=quotas,
+        nodes=[node("n", one(10))],
+        workloads=[
+            running(1, "B", "n", req=one(1), admitted_at=1.0),
+            running(2, "B", "n", req=one(5), admitted_at=2.0),
+            workload(3, "A", req=one(5)),
+        ],
+    )
+    result = run_cycle(snap, forecast=False)
+    assert (result.runtime_quota["A"], result.runtime_quota["B"]) == ({CPU: 5}, {CPU: 5})
+    assert [(p.victim_id, p.reason) for p in result.preemptions] == [(1, "FairShare")]
+
+
+def test_quota_explanation_names_preemptible_victims_and_borrowing_headroom() -> None:
+    # Preemption is off for the cycle, so 3 stays blocked by q0's runtime quota: 4 of
+    # root's 12, because "other" keeps its whole min of 8 (no lending). The hint lists
+    # what an in-quota preemption could take (newest lower-priority first) and how
+    # much more q0's max (6) would allow than its runtime quota gives it (4).
+    base = inqueue_world()
+    snap = dataclasses.replace(
+        base,
+        quotas=(
+            quota("root"),
+            quota("q0", "root", min=one(4), max=one(6)),
+            quota("other", "root", min=one(8), lend=False),
+        ),
+        nodes=(node("n", one(12)),),
+        workloads=(*base.workloads, running(9, "other", "n", req=one(4))),
+        config=EngineConfig(fair_share_mode="instant", preemption=False),
+    )
+    result = run_cycle(snap, forecast=False)
+    assert result.runtime_quota["q0"] == {CPU: 4}
+    expl = result.explanations[3]
+    assert (expl.kind, expl.quota, expl.limit) == ("quota", "q0", "runtime")
+    assert expl.shortfall == {CPU: 2}
+    assert expl.victims == (2, 1)
+    assert expl.borrowable == {CPU: 2}
+    assert "preempting 2 workload(s)" in expl.sentence()

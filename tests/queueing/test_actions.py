@@ -152,3 +152,20 @@ def test_a_quota_with_workloads_cannot_get_children_or_be_deleted(world):
         actions.create_quota(SYSTEM, name="child", tenant=world.tenant, parent=world.quota)
     with pytest.raises(ActionError):
         actions.delete_quota(SYSTEM, world.quota)
+
+
+def test_a_tenant_keeps_at_least_one_admin(db):
+    tenant = actions.create_tenant(SYSTEM, name="blue")
+    ana = builders.user("ana", tenant=tenant, role=Role.ADMIN)
+    as_ana = Actor.of(ana, Source.UI)
+    only = Membership.objects.get(user=ana)
+    with pytest.raises(ActionError, match="last admin"):
+        actions.set_membership(as_ana, tenant, ana, Role.MEMBER)
+    with pytest.raises(ActionError, match="last admin"):
+        actions.remove_membership(as_ana, only)
+    assert Membership.objects.get(user=ana).role == Role.ADMIN
+    bob = builders.user("bob", tenant=tenant, role=Role.ADMIN)
+    actions.set_membership(as_ana, tenant, ana, Role.MEMBER)  # bob remains admin
+    root = Actor.of(builders.user("root", superuser=True), Source.UI)
+    actions.remove_membership(root, Membership.objects.get(user=bob))  # cluster admins may
+    assert not Membership.objects.filter(tenant=tenant, role=Role.ADMIN).exists()

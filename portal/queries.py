@@ -1,0 +1,335 @@
+"""Read-side queries for the dashboard: what pages show, in a fixed number of queries.
+
+Nothing here writes. Amounts stay in canonical integer units; templates format them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, F, Q, QuerySet
+
+from queueing import events
+from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES, WAITING_PHASES, Phase
+from queueing.models import CycleRun, Queue, Quota, Tenant, UsageSample, Workload
+
+# The resources every table shows first, in this order; others follow by name.
+COMMON_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+PAGE_SIZE = 100
+
+
+def resource_order(names: Iterable[str]) -> list[str]:
+    unique = set(names)
+    first = [name for name in COMMON_RESOURCES if name in unique]
+    return first + sorted(unique - set(first))
+
+
+def add_into(total: dict[str, int], values: Mapping[str, Any] | None, times: int = 1) -> None:
+    for name, amount in (values or {}).items():
+        total[name] = total.get(name, 0) + int(amount) * times
+
+
+# --- quotas --------------------------------------------------------------------------
+
+
+@dataclass
+class QuotaRow:
+    """One quota with what the dashboard shows about it."""
+
+    quota: Quota
+    depth: int = 0
+    used: dict[str, int] = field(default_factory=dict)
+    runtime: dict[str, int] | None = None
+    children: list[QuotaRow] = field(default_factory=list)
+
+    @property
+    def resources(self) -> list[str]:
+        names = set(self.quota.min) | set(self.quota.max) | set(self.used)
+        names |= set(self.runtime or {})
+        return resource_order(names)
+
+    def bars(self) -> list[dict[str, Any]]:
+        """Per resource: min, runtime, max and used, scaled to the largest of them."""
+        out = []
+        for name in self.resources:
+            values = {
+                "min": self.quota.min.get(name),
+                "max": self.quota.max.get(name),
+                "runtime": (self.runtime or {}).get(name) if self.runtime is not None else None,
+                "used": self.used.get(name, 0),
+            }
+            out.append(bar(name, values))
+        return out
+
+
+def bar(resource: str, values: Mapping[str, int | None]) -> dict[str, Any]:
+    """Geometry for one resource bar: every value as a percentage of the scale."""
+    known = [int(v) for v in values.values() if v is not None]
+    scale = max(known) if known else 0
+    pct = {
+        key: (None if value is None else (100.0 * int(value) / scale if scale else 0.0))
+        for key, value in values.items()
+    }
+    used, limit = values.get("used") or 0, values.get("runtime")
+    if limit is None:
+        limit = values.get("max")
+    over = limit is not None and used > limit
+    return {"resource": resource, "values": dict(values), "pct": pct, "over": over}
+
+
+def _json(value: Any) -> dict:
+    # A JSON column read through a subquery comes back as text on some databases.
+    if isinstance(value, str):
+        import json
+
+        return dict(json.loads(value))
+    return dict(value or {})
+
+
+def used_by_quota(quota_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
+    """What holding workloads use, per leaf quota."""
+    qs = Workload.objects.filter(phase__in=HOLDING_PHASES)
+    if quota_ids is not None:
+        qs = qs.filter(quota_id__in=list(quota_ids))
+    used: dict[int, dict[str, int]] = defaultdict(dict)
+    for quota_id, request in qs.values_list("quota_id", "total_request"):
+        add_into(used[quota_id], request)
+    return used
+
+
+def quota_tree(quotas: Sequence[Quota]) -> list[QuotaRow]:
+    """Rows in depth-first order with depth set.
+
+    ``used`` is what holding workloads hold now, rolled up from leaves to ancestors;
+    ``runtime`` is the runtime quota the last cycle computed (None before any cycle).
+    """
+    direct = used_by_quota([q.pk for q in quotas])
+    rows = {q.pk: QuotaRow(quota=q, runtime=dict(q.runtime) if q.runtime else None) for q in quotas}
+    for row in rows.values():
+        parent_id = row.quota.parent_id
+        if parent_id in rows:
+            rows[parent_id].children.append(row)
+    tops = [row for row in rows.values() if row.quota.parent_id not in rows]
+
+    def roll(row: QuotaRow, depth: int) -> dict[str, int]:
+        row.depth = depth
+        total = dict(direct.get(row.quota.pk, {}))
+        for child in sorted(row.children, key=lambda r: r.quota.name):
+            add_into(total, roll(child, depth + 1))
+        row.used = total
+        return total
+
+    ordered: list[QuotaRow] = []
+
+    def walk(row: QuotaRow) -> None:
+        ordered.append(row)
+        for child in sorted(row.children, key=lambda r: r.quota.name):
+            walk(child)
+
+    for top in sorted(tops, key=lambda r: r.quota.name):
+        roll(top, 0)
+        walk(top)
+    return ordered
+
+
+def tenant_top_quotas(tenant: Tenant, quotas: Sequence[Quota]) -> list[Quota]:
+    """The tenant's entitlements: its quotas whose parent is not the tenant's."""
+    mine = {q.pk for q in quotas}
+    return [q for q in quotas if q.tenant_id == tenant.pk and q.parent_id not in mine]
+
+
+def fair_share(tenant_rows: Sequence[QuotaRow], root: Quota | None) -> list[dict[str, Any]]:
+    """Per resource: entitlement (min), fair share now (runtime), use, and cluster size."""
+    entitlement: dict[str, int] = {}
+    runtime: dict[str, int] = {}
+    used: dict[str, int] = {}
+    have_runtime = False
+    for row in tenant_rows:
+        add_into(entitlement, row.quota.min)
+        add_into(used, row.used)
+        if row.runtime is not None:
+            have_runtime = True
+            add_into(runtime, row.runtime)
+    cluster = dict(root.max or root.min) if root is not None else {}
+    out: list[dict[str, Any]] = []
+    for name in resource_order(set(entitlement) | set(used) | set(runtime)):
+        values: dict[str, int | None] = {
+            "entitlement": entitlement.get(name, 0),
+            "fair": runtime.get(name, 0) if have_runtime else None,
+            "used": used.get(name, 0),
+        }
+        line = bar(name, values)
+        size = cluster.get(name)
+        entitled, fair, used_now = values["entitlement"] or 0, values["fair"], values["used"] or 0
+        line["cluster"] = size
+        line["entitled_pct"] = 100.0 * entitled / size if size else None
+        line["used_of_fair"] = 100.0 * used_now / fair if fair else (None if fair is None else 0.0)
+        out.append(line)
+    return out
+
+
+def usage_series(
+    quotas: Sequence[Quota], points: int = 240
+) -> dict[str, list[tuple[datetime, float]]]:
+    """Decayed usage over time summed over ``quotas``, per resource.
+
+    Covers every sample kept (the cycle keeps 14 days, one a minute), thinned evenly to
+    at most ``points`` instants so the chart's cost does not grow with the history.
+    """
+    ids = [q.pk for q in quotas]
+    times = list(
+        UsageSample.objects.filter(quota_id__in=ids)
+        .order_by("at")
+        .values_list("at", flat=True)
+        .distinct()
+    )
+    if not times:
+        return {}
+    if len(times) > points:
+        step = (len(times) - 1) / (points - 1)
+        times = [times[round(i * step)] for i in range(points)]
+    totals: dict[datetime, dict[str, float]] = defaultdict(dict)
+    for at, decayed in UsageSample.objects.filter(quota_id__in=ids, at__in=times).values_list(
+        "at", "decayed"
+    ):
+        bucket = totals[at]
+        for name, amount in _json(decayed).items():
+            bucket[name] = bucket.get(name, 0.0) + float(amount)
+    series: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
+    for at in sorted(totals):
+        for name in resource_order(totals[at]):
+            series[name].append((at, totals[at][name]))
+    return {name: series[name] for name in resource_order(series)}
+
+
+# --- queues and workloads ------------------------------------------------------------
+
+
+def queue_counts(queues: QuerySet[Queue]) -> QuerySet[Queue]:
+    return queues.annotate(
+        pending=Count("workloads", filter=Q(workloads__phase__in=WAITING_PHASES)),
+        admitted=Count("workloads", filter=Q(workloads__phase=Phase.ADMITTED)),
+        running=Count("workloads", filter=Q(workloads__phase=Phase.RUNNING)),
+    )
+
+
+def pending_order() -> list[Any]:
+    """Admission order as the cycle ranks it; unranked (new, backing off) last."""
+    return [F("position").asc(nulls_last=True), "queue_order_at", "id"]
+
+
+ROW_COLUMNS = (*events.ROW_FIELDS, "quota__name", "queue__name")
+
+
+def wire_rows(qs: QuerySet[Workload]) -> list[dict[str, Any]]:
+    """Rows in the live stream's wire form (queueing.events.workload_row)."""
+    out = []
+    for values in qs.values(*ROW_COLUMNS):
+        names = {
+            "queue": {values["queue_id"]: values["queue__name"]},
+            "quota": {values["quota_id"]: values["quota__name"]},
+        }
+        out.append(events.workload_row(values, names))
+    return out
+
+
+@dataclass
+class QueueWindow:
+    """One page of a queue's pending workloads plus its holding ones."""
+
+    queue: Queue
+    page: int
+    page_size: int
+    pending_total: int
+    pending: list[dict[str, Any]]
+    pending_ids: list[int]
+    holding_total: int
+    holding: list[dict[str, Any]]
+    holding_ids: list[int]
+    finished: list[dict[str, Any]]
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.pending_total // self.page_size))
+
+    @property
+    def first_position(self) -> int:
+        return (self.page - 1) * self.page_size + 1
+
+    @property
+    def last_position(self) -> int:
+        return self.page * self.page_size
+
+    @property
+    def is_last_page(self) -> bool:
+        return self.page >= self.pages
+
+    def state(self) -> dict[str, Any]:
+        """What the page's script starts from (and refetches to resynchronise)."""
+        return {
+            "queue": self.queue.pk,
+            "page": self.page,
+            "pages": self.pages,
+            "page_size": self.page_size,
+            "first": self.first_position,
+            "last": self.last_position,
+            "pending_ids": self.pending_ids,
+            "holding_ids": self.holding_ids,
+            "pending_rows": self.pending,
+            "holding_rows": self.holding,
+            "finished_rows": self.finished,
+        }
+
+
+def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> QueueWindow:
+    """Five queries, whatever the queue's length."""
+    waiting = Workload.objects.filter(queue=queue, phase__in=WAITING_PHASES)
+    pending_ids = list(waiting.order_by().values_list("id", flat=True))
+    total = len(pending_ids)
+    pages = max(1, -(-total // page_size))
+    page = min(max(1, page), pages)
+    offset = (page - 1) * page_size
+    pending = wire_rows(waiting.order_by(*pending_order())[offset : offset + page_size])
+    holding_qs = Workload.objects.filter(queue=queue, phase__in=HOLDING_PHASES)
+    holding_ids = list(holding_qs.order_by().values_list("id", flat=True))
+    holding = wire_rows(holding_qs.order_by(F("admitted_at").desc(nulls_last=True), "-id")[:100])
+    finished = wire_rows(
+        Workload.objects.filter(queue=queue, phase__in=TERMINAL_PHASES).order_by(
+            F("finished_at").desc(nulls_last=True), "-id"
+        )[:10]
+    )
+    return QueueWindow(
+        queue=queue,
+        page=page,
+        page_size=page_size,
+        pending_total=total,
+        pending=pending,
+        pending_ids=pending_ids,
+        holding_total=len(holding_ids),
+        holding=holding,
+        holding_ids=holding_ids,
+        finished=finished,
+    )
+
+
+def last_cycle_at() -> datetime | None:
+    return CycleRun.objects.order_by("-started_at").values_list("started_at", flat=True).first()
+
+
+def recent_cycles(limit: int = 60) -> list[CycleRun]:
+    return list(CycleRun.objects.order_by("-started_at", "-id")[:limit])
+
+
+def node_usage() -> dict[str, dict[str, int]]:
+    """What holding workloads hold on each node (from their assignments)."""
+    held: dict[str, dict[str, int]] = defaultdict(dict)
+    for assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
+        "assignment", flat=True
+    ):
+        for node, amounts in (assignment or {}).items():
+            add_into(held[node], amounts)
+    return held

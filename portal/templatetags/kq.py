@@ -1,0 +1,120 @@
+"""Template helpers: quantities, priority bands, kube-queue phase names, relative times."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from queueing import compat
+from queueing.choices import priority_band
+from queueing.quantities import describe, format_amount
+
+register = template.Library()
+
+
+@register.filter
+def quantity(amount: Any, resource: str) -> str:
+    """``{{ amount|quantity:"memory" }}`` -> "64Gi"; blank for None."""
+    if amount is None or amount == "":
+        return "—"
+    if isinstance(amount, str):  # already a quantity ("8", "64Gi")
+        return amount
+    try:
+        return format_amount(resource, int(amount))
+    except (TypeError, ValueError):
+        return str(amount)
+
+
+@register.filter
+def resources(values: Mapping[str, int] | None) -> str:
+    return describe({k: int(v) for k, v in (values or {}).items()})
+
+
+@register.filter
+def get(mapping: Mapping[str, Any] | None, key: str) -> Any:
+    return (mapping or {}).get(key)
+
+
+@register.filter
+def band(priority: int | None) -> str:
+    return priority_band(int(priority)) if priority is not None else ""
+
+
+@register.filter
+def kube_phase(phase: str) -> str:
+    try:
+        return compat.kube_queue_phase(phase)
+    except ValueError:
+        return phase
+
+
+def as_datetime(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(float(value), tz=timezone.get_current_timezone())
+    return parse_datetime(str(value))
+
+
+def humanize_seconds(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        hours, rest = divmod(int(seconds), 3600)
+        return f"{hours} h {rest // 60} min" if rest >= 60 else f"{hours} h"
+    days, rest = divmod(int(seconds), 86400)
+    return f"{days} d {rest // 3600} h" if rest >= 3600 else f"{days} d"
+
+
+def relative(value: datetime, now: datetime | None = None) -> str:
+    delta = (value - (now or timezone.now())).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    text = humanize_seconds(delta)
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+@register.simple_tag
+def reltime(value: Any, mode: str = "rel") -> str:
+    """A <time> that live.js keeps fresh: mode "rel" (in 3 min / 3 min ago) or "age" (3 min)."""
+    when = as_datetime(value)
+    if when is None:
+        return mark_safe('<span class="muted">—</span>')
+    if mode == "age":
+        text = humanize_seconds((timezone.now() - when).total_seconds())
+    else:
+        text = relative(when)
+    local = timezone.localtime(when)
+    return format_html(
+        '<time datetime="{}" data-rel="{}" title="{}">{}</time>',
+        when.isoformat(),
+        mode,
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        text,
+    )
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    if value is None:
+        return "—"
+    return humanize_seconds(float(value))
+
+
+@register.filter
+def pct(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{float(value):.0f}%"

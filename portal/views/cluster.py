@@ -1,0 +1,119 @@
+"""The cluster page for cluster admins: nodes, the whole quota tree, recent cycles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from portal import charts, queries
+from portal.views.common import page_number, require_cluster_admin
+from queueing.cluster import get_cluster
+from queueing.cluster.base import ClusterError
+from queueing.models import Quota
+
+NODES_PER_PAGE = 100
+
+
+@login_required
+def cluster_page(request: HttpRequest) -> HttpResponse:
+    require_cluster_admin(request)
+    context = cluster_context(page_number(request))
+    if request.GET.get("partial") == "live":
+        return render(request, "portal/_cluster_live.html", context)
+    return render(request, "portal/cluster.html", context)
+
+
+def cluster_context(page: int) -> dict[str, Any]:
+    node_error = ""
+    try:
+        nodes = sorted(get_cluster().nodes(), key=lambda n: n.name)
+    except ClusterError as exc:
+        nodes, node_error = [], str(exc)
+    held = queries.node_usage()
+    pools: dict[str, dict[str, dict[str, int]]] = {}
+    rows = []
+    for node in nodes:
+        pool = node.labels.get("koord-queue/pool", "") or "—"
+        used = held.get(node.name, {})
+        totals = pools.setdefault(
+            pool, {"allocatable": {}, "reserved": {}, "used": {}, "count": {}}
+        )
+        queries.add_into(totals["allocatable"], node.allocatable)
+        queries.add_into(totals["reserved"], node.reserved)
+        queries.add_into(totals["used"], used)
+        queries.add_into(totals["count"], {"nodes": 1})
+        rows.append(
+            {
+                "node": node,
+                "pool": pool,
+                "bars": [
+                    queries.bar(
+                        name,
+                        {
+                            "allocatable": int(node.allocatable.get(name, 0)),
+                            "reserved": int(node.reserved.get(name, 0)),
+                            "used": int(used.get(name, 0)),
+                        },
+                    )
+                    | {"stack": _stack(node.allocatable, node.reserved, used, name)}
+                    for name in queries.resource_order(node.allocatable)
+                    if name != "pods"
+                ],
+            }
+        )
+    pool_rows = [
+        {
+            "name": name,
+            "nodes": totals["count"].get("nodes", 0),
+            "bars": [
+                {
+                    "resource": resource,
+                    "values": {
+                        "allocatable": totals["allocatable"].get(resource, 0),
+                        "reserved": totals["reserved"].get(resource, 0),
+                        "used": totals["used"].get(resource, 0),
+                    },
+                    "stack": _stack(
+                        totals["allocatable"], totals["reserved"], totals["used"], resource
+                    ),
+                }
+                for resource in queries.resource_order(totals["allocatable"])
+                if resource != "pods"
+            ],
+        }
+        for name, totals in sorted(pools.items())
+    ]
+    paginator = Paginator(rows, NODES_PER_PAGE)
+    node_page = paginator.get_page(page)
+    tree = queries.quota_tree(list(Quota.objects.select_related("tenant", "parent")))
+    cycles = queries.recent_cycles(60)
+    chronological = list(reversed(cycles))
+    chart = charts.bar_chart(
+        "cycle-durations",
+        "Duration of recent admission cycles",
+        "ms",
+        [(f"{c.started_at:%H:%M:%S}", c.duration_ms, c.engine_ms) for c in chronological],
+    )
+    return {
+        "pools": pool_rows,
+        "nodes": node_page,
+        "node_count": len(rows),
+        "node_error": node_error,
+        "tree": tree,
+        "cycles": cycles[:20],
+        "cycle_chart": chart,
+    }
+
+
+def _stack(allocatable: Any, reserved: Any, used: Any, name: str) -> dict[str, float]:
+    """Percentages of a node's capacity: reserved by others, held by the queue, free."""
+    total = int(allocatable.get(name, 0))
+    if total <= 0:
+        return {"reserved": 0.0, "used": 0.0, "free": 0.0}
+    r = 100.0 * int(reserved.get(name, 0)) / total
+    u = 100.0 * int(used.get(name, 0)) / total
+    return {"reserved": r, "used": u, "free": max(0.0, 100.0 - r - u)}

@@ -1,0 +1,308 @@
+// The queue page, live: rows move to their new positions, changed cells are marked
+// briefly, new workloads appear, admitted ones move to the holding list, finished ones
+// leave. Only diffs arrive over the socket; the page refetches its window (a resync) on
+// reconnect or when its window has a gap it cannot fill from the diffs.
+(function () {
+  "use strict";
+  var root = document.getElementById("queue-live");
+  var KQ = window.KQ;
+  if (!root || !KQ) return;
+
+  var queueId = parseInt(root.getAttribute("data-queue"), 10);
+  var workloadUrl = root.getAttribute("data-workload-url");
+  var partialUrl = root.getAttribute("data-partial-url");
+  var announceEl = document.getElementById("queue-announce");
+  var WAITING = { Pending: 1, Backoff: 1 };
+  var HOLDING = { Admitted: 1, Running: 1, Preempted: 1 };
+  var BANDS = [["koord-prod", 9000, 9999], ["koord-mid", 7000, 7999], ["koord-batch", 5000, 5999], ["koord-free", 3000, 3999]];
+  var reduceMotion = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+  var state, pendingIds, holdingIds, data = new Map();
+  var resyncTimer = null, resyncing = false, held = [];
+  var tally = { moved: 0, admitted: 0, added: 0, left: 0 }, announceTimer = null;
+
+  function body(name) { return document.getElementById(name + "-rows"); }
+  function template(name) { return document.getElementById(name + "-row-template"); }
+  function rowOf(name, id) { return body(name).querySelector('tr[data-id="' + id + '"]'); }
+
+  function readState(container) {
+    var s = JSON.parse(container.querySelector("#queue-state").textContent);
+    s.pending_rows.concat(s.holding_rows, s.finished_rows).forEach(function (r) { data.set(r.id, r); });
+    return s;
+  }
+
+  function band(priority) {
+    for (var i = 0; i < BANDS.length; i++) {
+      if (priority >= BANDS[i][1] && priority <= BANDS[i][2]) return BANDS[i][0];
+    }
+    return "";
+  }
+  function setTime(cell, iso, mode) {
+    cell.textContent = "";
+    cell.appendChild(KQ.timeElement(iso, mode));
+  }
+  function badge(phase) {
+    var span = document.createElement("span");
+    span.className = "phase phase-" + phase.toLowerCase();
+    span.textContent = phase;
+    return span;
+  }
+
+  // How each cell shows a row, and which wire fields it depends on.
+  var CELLS = {
+    position: [["position"], function (c, r) { c.textContent = r.position == null ? "—" : r.position; }],
+    global_position: [["global_position"], function (c, r) { c.textContent = r.global_position == null ? "—" : r.global_position; }],
+    name: [["name", "namespace"], function (c, r) {
+      var a = c.querySelector("a");
+      a.href = workloadUrl.replace(/\/0\/$/, "/" + r.id + "/");
+      a.textContent = r.namespace + "/" + r.name;
+    }],
+    quota: [["quota"], function (c, r) { c.textContent = r.quota; }],
+    priority: [["priority"], function (c, r) {
+      c.textContent = r.priority;
+      var b = band(r.priority);
+      if (b) {
+        var s = document.createElement("span");
+        s.className = "band";
+        s.textContent = b;
+        c.appendChild(document.createTextNode(" "));
+        c.appendChild(s);
+      }
+    }],
+    queue_order_at: [["queue_order_at"], function (c, r) { setTime(c, r.queue_order_at, "age"); }],
+    eta_p50: [["eta_p50"], function (c, r) { setTime(c, r.eta_p50, "rel"); }],
+    eta_p90: [["eta_p90"], function (c, r) { setTime(c, r.eta_p90, "rel"); }],
+    reason: [["reason", "phase"], function (c, r) {
+      c.textContent = "";
+      if (r.phase === "Backoff") { c.appendChild(badge("Backoff")); c.appendChild(document.createTextNode(" ")); }
+      var s = document.createElement("span");
+      s.className = "reason";
+      s.textContent = r.reason || "";
+      c.appendChild(s);
+    }],
+    phase: [["phase"], function (c, r) { c.textContent = ""; c.appendChild(badge(r.phase)); }],
+    admitted_at: [["admitted_at"], function (c, r) { setTime(c, r.admitted_at, "rel"); }],
+    started_at: [["started_at"], function (c, r) { setTime(c, r.started_at, "rel"); }],
+    finished_at: [["finished_at"], function (c, r) { setTime(c, r.finished_at, "rel"); }],
+  };
+
+  function flash(el) {
+    el.classList.remove("changed");
+    void el.offsetWidth; // restart the animation
+    el.classList.add("changed");
+    setTimeout(function () { el.classList.remove("changed"); }, 2500);
+  }
+
+  function fill(tr, r, old) {
+    tr.setAttribute("data-id", r.id);
+    tr.setAttribute("data-position", r.position == null ? "" : r.position);
+    tr.setAttribute("data-order", r.queue_order_at || "");
+    tr.setAttribute("data-phase", r.phase);
+    tr.querySelectorAll("[data-field]").forEach(function (cell) {
+      var spec = CELLS[cell.getAttribute("data-field")];
+      if (!spec) return;
+      var changed = !old || spec[0].some(function (f) { return old[f] !== r[f]; });
+      if (!changed) return;
+      spec[1](cell, r);
+      if (old) flash(cell);
+    });
+  }
+
+  // Insert or update a row of one list; returns true when it is new to that list.
+  function upsert(list, r, atTop) {
+    var tr = rowOf(list, r.id);
+    var old = tr ? data.get(r.id) : null;
+    var isNew = !tr;
+    if (isNew) {
+      tr = template(list).content.firstElementChild.cloneNode(true);
+      fill(tr, r, null);
+      tr.classList.add("entered");
+      setTimeout(function () { tr.classList.remove("entered"); }, 2500);
+      var b = body(list);
+      if (atTop) b.insertBefore(tr, b.firstChild); else b.appendChild(tr);
+    } else {
+      if (old && old.position != null && r.position != null && old.position !== r.position) tally.moved += 1;
+      fill(tr, r, old || {});
+    }
+    return isNew;
+  }
+  function drop(list, id) {
+    var tr = rowOf(list, id);
+    if (tr) tr.remove();
+    return !!tr;
+  }
+
+  function inWindow(r) {
+    if (r.position == null) return pendingIds.size <= state.last;
+    return r.position >= state.first && r.position <= state.last;
+  }
+
+  function applyRow(r) {
+    if (r.queue_id !== queueId) {
+      pendingIds.delete(r.id); holdingIds.delete(r.id);
+      drop("pending", r.id); drop("holding", r.id);
+      return;
+    }
+    var full = "name" in r;
+    var known = data.get(r.id);
+    var merged = full ? r : Object.assign({}, known || {}, r);
+    if (WAITING[r.phase]) {
+      if (holdingIds.delete(r.id)) drop("holding", r.id);
+      if (!pendingIds.has(r.id)) { pendingIds.add(r.id); tally.added += 1; }
+      if (!inWindow(r)) drop("pending", r.id);
+      else if (full || (known && "name" in known)) upsert("pending", merged, false);
+      else scheduleResync(); // it entered the window but we only have its stub
+    } else if (HOLDING[r.phase]) {
+      if (pendingIds.delete(r.id)) { drop("pending", r.id); if (r.phase === "Admitted") tally.admitted += 1; }
+      holdingIds.add(r.id);
+      if (full) upsert("holding", merged, true);
+    } else {
+      if (pendingIds.delete(r.id) | holdingIds.delete(r.id)) tally.left += 1;
+      drop("pending", r.id);
+      drop("holding", r.id);
+      if (full && !rowOf("finished", r.id)) {
+        upsert("finished", merged, true);
+        var rows = body("finished").rows;
+        while (rows.length > 10) rows[rows.length - 1].remove();
+      }
+    }
+    if (full || known) data.set(r.id, merged);
+  }
+
+  function key(tr) {
+    var p = tr.getAttribute("data-position");
+    return [p === "" ? Infinity : parseInt(p, 10), tr.getAttribute("data-order"), parseInt(tr.getAttribute("data-id"), 10)];
+  }
+  function compare(a, b) {
+    var ka = key(a), kb = key(b);
+    for (var i = 0; i < 3; i++) {
+      if (ka[i] < kb[i]) return -1;
+      if (ka[i] > kb[i]) return 1;
+    }
+    return 0;
+  }
+
+  // Put rows in admission order; rows that moved glide to their place (FLIP).
+  function reorder() {
+    var b = body("pending");
+    var rows = Array.prototype.slice.call(b.rows);
+    var sorted = rows.slice().sort(compare);
+    var same = sorted.every(function (tr, i) { return tr === rows[i]; });
+    if (!same) {
+      var before = new Map();
+      if (!reduceMotion) rows.forEach(function (tr) { before.set(tr, tr.getBoundingClientRect().top); });
+      sorted.forEach(function (tr) { b.appendChild(tr); });
+      if (!reduceMotion) {
+        sorted.forEach(function (tr) {
+          var top = before.get(tr);
+          if (top === undefined) return;
+          var delta = top - tr.getBoundingClientRect().top;
+          if (!delta) return;
+          tr.style.transition = "none";
+          tr.style.transform = "translateY(" + delta + "px)";
+          requestAnimationFrame(function () {
+            tr.style.transition = "transform 350ms ease";
+            tr.style.transform = "";
+          });
+        });
+      }
+    }
+    while (b.rows.length > state.page_size) b.rows[b.rows.length - 1].remove();
+    var expected = Math.max(0, Math.min(state.page_size, pendingIds.size - (state.first - 1)));
+    if (b.rows.length < expected) scheduleResync();
+  }
+
+  function refreshCounts() {
+    root.querySelectorAll('[data-count="pending"]').forEach(function (el) { el.textContent = pendingIds.size; });
+    root.querySelectorAll('[data-count="holding"]').forEach(function (el) { el.textContent = holdingIds.size; });
+    document.getElementById("pending-empty").hidden = body("pending").rows.length > 0;
+    document.getElementById("holding-empty").hidden = body("holding").rows.length > 0;
+  }
+
+  function announce() {
+    if (announceTimer || !announceEl) return;
+    announceTimer = setTimeout(function () {
+      announceTimer = null;
+      var parts = [];
+      if (tally.moved) parts.push(tally.moved + " moved");
+      if (tally.admitted) parts.push(tally.admitted + " admitted");
+      if (tally.added) parts.push(tally.added + " new");
+      if (tally.left) parts.push(tally.left + " finished");
+      tally = { moved: 0, admitted: 0, added: 0, left: 0 };
+      if (parts.length) announceEl.textContent = "Queue updated: " + parts.join(", ") + ".";
+    }, 5000);
+  }
+
+  function onMessage(message) {
+    if (message.type !== "workloads") return;
+    if (resyncing) { held.push(message); return; }
+    message.changes.forEach(applyRow);
+    (message.removed || []).forEach(function (id) {
+      if (pendingIds.delete(id) | holdingIds.delete(id)) tally.left += 1;
+      drop("pending", id);
+      drop("holding", id);
+    });
+    reorder();
+    refreshCounts();
+    announce();
+  }
+
+  function scheduleResync() {
+    if (resyncTimer) return;
+    resyncTimer = setTimeout(function () { resyncTimer = null; resync(); }, 250);
+  }
+
+  // Refetch the window and merge it in place: changed cells are marked as for a diff.
+  function resync() {
+    if (resyncing) { scheduleResync(); return; }
+    resyncing = true;
+    fetch(partialUrl, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString("<div>" + html + "</div>", "text/html");
+        var fresh = JSON.parse(doc.getElementById("queue-state").textContent);
+        merge("pending", fresh.pending_rows, false);
+        merge("holding", fresh.holding_rows, true);
+        merge("finished", fresh.finished_rows, true);
+        fresh.pending_rows.concat(fresh.holding_rows, fresh.finished_rows).forEach(function (r) { data.set(r.id, r); });
+        state = fresh;
+        pendingIds = new Set(fresh.pending_ids);
+        holdingIds = new Set(fresh.holding_ids);
+        var pagers = root.querySelectorAll(".pager"), newPagers = doc.querySelectorAll(".pager");
+        pagers.forEach(function (p, i) { if (newPagers[i]) p.innerHTML = newPagers[i].innerHTML; });
+      })
+      .catch(function () { KQ.say("Could not refresh the queue; retrying on the next change."); })
+      .finally(function () {
+        resyncing = false;
+        var pending = held;
+        held = [];
+        pending.forEach(onMessage);
+        reorder();
+        refreshCounts();
+      });
+  }
+
+  function merge(list, rows, atTop) {
+    var wanted = new Set(rows.map(function (r) { return r.id; }));
+    Array.prototype.slice.call(body(list).rows).forEach(function (tr) {
+      if (!wanted.has(parseInt(tr.getAttribute("data-id"), 10))) tr.remove();
+    });
+    (atTop ? rows.slice().reverse() : rows).forEach(function (r) { upsert(list, r, atTop); });
+    if (atTop) {
+      // keep the server's order (newest first)
+      var b = body(list);
+      rows.forEach(function (r) { var tr = rowOf(list, r.id); if (tr) b.appendChild(tr); });
+    }
+  }
+
+  state = readState(root);
+  pendingIds = new Set(state.pending_ids);
+  holdingIds = new Set(state.holding_ids);
+  KQ.connect({
+    path: "/ws/tenants/" + root.getAttribute("data-live-tenant") + "/",
+    subscribe: function () {
+      return { queues: [{ id: queueId, from: state.first, to: state.last }], workloads: [] };
+    },
+    onMessage: onMessage,
+    onResync: resync,
+  });
+})();

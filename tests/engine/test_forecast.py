@@ -1,0 +1,166 @@
+"""Positions and ETAs on scenarios whose answer is known by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from queueing.engine import run_cycle
+from queueing.engine.types import EngineConfig, Eta, QueueSpec
+
+from .builders import node, quota, running, snapshot, workload
+
+NOW = 1000.0
+
+
+def one(cpu: int) -> dict[str, int]:
+    return {"cpu": cpu}
+
+
+def world(**kw: object):  # type: ignore[no-untyped-def]
+    kw.setdefault("config", EngineConfig(fair_share_mode="instant"))
+    kw.setdefault("now", NOW)
+    return snapshot(**kw)  # type: ignore[arg-type]
+
+
+def test_eta_waits_for_the_running_workload_then_the_one_ahead() -> None:
+    # Node of 4. Running 2 cpu since t-50 with a declared 100 s -> ends at t+50.
+    # A (4 cpu, 30 s) can start at t+50; B (2 cpu) is behind A in a Block queue, so it
+    # starts when A ends at t+80 -- although 2 cpu are free right now.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW - 50, expected_runtime_s=100.0),
+            workload(2, "q", req=one(4), expected_runtime_s=30.0),
+            workload(3, "q", req=one(2), expected_runtime_s=30.0),
+        ],
+        queues=[QueueSpec("q", policy="Block")],
+    )
+    result = run_cycle(snap)
+    assert result.admissions == ()
+    assert result.etas[2] == Eta(NOW + 50, NOW + 50)
+    assert result.etas[3] == Eta(NOW + 80, NOW + 80)
+    assert (result.positions[2].in_queue, result.positions[3].in_queue) == (1, 2)
+
+
+def test_p50_and_p90_use_the_queue_runtime_history() -> None:
+    # No declared runtime: the queue's history says p50 60 s, p90 120 s; it started
+    # 30 s ago, so it frees the node at t+30 (p50) or t+90 (p90).
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(4), started_at=NOW - 30),
+            workload(2, "q", req=one(4)),
+        ],
+        runtime_history={"q": (60.0, 120.0)},
+    )
+    assert run_cycle(snap).etas[2] == Eta(NOW + 30, NOW + 90)
+
+
+def test_overdue_workloads_get_a_fraction_of_their_estimate_more() -> None:
+    # Started 500 s ago with p50 100 / p90 200: a quarter of p50 (25 s) or half of p90
+    # (100 s) more.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(4), started_at=NOW - 500),
+            workload(2, "q", req=one(4)),
+        ],
+        runtime_history={"q": (100.0, 200.0)},
+    )
+    assert run_cycle(snap).etas[2] == Eta(NOW + 25, NOW + 100)
+
+
+def test_default_runtime_when_nothing_is_known() -> None:
+    cfg = EngineConfig(fair_share_mode="instant", default_runtime_s=300.0)
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[running(1, "q", "n", req=one(4), started_at=NOW), workload(2, "q", req=one(4))],
+        config=cfg,
+    )
+    assert run_cycle(snap).etas[2] == Eta(NOW + 300, NOW + 300)
+
+
+def test_quota_not_nodes_paces_the_queue() -> None:
+    # Quota max 4 with two 2-cpu jobs running, ending at t+10 and t+20; the node has
+    # room. Pending 5 and 6 (2 cpu each) start as each ends; 7 then waits for 5 to end.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(4))],
+        nodes=[node("n", one(16))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW, expected_runtime_s=10.0),
+            running(2, "q", "n", req=one(2), started_at=NOW, expected_runtime_s=20.0),
+            workload(5, "q", req=one(2), expected_runtime_s=100.0),
+            workload(6, "q", req=one(2), expected_runtime_s=100.0),
+            workload(7, "q", req=one(2), expected_runtime_s=100.0),
+        ],
+    )
+    etas = run_cycle(snap).etas
+    assert (etas[5].p50, etas[6].p50, etas[7].p50) == (NOW + 10, NOW + 20, NOW + 110)
+
+
+def test_beyond_the_horizon_is_unknown() -> None:
+    cfg = EngineConfig(fair_share_mode="instant", eta_horizon_s=60.0)
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(4), started_at=NOW, expected_runtime_s=30.0),
+            workload(2, "q", req=one(4), expected_runtime_s=50.0),
+            workload(3, "q", req=one(4), expected_runtime_s=50.0),
+        ],
+        config=cfg,
+    )
+    etas = run_cycle(snap).etas
+    assert etas[2] == Eta(NOW + 30, NOW + 30)
+    assert etas[3] == Eta(None, None)  # would be t+80, past t+60
+
+
+def test_a_preemptor_is_expected_as_soon_as_its_victims_are_gone() -> None:
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(4))],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(4), priority=1, started_at=NOW, expected_runtime_s=900.0),
+            workload(2, "q", req=one(4), priority=9),
+        ],
+    )
+    result = run_cycle(snap)
+    assert [p.victim_id for p in result.preemptions] == [1]
+    assert result.etas[2].p50 == NOW
+
+
+def test_global_position_follows_the_tournament() -> None:
+    # Queue priority first: hi's workloads rank before lo's, whatever their age.
+    snap = world(
+        quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
+        nodes=[node("n", one(1))],
+        workloads=[
+            workload(1, "a", "lo", req=one(2), ts=0.0),
+            workload(2, "a", "lo", req=one(2), ts=1.0),
+            workload(3, "b", "hi", req=one(2), ts=5.0),
+        ],
+        queues=[QueueSpec("lo"), QueueSpec("hi", priority=5)],
+    )
+    pos = run_cycle(snap).positions
+    assert [pos[i].global_ for i in (3, 1, 2)] == [1, 2, 3]
+    assert [pos[i].in_queue for i in (3, 1, 2)] == [1, 1, 2]
+
+
+def test_forecast_can_be_skipped_and_is_budgeted() -> None:
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(1))],
+        workloads=[workload(i, "q", req=one(1)) for i in range(1, 50)],
+    )
+    assert run_cycle(snap, forecast=False).etas == {}
+    starved = dataclasses.replace(
+        snap, config=EngineConfig(fair_share_mode="instant", eta_budget_s=0.0)
+    )
+    result = run_cycle(starved)
+    assert len(result.positions) == 48  # one admitted
+    # With no budget the simulation stops after its first instant.
+    assert all(e.p50 is None for e in result.etas.values())

@@ -1,0 +1,467 @@
+"""Invariants of the cycle as hypothesis properties (issue 3, item 11).
+
+Small random worlds: a one- or two-level quota tree, a few nodes (pools, taints,
+GPUs, a cordoned one), queues with every policy (some shared by several quotas),
+running workloads placed on nodes, and pending workloads with one or two pod sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from queueing.engine import run_cycle
+from queueing.engine.quota import QuotaTree
+from queueing.engine.resources import Resources
+from queueing.engine.types import (
+    CycleResult,
+    EngineConfig,
+    NodeSpec,
+    PodSet,
+    QueueSpec,
+    QuotaNode,
+    Snapshot,
+    Taint,
+    Toleration,
+    WorkloadSpec,
+)
+
+GPU = "nvidia.com/gpu"
+TAINT = Taint("dedicated", "gpu", "NoSchedule")
+TOLERATE = Toleration("dedicated", "Equal", "gpu", "NoSchedule")
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> Snapshot:
+    seed = draw(st.integers(0, 2**32 - 1))
+    note(f"world seed {seed}")
+    rng = random.Random(seed)
+    # Quotas: a root, optionally departments, leaves.
+    quotas: list[QuotaNode] = [QuotaNode("root")]
+    parents = ["root"]
+    if rng.random() < 0.5:
+        for d in range(rng.randint(1, 2)):
+            name = f"d{d}"
+            quotas.append(
+                QuotaNode(
+                    name,
+                    "root",
+                    min=Resources({"cpu": rng.choice((0, 4, 8))}),
+                    max={"cpu": rng.choice((8, 12, 24))} if rng.random() < 0.6 else {},
+                )
+            )
+            parents.append(name)
+        parents = parents[1:]
+    leaves: list[str] = []
+    for i in range(rng.randint(1, 4)):
+        name = f"q{i}"
+        leaves.append(name)
+        mx: dict[str, int] = {}
+        if rng.random() < 0.6:
+            mx["cpu"] = rng.choice((4, 6, 10, 16))
+        if rng.random() < 0.3:
+            mx[GPU] = rng.choice((1, 2, 4))
+        quotas.append(
+            QuotaNode(
+                name,
+                rng.choice(parents),
+                min=Resources({"cpu": rng.choice((0, 2, 4, 6)), GPU: rng.choice((0, 0, 1))}),
+                max=mx,
+                shared_weight={"cpu": rng.choice((1, 2))} if rng.random() < 0.5 else {},
+                allow_lent=rng.random() < 0.8,
+            )
+        )
+    # Nodes.
+    nodes: list[NodeSpec] = []
+    for n in range(rng.randint(1, 4)):
+        gpu = rng.random() < 0.3
+        alloc = {"cpu": rng.choice((6, 8, 12, 16)), "memory": rng.choice((16, 32))}
+        if gpu:
+            alloc[GPU] = rng.choice((2, 4))
+        nodes.append(
+            NodeSpec(
+                f"n{n}",
+                Resources(alloc),
+                Resources({"cpu": rng.choice((0, 0, 1))}),
+                labels={"koord-queue/pool": "gpu" if gpu else "cpu"},
+                taints=(TAINT,) if gpu and rng.random() < 0.5 else (),
+                unschedulable=rng.random() < 0.1,
+            )
+        )
+    # Queues: some shared by several quotas.
+    queues: list[QueueSpec] = []
+    for i in range(rng.randint(1, 3)):
+        queues.append(
+            QueueSpec(
+                f"Q{i}",
+                policy=rng.choice(("Priority", "Block", "Intelligent", "FIFO")),
+                priority=rng.choice((0, 0, 5)),
+                priority_threshold=rng.choice((0, 5, 10)),
+                max_depth=rng.choice((0, 0, 0, 2, 4)),
+                preempt_within_quota=rng.choice(("LowerPriority", "LowerPriority", "Never")),
+                reclaim=rng.choice(("Any", "LowerPriority", "Never")),
+            )
+        )
+    free = {n.name: dict((n.allocatable - n.reserved).raw) for n in nodes if not n.unschedulable}
+    workloads: list[WorkloadSpec] = []
+
+    def pod_sets() -> tuple[PodSet, ...]:
+        out = []
+        for p in range(rng.choice((1, 1, 1, 2))):
+            req = {"cpu": rng.randint(1, 3), "memory": rng.choice((1, 2, 4))}
+            sel: dict[str, str] = {}
+            tol: tuple[Toleration, ...] = ()
+            if rng.random() < 0.2:
+                req[GPU] = rng.randint(1, 2)
+                sel = {"koord-queue/pool": "gpu"}
+                tol = (TOLERATE,)
+            out.append(PodSet(f"ps{p}", rng.choice((1, 1, 2, 3)), Resources(req), sel, tol))
+        return tuple(out)
+
+    wid = 0
+    # Running work leans on the first quota, so others have something to reclaim.
+    hog = leaves[0]
+    for _ in range(rng.randint(0, 14)):
+        ps = pod_sets()
+        assignment: dict[str, Resources] = {}
+        # Place greedily; skip the workload when it does not fit (holdings stay valid).
+        trial = {k: dict(v) for k, v in free.items()}
+        ok = True
+        for p in ps:
+            for _ in range(p.count):
+                for name in sorted(trial):
+                    f = trial[name]
+                    if all(f.get(k, 0) >= v for k, v in p.requests.items()):
+                        for k, v in p.requests.items():
+                            f[k] -= v
+                        assignment[name] = assignment.get(name, Resources()) + p.requests
+                        break
+                else:
+                    ok = False
+        if not ok:
+            continue
+        free = trial
+        wid += 1
+        workloads.append(
+            WorkloadSpec(
+                wid,
+                f"w{wid}",
+                hog if rng.random() < 0.6 else rng.choice(leaves),
+                rng.choice(queues).name,
+                rng.choice((0, 1, 5, 10)),
+                float(rng.randint(0, 50)),
+                ps,
+                phase=rng.choice(("Running", "Running", "Admitted")),
+                admitted_at=float(rng.randint(0, 50)),
+                started_at=0.0,
+                assignment=assignment,
+            )
+        )
+    shapes: list[tuple[PodSet, ...]] = []
+    for _ in range(rng.randint(1, 12)):
+        wid += 1
+        # Reuse shapes now and then: identical workloads exercise ordering properties.
+        ps = rng.choice(shapes) if shapes and rng.random() < 0.4 else pod_sets()
+        shapes.append(ps)
+        workloads.append(
+            WorkloadSpec(
+                wid,
+                f"w{wid}",
+                rng.choice(leaves),
+                rng.choice(queues).name,
+                rng.choice((0, 1, 5, 10)),
+                float(rng.randint(0, 100)),
+                ps,
+            )
+        )
+    mode = rng.choice(("instant", "historical", "blended"))
+    return Snapshot(
+        now=1000.0,
+        quotas=tuple(quotas),
+        queues=tuple(queues),
+        workloads=tuple(workloads),
+        nodes=tuple(nodes),
+        ledger={q: {"cpu": rng.uniform(0, 5e5)} for q in leaves if rng.random() < 0.5},
+        config=EngineConfig(fair_share_mode=mode),
+    )
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def limits(snap: Snapshot, result: CycleResult) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for q in snap.quotas:
+        lim = dict(result.runtime_quota.get(q.name, Resources()).raw)
+        for k, cap in q.max.items():
+            lim[k] = min(lim.get(k, 0), cap)
+        out[q.name] = lim
+    return out
+
+
+def ancestors(snap: Snapshot) -> dict[str, list[str]]:
+    tree = QuotaTree(snap.quotas)
+    return {name: [tree.names[c] for c in tree.chains[i]] for i, name in enumerate(tree.names)}
+
+
+def by_id(snap: Snapshot) -> dict[int, WorkloadSpec]:
+    return {w.id: w for w in snap.workloads}
+
+
+# -- properties -----------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(worlds())
+def test_admissions_never_exceed_runtime_quota_or_max_anywhere(snap: Snapshot) -> None:
+    check_limits(snap, run_cycle(snap, forecast=False))
+
+
+def check_limits(snap: Snapshot, result: CycleResult) -> None:
+    """Wherever an admission added a resource, usage ends within runtime quota and max."""
+    lim = limits(snap, result)
+    chains = ancestors(snap)
+    ws = by_id(snap)
+    touched: set[tuple[str, str]] = set()
+    for a in result.admissions:
+        for c in chains[a.quota]:
+            for k, v in ws[a.workload_id].request.items():
+                if v:
+                    touched.add((c, k))
+    for c, k in touched:
+        assert result.used[c].get(k, 0) <= lim[c].get(k, 0), (c, k)
+
+
+@SETTINGS
+@given(worlds())
+def test_gangs_are_whole_and_nodes_never_overcommitted(snap: Snapshot) -> None:
+    result = run_cycle(snap, forecast=False)
+    ws = by_id(snap)
+    held: dict[str, dict[str, int]] = defaultdict(dict)
+    for w in snap.workloads:
+        if w.holds:
+            for n, r in w.assignment.items():
+                for k, v in r.items():
+                    held[n][k] = held[n].get(k, 0) + v
+    for a in result.admissions:
+        w = ws[a.workload_id]
+        counts: dict[str, int] = defaultdict(int)
+        for ps_name, _node, k in a.placements:
+            counts[ps_name] += k
+        assert counts == {ps.name: ps.count for ps in w.pod_sets if ps.count}
+        assert Resources.total(a.assignment.values()) == w.request
+        for n, r in a.assignment.items():
+            for k, v in r.items():
+                held[n][k] = held[n].get(k, 0) + v
+    specs = {n.name: n for n in snap.nodes}
+    for a in result.admissions:
+        for n in a.assignment:
+            spec = specs[n]
+            assert not spec.unschedulable
+            cap = spec.allocatable - spec.reserved
+            for k, v in held[n].items():
+                assert v <= cap.get(k, 0), (n, k)
+
+
+@SETTINGS
+@given(worlds(), st.randoms(use_true_random=False))
+def test_same_snapshot_same_decisions_whatever_the_input_order(
+    snap: Snapshot, rnd: random.Random
+) -> None:
+    def shuffled(t: tuple) -> tuple:  # type: ignore[type-arg]
+        items = list(t)
+        rnd.shuffle(items)
+        return tuple(items)
+
+    other = dataclasses.replace(
+        snap,
+        workloads=shuffled(snap.workloads),
+        nodes=shuffled(snap.nodes),
+        quotas=shuffled(snap.quotas),
+        queues=shuffled(snap.queues),
+    )
+    a = run_cycle(snap).to_dict()
+    b = run_cycle(other).to_dict()
+    a.pop("stats")
+    b.pop("stats")
+    assert a == b
+
+
+@SETTINGS
+@given(worlds())
+def test_positions_are_a_permutation(snap: Snapshot) -> None:
+    result = run_cycle(snap)
+    pos = result.positions
+    assert sorted(p.global_ for p in pos.values()) == list(range(1, len(pos) + 1))
+    per_queue: dict[str, list[int]] = defaultdict(list)
+    ws = by_id(snap)
+    for wid, p in pos.items():
+        per_queue[ws[wid].queue].append(p.in_queue)
+    for ranks in per_queue.values():
+        assert sorted(ranks) == list(range(1, len(ranks) + 1))
+    assert set(result.etas) == set(pos)
+    admitted = {a.workload_id for a in result.admissions}
+    assert not admitted & set(pos)
+
+
+def queue_order(snap: Snapshot, queue: str) -> list[WorkloadSpec]:
+    return sorted(
+        (w for w in snap.workloads if w.queue == queue and w.phase == "Pending"),
+        key=lambda w: (-w.priority, w.queue_order_at, w.id),
+    )
+
+
+@SETTINGS
+@given(worlds())
+def test_block_never_admits_behind_a_blocked_head(snap: Snapshot) -> None:
+    result = run_cycle(snap, forecast=False)
+    admitted = {a.workload_id for a in result.admissions if not a.nominated}
+    everyone = {a.workload_id for a in result.admissions}
+    for q in snap.queues:
+        if q.policy not in ("Block", "FIFO"):
+            continue
+        seen_unadmitted: set[str] = set()
+        for w in queue_order(snap, q.name):
+            if w.id in admitted:
+                assert w.quota not in seen_unadmitted, (q.name, w.id)
+            elif w.id not in everyone:
+                seen_unadmitted.add(w.quota)
+
+
+@SETTINGS
+@given(worlds())
+def test_priority_order_holds_within_a_queue(snap: Snapshot) -> None:
+    # Among workloads of one queue and quota with the same shape, admission is a prefix
+    # of the queue order: nobody jumps an identical workload that ranks higher.
+    result = run_cycle(snap, forecast=False)
+    admitted = {a.workload_id for a in result.admissions}
+    for q in snap.queues:
+        groups: dict[tuple, list[WorkloadSpec]] = defaultdict(list)  # type: ignore[type-arg]
+        for w in queue_order(snap, q.name):
+            shape = tuple(
+                (p.name, p.count, p.requests, tuple(sorted(p.node_selector.items())), p.tolerations)
+                for p in w.pod_sets
+            )
+            groups[(w.quota, shape)].append(w)
+        for members in groups.values():
+            flags = [w.id in admitted for w in members]
+            assert flags == sorted(flags, reverse=True), [w.id for w in members]
+
+
+def check_min_respected(snap: Snapshot, result: CycleResult) -> None:
+    """Preemption never leaves a quota below its min through capacity that leaves it.
+
+    For every quota node: its usage minus what victims (in flight, or chosen now) give
+    up to preemptors *outside* that node must stay at or above its min wherever a
+    cross-quota victim was taken from it. Capacity a victim gives to a preemptor under
+    the same node (InQueue, or a sibling reclaiming inside a department) stays there.
+    """
+    ws = by_id(snap)
+    chains = ancestors(snap)
+    quotas = {q.name: q for q in snap.quotas}
+    used0: dict[str, dict[str, int]] = defaultdict(dict)
+    for w in snap.workloads:
+        if w.holds:
+            for c in chains[w.quota]:
+                for k, v in w.request.items():
+                    used0[c][k] = used0[c].get(k, 0) + v
+    leaving: dict[str, dict[str, int]] = defaultdict(dict)
+    pairs = [
+        (w, ws[w.preempted_by])
+        for w in snap.workloads
+        if w.phase == "Preempted" and w.preempted_by in ws
+    ]
+    pairs += [(ws[p.victim_id], ws[p.preemptor_id]) for p in result.preemptions]
+    for victim, preemptor in pairs:
+        theirs = set(chains[preemptor.quota])
+        for c in chains[victim.quota]:
+            if c in theirs:
+                break
+            for k, x in victim.request.items():
+                leaving[c][k] = leaving[c].get(k, 0) + x
+    for p in result.preemptions:
+        if p.reason == "InQueue":
+            continue
+        victim = ws[p.victim_id]
+        preemptor = ws[p.preemptor_id]
+        mine = set(chains[preemptor.quota])
+        for c in chains[victim.quota]:
+            if c in mine:
+                break
+            for k in preemptor.request:
+                if victim.request.get(k, 0):
+                    after = used0[c].get(k, 0) - leaving[c].get(k, 0)
+                    assert after >= quotas[c].min.get(k, 0), (c, k, p)
+
+
+@SETTINGS
+@given(worlds())
+def test_preemption_never_takes_a_quota_below_its_min(snap: Snapshot) -> None:
+    check_min_respected(snap, run_cycle(snap, forecast=False))
+
+
+# -- several cycles ------------------------------------------------------------------------
+
+
+def apply(snap: Snapshot, result: CycleResult, now: float) -> Snapshot:
+    """What the database side does: admit, mark victims, confirm older evictions."""
+    adm = {a.workload_id: a for a in result.admissions}
+    victims = {p.victim_id: p.preemptor_id for p in result.preemptions}
+    nominated = set(result.nominations)
+    out = []
+    for w in snap.workloads:
+        if w.phase == "Preempted":
+            # The cluster confirmed the eviction requested last cycle.
+            w = dataclasses.replace(w, phase="Pending", assignment={}, preempted_by=None)
+        if w.id in adm:
+            w = dataclasses.replace(
+                w,
+                phase="Running",
+                assignment=dict(adm[w.id].assignment),
+                admitted_at=now,
+                started_at=now,
+                nominated=False,
+            )
+        elif w.id in victims:
+            w = dataclasses.replace(w, phase="Preempted", preempted_by=victims[w.id])
+        else:
+            w = dataclasses.replace(w, nominated=w.id in nominated)
+        out.append(w)
+    return dataclasses.replace(snap, workloads=tuple(out), now=now)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_repeated_cycles_never_ping_pong_nor_pick_a_victim_twice(snap: Snapshot) -> None:
+    pairs: list[tuple[int, int]] = []
+    quota_pairs: list[tuple[str, str]] = []
+    for step in range(5):
+        result = run_cycle(snap, forecast=False)
+        check_min_respected(snap, result)
+        check_limits(snap, result)
+        ws = by_id(snap)
+        in_flight = {w.id for w in snap.workloads if w.phase == "Preempted"}
+        for p in result.preemptions:
+            assert p.victim_id not in in_flight
+            assert ws[p.victim_id].phase in ("Running", "Admitted")
+            pairs.append((p.victim_id, p.preemptor_id))
+            if p.reason != "InQueue":
+                quota_pairs.append((ws[p.victim_id].quota, ws[p.preemptor_id].quota))
+        # A preemptor is never admitted in the cycle that evicts its victims.
+        preemptors = {p.preemptor_id for p in result.preemptions}
+        assert not preemptors & {a.workload_id for a in result.admissions}
+        snap = apply(snap, result, now=snap.now + 10.0 * (step + 1))
+    for a, b in pairs:
+        assert (b, a) not in pairs
+    for qa, qb in quota_pairs:
+        assert (qb, qa) not in quota_pairs
+    assert len(pairs) == len(set(pairs))
