@@ -129,8 +129,8 @@ class Kube:
         return dict(self.cluster.rest.call("get", "GET", path))
 
 
-def _real_cluster() -> Iterator[Kube]:
-    cluster = KubernetesCluster(connect(os.environ["KUBECONFIG"]), policy=RetryPolicy())
+def _real_cluster(errors: ApiErrors) -> Iterator[Kube]:
+    cluster = KubernetesCluster(connect(os.environ["KUBECONFIG"]), on_error=errors)
     namespace = f"kq-test-{uuid.uuid4().hex[:8]}"
     cluster.rest.call(
         "create", "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}}
@@ -159,7 +159,7 @@ def _real_cluster() -> Iterator[Kube]:
 )
 def kube(request: pytest.FixtureRequest, api_errors: ApiErrors) -> Iterator[Kube]:
     if request.param == "real":
-        yield from _real_cluster()
+        yield from _real_cluster(api_errors)
         return
     fake: FakeKube = request.getfixturevalue("fake")
     fake.add_namespace("team-a")

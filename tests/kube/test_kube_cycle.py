@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from queueing import actions, compat
 from queueing.choices import Phase
-from queueing.cluster.kubernetes import KubernetesCluster
+from queueing.cluster.kubernetes import KubernetesCluster, RetryPolicy
 from queueing.cycle import tick
 from queueing.models import MetricCounter, Queue, Quota, Workload, WorkloadEvent
 from tests.builders import SYSTEM
@@ -23,12 +23,13 @@ from tests.fakekube import (
     FakeKube,
     FaultSpec,
     admitted_timeline,
+    api_client,
     by_label,
     overruns,
     unsuspend_counts,
     usage_timeline,
 )
-from tests.kube.conftest import ApiErrors, job_manifest, make_adapter
+from tests.kube.conftest import FAST, ApiErrors, job_manifest, make_adapter
 from tests.services import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -264,14 +265,13 @@ def test_api_faults_leave_database_and_cluster_in_agreement(
 
 
 def test_api_errors_are_counted_for_metrics(fake: FakeKube, use_cluster: Callable[[Any], None]):
-    cluster = KubernetesCluster(
-        make_adapter(fake.url).api, policy=make_adapter(fake.url).rest.policy
-    )
+    # The default error hook: a shared counter that /metrics shows.
+    cluster = KubernetesCluster(api_client(fake.url, retries=False), policy=FAST)
     use_cluster(cluster)
     world = build_world(fake, cluster)
     world.submit("counted", runtime=5)
     fake.set_faults(patch=FaultSpec(error_rate=1.0, codes=(503,)))
-    cluster.rest.policy = type(cluster.rest.policy)(budget_s=0.05, base_s=0.001, cap_s=0.01)
+    cluster.rest.policy = RetryPolicy(budget_s=0.05, base_s=0.001, cap_s=0.01)
     summary = tick(cluster=cluster)
     assert summary.errors  # the admit could not be done; the next sync repeats it
     counters = dict(
@@ -279,7 +279,7 @@ def test_api_errors_are_counted_for_metrics(fake: FakeKube, use_cluster: Callabl
     )
     assert counters.get("patch 503", 0) >= 1
     fake.clear_faults()
-    cluster.rest.policy = type(cluster.rest.policy)(budget_s=5, base_s=0.001, cap_s=0.01)
+    cluster.rest.policy = FAST
     world.tick_until(lambda: world.phases()["counted"] in (Phase.RUNNING, Phase.SUCCEEDED))
 
 
