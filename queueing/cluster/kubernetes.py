@@ -1349,7 +1349,7 @@ class KubernetesCluster:
                 str(dig(u, "spec", "consumerRef", "namespace") or dig(u, "metadata", "namespace")),
                 str(dig(u, "spec", "consumerRef", "name")),
             ): u
-            for u in self._list_queue_units()
+            for u in self.queue_units()  # listed with the jobs, at the start of this sync
         }
         jobs = {(j.ref.kind, j.ref.namespace, j.ref.name): j for j in self.jobs()}
         written = 0
