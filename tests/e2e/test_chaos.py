@@ -321,7 +321,8 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path):
     assert chaos.kills >= 5
     assert state["faultsInjected"] >= 0.05 * state["requests"]
     assert faulted["committed"] > 0
-    preemptions = sum(
+    # Preemptions, and suspensions that reached a job just as it finished.
+    suspensions = sum(
         1 for e in entries if e["type"] == "suspend" and e["suspend"] and e["previous"] is False
     )
     figures = {
@@ -334,7 +335,7 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path):
         "faults_injected": state["faultsInjected"],
         "faults_after_the_write": faulted["committed"],
         "unsuspends": sum(unsuspends.values()),
-        "preemptions": preemptions,
+        "suspensions": suspensions,
         "peak_cpu_by_quota": {
             k: round(v.get("cpu", 0), 1)
             for k, v in peak_usage(admitted_timeline(entries, by_quota)).items()
