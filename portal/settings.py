@@ -238,6 +238,25 @@ KQ_CYCLE_LEASE_S = _float("KQ_CYCLE_LEASE_S", 30.0, 1.0)
 KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
 KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
+# Kinds the Kubernetes adapter manages; a kind whose CRD is not installed is skipped.
+KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob")
+KQ_KINDS = env.list("KQ_KINDS", default=list(KQ_KINDS_ALL))
+_unknown_kinds = sorted(set(KQ_KINDS) - set(KQ_KINDS_ALL))
+if _unknown_kinds:
+    raise ImproperlyConfigured(
+        f"KQ_KINDS may name {', '.join(KQ_KINDS_ALL)}; {', '.join(_unknown_kinds)} is not one."
+    )
+# The container that runs a Job submitted with pod sets only (no manifest).
+KQ_JOB_IMAGE = env.str("KQ_JOB_IMAGE", default="busybox:1.36")
+# Kubernetes API calls: per-request timeout and the total time one call may spend retrying.
+KQ_KUBE_TIMEOUT_S = _float("KQ_KUBE_TIMEOUT_S", 10.0, 0.5)
+KQ_KUBE_RETRY_S = _float("KQ_KUBE_RETRY_S", 10.0, 0.0)
+if KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S >= KQ_CYCLE_LEASE_S:
+    # A cluster write must end while the lease that ordered it is held (queueing/lease.py).
+    raise ImproperlyConfigured(
+        f"KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S ({KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S:g}) must "
+        f"be less than KQ_CYCLE_LEASE_S ({KQ_CYCLE_LEASE_S:g})."
+    )
 
 # --- Auth, API --------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

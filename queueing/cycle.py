@@ -96,9 +96,13 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     sync_lease = leases.acquire("sync")
     if sync_lease is not None:
         try:
-            report: SyncReport = sync_cluster(cluster, now=now)
+            report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
             summary.sync = report.as_dict()
             summary.errors.extend(report.errors)
+        except leases.LeaseLost as exc:
+            log.warning("sync dropped: %s", exc)
+            summary.skipped.append("sync")
+            summary.errors.append(str(exc))
         finally:
             leases.release(sync_lease)
     else:

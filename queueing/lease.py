@@ -5,13 +5,19 @@ lease is free, expired, or already ours, and every take increments the token. ap
 re-checks the token inside its own transaction (row-locked), so a worker that stalled
 past its expiry and lost the lease cannot write decisions computed from a stale view.
 Works the same on PostgreSQL and SQLite; no extra service is needed.
+
+Cluster writes happen outside the database, after the commit, so the token cannot guard
+them. ``Fence`` does instead: before each write it makes sure the lease will outlive the
+write (a write gives up after its retry budget and one request timeout), renewing it
+while it is still ours, and raises LeaseLost otherwise. A worker that stalled past its
+lease therefore never unsuspends a job another worker has decided about since.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -79,3 +85,39 @@ def release(lease: Lease) -> None:
     CycleLease.objects.filter(name=lease.name, token=lease.token, holder=lease.holder).update(
         expires_at=None, holder=""
     )
+
+
+def renew(lease: Lease, *, ttl_s: float | None = None) -> Lease | None:
+    """Extend a lease that is still ours (a heartbeat); None when it was lost."""
+    ttl = timedelta(seconds=ttl_s if ttl_s is not None else settings.KQ_CYCLE_LEASE_S)
+    now = timezone.now()
+    extended = CycleLease.objects.filter(
+        name=lease.name, token=lease.token, holder=lease.holder, expires_at__gt=now
+    ).update(expires_at=now + ttl)
+    return replace(lease, expires_at=now + ttl) if extended == 1 else None
+
+
+def write_margin() -> timedelta:
+    """How long a cluster write may take once started: its retry budget plus one request."""
+    return timedelta(seconds=settings.KQ_KUBE_RETRY_S + settings.KQ_KUBE_TIMEOUT_S)
+
+
+class Fence:
+    """Guards the cluster writes made on behalf of a lease (None: no lease, no guard)."""
+
+    def __init__(self, lease: Lease | None) -> None:
+        self.lease = lease
+
+    def check(self) -> None:
+        """Return when a write started now ends while the lease is still ours."""
+        if self.lease is None:
+            return
+        if self.lease.expires_at - timezone.now() > write_margin():
+            return
+        renewed = renew(self.lease)
+        if renewed is None:
+            raise LeaseLost(
+                f"the lease {self.lease.name!r} #{self.lease.token} expired; "
+                "its remaining cluster writes are left to the next sync"
+            )
+        self.lease = renewed

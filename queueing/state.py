@@ -41,7 +41,7 @@ from queueing.engine.types import (
     Toleration,
     WorkloadSpec,
 )
-from queueing.lease import Lease, check
+from queueing.lease import Fence, Lease, LeaseLost, check
 from queueing.models import (
     CycleRun,
     Queue,
@@ -673,14 +673,25 @@ def apply(
         _publish(changed_ids, index, cycle.pk)
         _publish_quotas(quota_changes, cycle.pk)
 
-    # After the commit: make the cluster follow. Idempotent; the next sync retries.
+    # After the commit: make the cluster follow. Idempotent; the next sync retries. The
+    # fence stops here if the lease ran out: another worker may have decided since.
+    fence = Fence(lease)
+    pools = {a.workload_id: a.pool for a in result.admissions}
+    calls: list[tuple[int, Any]] = []
     for workload_id in report.admitted:
-        row = index.rows[workload_id]
-        admission = next(a for a in result.admissions if a.workload_id == workload_id)
-        selector = {settings.KQ_POOL_LABEL: admission.pool} if admission.pool else {}
-        _cluster_call(report, row, lambda ref, s=selector: cluster.admit(ref, node_selector=s))
-    for workload_id in report.preempted + report.requeued:
-        _cluster_call(report, index.rows[workload_id], cluster.suspend)
+        pool = pools.get(workload_id)
+        selector = {settings.KQ_POOL_LABEL: pool} if pool else {}
+        calls.append((workload_id, lambda ref, s=selector: cluster.admit(ref, node_selector=s)))
+    calls.extend(
+        (workload_id, cluster.suspend) for workload_id in report.preempted + report.requeued
+    )
+    for workload_id, call in calls:
+        try:
+            fence.check()
+        except LeaseLost as exc:
+            report.errors.append(str(exc))
+            break
+        _cluster_call(report, index.rows[workload_id], call)
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
     return report

@@ -11,6 +11,8 @@ that the next sync does not put right:
   Preempted but the job still runs (the suspend call was lost) -> suspend again;
 - waiting but the job was unsuspended behind the queue's back -> suspend it;
 - the job is gone -> Cancelled.
+
+With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from queueing import actions, compat
@@ -35,13 +39,17 @@ from queueing.cluster.base import (
     ClusterError,
     JobInfo,
     JobNotFound,
+    QueueUnitMirror,
 )
+from queueing.lease import Fence, Lease
 from queueing.models import Queue, Quota, Workload
 
 log = logging.getLogger(__name__)
 
 # A workload created moments ago may not be in the cluster's (watch) view yet.
 MISSING_GRACE = timedelta(seconds=30)
+# Finished workloads keep their QueueUnit phase up to date for this long.
+MIRROR_FINISHED_FOR = timedelta(hours=1)
 
 
 @dataclass
@@ -51,6 +59,7 @@ class SyncReport:
     readmitted: int = 0
     resuspended: int = 0
     cancelled: int = 0
+    mirrored: int = 0
     unplaced: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -61,6 +70,7 @@ class SyncReport:
             "readmitted": self.readmitted,
             "resuspended": self.resuspended,
             "cancelled": self.cancelled,
+            "mirrored": self.mirrored,
             "unplaced": self.unplaced[:20],
             "errors": self.errors[:20],
         }
@@ -73,9 +83,14 @@ def pool_selector(workload: Workload) -> dict[str, str]:
     return {label: workload.pool} if workload.pool else {}
 
 
-def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) -> SyncReport:
-    """Bring workloads in line with what the cluster reports. See the module docstring."""
+def sync_cluster(
+    cluster: Cluster | None = None, now: datetime | None = None, lease: Lease | None = None
+) -> SyncReport:
+    """Bring workloads in line with what the cluster reports. See the module docstring.
+
+    With the sync ``lease``, repairs stop (LeaseLost) once it cannot outlive them."""
     cluster = cluster or get_cluster()
+    fence = Fence(lease)
     now = now or timezone.now()
     report = SyncReport()
     cluster.tick(now)
@@ -93,7 +108,7 @@ def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) ->
         if job is not None:
             seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
         try:
-            _reconcile(cluster, workload, job, now, report)
+            _reconcile(cluster, workload, job, now, report, fence)
         except ClusterError as exc:
             report.errors.append(f"{workload}: {exc}")
             log.warning("sync of %s failed: %s", workload, exc)
@@ -102,10 +117,29 @@ def sync_cluster(cluster: Cluster | None = None, now: datetime | None = None) ->
         if key in seen or job.state in (SUCCEEDED, FAILED):
             continue
         try:
-            _register(cluster, job, report)
+            _register(cluster, job, report, fence)
         except ClusterError as exc:
             report.errors.append(f"{job.ref.namespace}/{job.ref.name}: {exc}")
+
+    if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
+        try:
+            report.mirrored = mirror_queue_units(cluster, now)
+        except ClusterError as exc:
+            report.errors.append(f"QueueUnit mirroring: {exc}")
     return report
+
+
+def mirror_queue_units(cluster: QueueUnitMirror, now: datetime) -> int:
+    """Show each workload's phase, under kube-queue's name, in its job's QueueUnit."""
+    rows = Workload.objects.filter(
+        Q(phase__in=ACTIVE_PHASES) | Q(finished_at__gte=now - MIRROR_FINISHED_FOR)
+    ).values_list("kind", "namespace", "name", "phase", "reason")
+    return cluster.mirror_queue_units(
+        {
+            (kind, namespace, name): (compat.kube_queue_phase(phase), reason[:300])
+            for kind, namespace, name, phase, reason in rows
+        }
+    )
 
 
 def _finish(workload: Workload, job: JobInfo, report: SyncReport) -> None:
@@ -128,6 +162,7 @@ def _reconcile(
     job: JobInfo | None,
     now: datetime,
     report: SyncReport,
+    fence: Fence,
 ) -> None:
     ref = actions.workload_ref(workload)
     if job is None:
@@ -150,11 +185,13 @@ def _reconcile(
         return
     if phase in (Phase.PENDING, Phase.BACKOFF):
         if not job.suspended:
+            fence.check()
             cluster.suspend(ref)  # only the queue may release a job
             report.resuspended += 1
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
+            fence.check()
             cluster.admit(ref, node_selector=pool_selector(workload))
             report.readmitted += 1
         elif job.state == RUNNING and actions.transition(
@@ -174,6 +211,7 @@ def _reconcile(
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
+            fence.check()
             cluster.suspend(ref)
             report.resuspended += 1
         elif job.active == 0:
@@ -200,7 +238,7 @@ def _requeue(
         report.transitions += 1
 
 
-def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
+def _register(cluster: Cluster, job: JobInfo, report: SyncReport, fence: Fence) -> None:
     queue_name = compat.queue_name(job.labels, job.annotations)
     quota_name = compat.quota_name(job.labels)
     queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
@@ -228,7 +266,8 @@ def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
     try:
         pod_sets = actions.parse_pod_sets(list(job.pod_sets), canonical=True)
     except Exception as exc:
-        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {_first_message(exc)}")
+        why = job.message if not job.pod_sets and job.message else _first_message(exc)
+        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {why}")
         return
     with transaction.atomic():
         try:
@@ -250,6 +289,7 @@ def _register(cluster: Cluster, job: JobInfo, report: SyncReport) -> None:
             return
     report.registered += 1
     if not job.suspended:
+        fence.check()
         try:
             cluster.suspend(job.ref)
             report.resuspended += 1

@@ -129,3 +129,12 @@ class Cluster(Protocol):
 
         Returns how many jobs changed state (0 for a real cluster)."""
         ...
+
+
+@runtime_checkable
+class QueueUnitMirror(Protocol):
+    """Adapters that can show phases in kube-queue QueueUnits (``KQ_MIRROR_QUEUEUNITS``)."""
+
+    def mirror_queue_units(self, phases: Mapping[tuple[str, str, str], tuple[str, str]]) -> int:
+        """(kind, namespace, name) of a job -> (kube-queue phase, message); returns writes."""
+        ...

@@ -391,6 +391,17 @@ class Store:
         sent_rv = dig(new, "metadata", "resourceVersion")
         if sent_rv not in (None, "") and sent_rv != old["metadata"]["resourceVersion"]:
             raise _conflict(rtype, name)
+        # A uid in the body is a precondition too: never write into a recreated namesake.
+        sent_uid = dig(new, "metadata", "uid")
+        if sent_uid not in (None, "") and sent_uid != old["metadata"].get("uid"):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rtype.qualified} "{name}": Precondition '
+                f"failed: UID in precondition: {sent_uid}, UID in object meta: "
+                f"{old['metadata'].get('uid')}",
+                {"name": name, "group": rtype.group, "kind": rtype.plural},
+            )
         if subresource == "status":
             if not rtype.has_status:
                 raise not_found(rtype, name)

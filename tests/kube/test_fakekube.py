@@ -325,6 +325,19 @@ def test_stale_resource_version_conflicts(batch: client.BatchV1Api):
     assert batch.replace_namespaced_job("c", "default", fresh).metadata.labels == {"y": "1"}
 
 
+def test_a_uid_in_a_patch_is_a_precondition(batch: client.BatchV1Api):
+    first = batch.create_namespaced_job("default", job("u"))
+    batch.delete_namespaced_job("u", "default")
+    batch.create_namespaced_job("default", job("u"))
+    with pytest.raises(ApiException) as conflict:
+        batch.patch_namespaced_job("u", "default", {"metadata": {"uid": first.metadata.uid}})
+    assert conflict.value.status == 409
+    assert "Precondition failed: UID" in json.loads(conflict.value.body)["message"]
+    current = batch.read_namespaced_job("u", "default")
+    patch = {"metadata": {"uid": current.metadata.uid, "labels": {"ok": "1"}}}
+    assert batch.patch_namespaced_job("u", "default", patch).metadata.labels["ok"] == "1"
+
+
 def test_noop_writes_keep_the_resource_version(batch: client.BatchV1Api, fake_kube: FakeKube):
     fake_kube.configure(runner_paused=True)
     created = batch.create_namespaced_job("default", job("n"))

@@ -1,0 +1,72 @@
+"""The long-lived watch (kubernetes mode): start a cycle as soon as the cluster changes.
+
+The sync and the cycle run in Celery workers, on beat's timer, and read the cluster
+fresh each time. The watch only shortens the wait: informers follow jobs, nodes and
+bound pods, and a change that can alter a decision (a job finished, appeared, vanished or
+changed state; a node or free capacity changed) sends a tick task at once. Bursts are
+coalesced: at most one trigger per ``debounce_s``. If the watch is down, nothing is lost
+but latency. ``python manage.py watch_cluster`` is a thin wrapper around ``run_watch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
+
+log = logging.getLogger(__name__)
+
+Trigger = Callable[[Mapping[str, int]], None]
+
+
+def enqueue_tick(reasons: Mapping[str, int]) -> None:
+    """Ask a worker for a tick now; one nobody picks up soon is useless, so it expires."""
+    from django.conf import settings
+
+    from queueing.tasks import tick
+
+    tick.apply_async(expires=max(settings.KQ_CYCLE_INTERVAL_S * 2, 2.0))
+    log.debug("tick requested after %s", dict(reasons))
+
+
+def run_watch(
+    cluster: KubernetesCluster,
+    stop: threading.Event,
+    *,
+    trigger: Trigger = enqueue_tick,
+    debounce_s: float = 0.2,
+    watch_timeout_s: int = 300,
+) -> int:
+    """Watch until ``stop`` is set; returns how many triggers were sent."""
+    changed = threading.Event()
+    reasons: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def on_change(reason: str) -> None:
+        with lock:
+            reasons[reason] += 1
+        changed.set()
+
+    watcher = ClusterWatcher(cluster, on_change, watch_timeout_s=watch_timeout_s)
+    watcher.start()
+    sent = 0
+    try:
+        while not stop.is_set():
+            if not changed.wait(timeout=0.5):
+                continue
+            stop.wait(debounce_s)  # let a burst of events arrive, then trigger once
+            changed.clear()
+            with lock:
+                batch = dict(reasons)
+                reasons.clear()
+            try:
+                trigger(batch)
+                sent += 1
+            except Exception:  # the broker may be down; beat's timer still runs ticks
+                log.exception("could not request a tick")
+    finally:
+        watcher.stop()
+    return sent
