@@ -1,10 +1,12 @@
-"""Pod sets read out of a batch/v1 Job manifest, as Kubernetes would size its pods.
+"""Pod sets read out of what a submitter sends: a batch/v1 Job or a pod template.
 
-A pod's request per resource is the larger of the sum over its containers and the
-largest init container, plus the pod overhead; a container without a request for a
-resource it limits requests its limit (the API server's defaulting). The pod set has
-``parallelism`` pods (default 1). Amounts come back as quantity strings in canonical
-spelling, ready for ``actions.parse_pod_sets``.
+A pod's request per resource follows the scheduler (and ``KubernetesCluster``, whose
+``_check_job_shape`` refuses a Job that disagrees with its workload): the sum of its
+containers and sidecars (init containers with ``restartPolicy: Always``), at least the
+largest other init container, plus the pod overhead; a container's limits stand in for
+requests it does not give (the API server's defaulting). A Job runs
+``min(parallelism, completions)`` pods at once (at least 1). Amounts come back as
+quantity strings in canonical spelling, ready for ``actions.parse_pod_sets``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from queueing.quantities import QuantityError, format_amount, parse_resources
+from queueing.quantities import QuantityError, format_amount, parse_amount
 
 
 class ManifestError(ValueError):
@@ -26,16 +28,17 @@ def _container_requests(container: Any, where: str) -> dict[str, int]:
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise ManifestError(f"{where}.resources must be an object.")
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+        raise ManifestError(f"{where}.resources: limits and requests must be maps.")
     try:
-        limits = parse_resources(resources.get("limits") or {})
-        requests = parse_resources(resources.get("requests") or {})
+        return {str(r): parse_amount(str(r), q) for r, q in {**limits, **requests}.items()}
     except QuantityError as exc:
         raise ManifestError(f"{where}.resources: {exc}") from exc
-    return {**limits, **requests}
 
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
-    """The effective per-pod request of a pod spec, in canonical units."""
+    """The effective per-pod request of a pod spec, in canonical units (no zeros)."""
     containers = pod_spec.get("containers") or []
     init_containers = pod_spec.get("initContainers") or []
     if not isinstance(containers, list) or not isinstance(init_containers, list):
@@ -44,44 +47,75 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     for index, container in enumerate(containers):
         for resource, amount in _container_requests(container, f"containers[{index}]").items():
             total[resource] = total.get(resource, 0) + amount
+    init_peak: dict[str, int] = {}
     for index, container in enumerate(init_containers):
-        for resource, amount in _container_requests(container, f"initContainers[{index}]").items():
-            total[resource] = max(total.get(resource, 0), amount)
+        amounts = _container_requests(container, f"initContainers[{index}]")
+        sidecar = container.get("restartPolicy") == "Always"  # runs alongside the rest
+        for resource, amount in amounts.items():
+            if sidecar:
+                total[resource] = total.get(resource, 0) + amount
+            else:
+                init_peak[resource] = max(init_peak.get(resource, 0), amount)
+    for resource, amount in init_peak.items():
+        total[resource] = max(total.get(resource, 0), amount)
+    overhead = pod_spec.get("overhead") or {}
+    if not isinstance(overhead, Mapping):
+        raise ManifestError("overhead must be a map.")
     try:
-        overhead = parse_resources(pod_spec.get("overhead") or {})
+        for resource, quantity in overhead.items():
+            total[str(resource)] = total.get(str(resource), 0) + parse_amount(
+                str(resource), quantity
+            )
     except QuantityError as exc:
         raise ManifestError(f"overhead: {exc}") from exc
-    for resource, amount in overhead.items():
-        total[resource] = total.get(resource, 0) + amount
-    return total
+    return {resource: amount for resource, amount in total.items() if amount}
 
 
-def pod_sets_from_job(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One pod set for a Job: ``parallelism`` pods of its template."""
-    spec = manifest.get("spec")
-    if not isinstance(spec, Mapping):
-        raise ManifestError("spec must be an object.")
-    template = spec.get("template")
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-        raise ManifestError("spec.template.spec must be an object.")
-    pod_spec = template["spec"]
-    parallelism = spec.get("parallelism", 1)
-    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
-        raise ManifestError(f"spec.parallelism must be 1 or more, not {parallelism!r}.")
+def _pod_set(pod_spec: Any, count: int) -> dict[str, Any]:
+    if not isinstance(pod_spec, Mapping):
+        raise ManifestError("the pod template's spec must be an object.")
     requests = pod_requests(pod_spec)
     selector = pod_spec.get("nodeSelector") or {}
     tolerations = pod_spec.get("tolerations") or []
     if not isinstance(selector, Mapping) or not isinstance(tolerations, list):
         raise ManifestError("nodeSelector must be an object and tolerations a list.")
-    return [
-        {
-            "name": "main",
-            "count": parallelism,
-            "requests": {name: format_amount(name, amount) for name, amount in requests.items()},
-            "node_selector": dict(selector),
-            "tolerations": list(tolerations),
-        }
-    ]
+    return {
+        "name": "main",
+        "count": count,
+        "requests": {name: format_amount(name, amount) for name, amount in requests.items()},
+        "node_selector": dict(selector),
+        "tolerations": list(tolerations),
+    }
+
+
+def job_count(spec: Mapping[str, Any]) -> int:
+    """How many pods a Job runs at once: min(parallelism, completions), at least 1."""
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    for name, value in (("parallelism", parallelism), ("completions", completions)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise ManifestError(f"spec.{name} must be a whole number, not {value!r}.")
+    if parallelism is None:
+        parallelism = 1
+    return max(1, min(parallelism, completions) if completions is not None else parallelism)
+
+
+def pod_sets_from_job(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One pod set for a Job: ``job_count`` pods of its template."""
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ManifestError("spec must be an object.")
+    template = spec.get("template")
+    if not isinstance(template, Mapping):
+        raise ManifestError("spec.template must be an object.")
+    return [_pod_set(template.get("spec"), job_count(spec))]
+
+
+def pod_sets_from_template(template: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
+    """One pod set of ``count`` pods of a pod template ({"metadata", "spec"})."""
+    return [_pod_set(template.get("spec"), count)]
 
 
 def suspended_job(manifest: Mapping[str, Any], name: str, namespace: str | None) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from queueing.models import (
     Workload,
     WorkloadEvent,
 )
-from queueing.quantities import format_resources
+from queueing.quantities import describe, format_resources, parse_resources
 
 # --- scopes: what a caller may name ------------------------------------------------------
 
@@ -629,8 +629,10 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 class WorkloadSubmitSerializer(StrictSerializer):
     """A new workload. Name a queue, a quota or a namespace (the others follow from it).
 
-    In kubernetes mode a suspended batch/v1 Job is created from ``manifest`` (a full Job)
-    or ``template`` (a pod template); without ``pod_sets`` they are read from it.
+    In kubernetes mode a suspended batch/v1 Job is created in the namespace: from
+    ``manifest`` (a whole Job), from ``template`` (a pod template, run as
+    ``pod_sets[0].count`` pods) or, with neither, from the pod sets alone. Pod sets are
+    read from the manifest or template when not given, and must match it when given.
     """
 
     name = serializers.CharField(max_length=63, help_text="Job name (a Kubernetes name).")
@@ -668,22 +670,54 @@ class WorkloadSubmitSerializer(StrictSerializer):
                 )
         if attrs.get("quota") is None and queue is None:
             raise serializers.ValidationError({"queue": ["Name a queue, a quota or a namespace."]})
-        manifest = attrs.get("manifest")
-        source = "manifest"
-        if "template" in attrs:
-            manifest, source = job_from_template(attrs, namespace), "template"
-        if manifest is not None:
-            try:
-                attrs["manifest"] = jobspec.suspended_job(manifest, attrs["name"], namespace)
-                from_manifest = jobspec.pod_sets_from_job(attrs["manifest"])
-            except jobspec.ManifestError as exc:
-                raise serializers.ValidationError({source: [str(exc)]}) from exc
-            attrs.setdefault("pod_sets", from_manifest)
+        given = attrs.get("pod_sets")
+        source = "template" if "template" in attrs else "manifest"
+        try:
+            if "template" in attrs:
+                # The adapter wraps a pod template in a suspended Job of `count` pods.
+                attrs["manifest"] = attrs.pop("template")
+                count = int(given[0].get("count", 1)) if given else 1
+                found = jobspec.pod_sets_from_template(attrs["manifest"], count)
+                # A template without requests gets the pod set's (as the adapter does).
+                checked = bool(found[0]["requests"])
+            elif "manifest" in attrs:
+                attrs["manifest"] = jobspec.suspended_job(
+                    attrs["manifest"], attrs["name"], namespace
+                )
+                found, checked = jobspec.pod_sets_from_job(attrs["manifest"]), True
+            else:
+                found, checked = None, False
+        except jobspec.ManifestError as exc:
+            raise serializers.ValidationError({source: [str(exc)]}) from exc
+        if found is not None and not given:
+            attrs["pod_sets"] = found
+        elif found is not None and checked:
+            self._same_shape(given or [], found, source)
         if not attrs.get("pod_sets"):
             raise serializers.ValidationError(
                 {"pod_sets": ["Give at least one pod set (or a manifest to read them from)."]}
             )
         return attrs
+
+    @staticmethod
+    def _same_shape(given: list[Any], found: list[dict[str, Any]], source: str) -> None:
+        """The queue accounts the pod sets; the job must ask for the same (the adapter
+        refuses it otherwise, after the fact). Said here, by field."""
+
+        def shape(pod_set: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+            requests = parse_resources(pod_set.get("requests") or {})
+            return int(pod_set.get("count", 1)), {k: v for k, v in requests.items() if v}
+
+        if len(given) != 1 or shape(given[0]) != shape(found[0]):
+            count, requests = shape(found[0])
+            raise serializers.ValidationError(
+                {
+                    "pod_sets": [
+                        f"The {source} runs {count} pod(s) of {describe(requests)}; give no "
+                        "pod_sets, or ones that match it."
+                    ]
+                }
+            )
 
     def tenant_id(self) -> int | None:
         """The tenant the workload will belong to, for the permission check."""
@@ -694,29 +728,7 @@ class WorkloadSubmitSerializer(StrictSerializer):
         return queue.tenant_id if queue is not None else None
 
     def create(self, validated_data: dict[str, Any]) -> Workload:
-        data = dict(validated_data)
-        data.pop("template", None)
-        return actions.submit_workload(actor_of(self), tenant=None, **data)
-
-
-def job_from_template(attrs: Mapping[str, Any], namespace: str | None) -> dict[str, Any]:
-    """A suspended batch/v1 Job around a pod template: one pod set of ``count`` pods."""
-    pod_sets = attrs.get("pod_sets") or []
-    count = int(pod_sets[0].get("count", 1)) if pod_sets else 1
-    metadata: dict[str, Any] = {"name": attrs["name"]}
-    if namespace:
-        metadata["namespace"] = namespace
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "suspend": True,
-            "parallelism": count,
-            "completions": count,
-            "template": attrs["template"],
-        },
-    }
+        return actions.submit_workload(actor_of(self), tenant=None, **validated_data)
 
 
 class CancelSerializer(StrictSerializer):
