@@ -317,3 +317,21 @@ class AuditFilterForm(forms.Form):
         type_field.choices = [("", "Any object"), *((t, t) for t in types)]
         if not all_tenants:
             del self.fields["tenant"]
+
+
+class TokenForm(forms.Form):
+    """A new personal API token."""
+
+    name = forms.CharField(
+        max_length=100, required=False, help_text="What the token is for, e.g. ci-pipeline."
+    )
+    read_only = forms.BooleanField(
+        required=False, label="Read-only", help_text="May read and preview, never change."
+    )
+    expires_in_days = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label="Expires in (days)",
+        help_text="Leave empty for a token that does not expire.",
+    )

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from portal.views import admin_pages, cluster, metrics, pages, queues, quotas, workloads
+from portal.views import admin_pages, cluster, metrics, pages, queues, quotas, tokens, workloads
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -27,6 +27,7 @@ urlpatterns = [
     path("cluster/quotas/new/", quotas.quota_create, name="cluster-quota-create"),
     path("cluster/quotas/<slug:quota>/edit/", quotas.quota_edit, name="cluster-quota-edit"),
     path("audit/", admin_pages.audit, name="audit"),
+    path("tokens/", tokens.token_list, name="tokens"),
     path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include("portal.api.urls")),

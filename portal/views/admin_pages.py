@@ -58,19 +58,21 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
             ).first()
             if membership is None:
                 raise Http404("No such membership.")
-            if op == "remove":
-                actions.remove_membership(actor, membership)
-                messages.success(request, f"{membership.user} was removed from {tenant}.")
-            else:
-                try:
+            try:
+                if op == "remove":
+                    actions.remove_membership(actor, membership)
+                    messages.success(request, f"{membership.user} was removed from {tenant}.")
+                else:
                     actions.set_membership(
                         actor, tenant, membership.user, request.POST.get("role", "")
                     )
                     messages.success(
                         request, f"{membership.user} is now {request.POST.get('role')}."
                     )
-                except ValidationError as exc:
-                    messages.error(request, " ".join(exc.messages))
+            except ValidationError as exc:
+                messages.error(request, " ".join(exc.messages))
+            except actions.ActionError as exc:
+                messages.error(request, str(exc))
             return redirect("members", name=tenant.name)
     rows = (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
