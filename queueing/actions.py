@@ -285,6 +285,37 @@ def _lock_tree(parent_id: int | None) -> None:
         list(Quota.objects.select_for_update().filter(id=parent_id).values_list("id"))
 
 
+def new_quota_proposal(
+    *,
+    name: str,
+    tenant: Tenant | None,
+    parent: Quota | None,
+    min: Mapping[str, Any] | None = None,
+    max: Mapping[str, Any] | None = None,
+    shared_weight: Mapping[str, Any] | None = None,
+    allow_lent: bool = True,
+    namespaces: Sequence[str] = (),
+) -> QuotaProposal:
+    """Parse and validate a new quota; raises ValidationError by field and saves nothing."""
+    errors = Errors()
+    mins = _resources_or_error(errors, "min", min)
+    maxs = _resources_or_error(errors, "max", max)
+    weights = _weights_or_error(errors, shared_weight)
+    errors.raise_if_any()
+    proposal = QuotaProposal(
+        name=name,
+        tenant_id=tenant.pk if tenant else None,
+        parent_id=parent.pk if parent else None,
+        min=mins,
+        max=maxs,
+        shared_weight=weights,
+        allow_lent=allow_lent,
+        namespaces=list(namespaces),
+    )
+    validate_quota(proposal)
+    return proposal
+
+
 @transaction.atomic
 def create_quota(
     actor: Actor,
@@ -300,23 +331,18 @@ def create_quota(
     default_queue_policy: str = "Priority",
 ) -> Quota:
     """Create a quota node; a tenant's quota gets a default queue of its own."""
-    errors = Errors()
-    mins = _resources_or_error(errors, "min", min)
-    maxs = _resources_or_error(errors, "max", max)
-    weights = _weights_or_error(errors, shared_weight)
-    errors.raise_if_any()
     _lock_tree(parent.pk if parent else None)
-    proposal = QuotaProposal(
+    proposal = new_quota_proposal(
         name=name,
-        tenant_id=tenant.pk if tenant else None,
-        parent_id=parent.pk if parent else None,
-        min=mins,
-        max=maxs,
-        shared_weight=weights,
+        tenant=tenant,
+        parent=parent,
+        min=min,
+        max=max,
+        shared_weight=shared_weight,
         allow_lent=allow_lent,
-        namespaces=list(namespaces),
+        namespaces=namespaces,
     )
-    validate_quota(proposal)
+    mins, maxs, weights = proposal.min, proposal.max, proposal.shared_weight
     quota = Quota.objects.create(
         name=name,
         tenant=tenant,

@@ -9,18 +9,18 @@ are each run through one engine cycle, and the two results are compared.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from queueing.actions import quota_proposal
+from queueing.actions import new_quota_proposal, quota_proposal
 from queueing.choices import WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
-from queueing.engine.types import CycleResult, Snapshot
-from queueing.models import Quota
+from queueing.engine.types import CycleResult, QuotaNode, Snapshot
+from queueing.models import Quota, Tenant
 from queueing.quantities import format_resources
 from queueing.state import SnapshotIndex, build_snapshot, from_epoch
 from queueing.validation import QuotaProposal
@@ -77,6 +77,45 @@ def preview_quota_change(
     return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
 
 
+def preview_quota_create(
+    *,
+    name: str,
+    tenant: Tenant | None,
+    parent: Quota,
+    min: Mapping[str, Any] | None = None,
+    max: Mapping[str, Any] | None = None,
+    shared_weight: Mapping[str, Any] | None = None,
+    allow_lent: bool = True,
+    namespaces: Sequence[str] = (),
+    now: datetime | None = None,
+) -> Preview:
+    """Predict the effect of adding a quota under ``parent``; raises ValidationError like
+    create_quota. A new quota has no workloads yet: it moves others' runtime quotas when
+    it keeps its min (``allow_lent`` off) or changes how the parent's capacity divides."""
+    proposal = new_quota_proposal(
+        name=name,
+        tenant=tenant,
+        parent=parent,
+        min=min,
+        max=max,
+        shared_weight=shared_weight,
+        allow_lent=allow_lent,
+        namespaces=namespaces,
+    )
+    root = root_of(parent)
+    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    added = QuotaNode(
+        name=proposal.name,
+        parent=parent.name,
+        min=Resources(proposal.min),
+        max=dict(proposal.max),
+        shared_weight=dict(proposal.shared_weight),
+        allow_lent=proposal.allow_lent,
+    )
+    proposed = dataclasses.replace(snapshot, quotas=(*snapshot.quotas, added))
+    return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+
+
 def _quota_state(
     result: CycleResult, name: str, mins: Mapping[str, int], maxs: Mapping[str, int]
 ) -> dict:
@@ -113,9 +152,18 @@ def compare(
     preview = Preview()
     old_nodes = {node.name: node for node in snapshot.quotas}
     new_nodes = {node.name: node for node in proposed.quotas}
-    for name in sorted(old_nodes):
-        old = _quota_state(before, name, old_nodes[name].min, old_nodes[name].max)
-        new = _quota_state(after, name, new_nodes[name].min, new_nodes[name].max)
+    for name in sorted(set(old_nodes) | set(new_nodes)):
+        old_node, new_node = old_nodes.get(name), new_nodes.get(name)
+        old = (
+            _quota_state(before, name, old_node.min, old_node.max)
+            if old_node
+            else {"runtime": {}, "used": {}, "min": {}, "max": {}}
+        )
+        new = (
+            _quota_state(after, name, new_node.min, new_node.max)
+            if new_node
+            else {"runtime": {}, "used": {}, "min": {}, "max": {}}
+        )
         preview.quotas.append({"name": name, "before": old, "after": new, "changed": old != new})
 
     admitted_before = {a.workload_id for a in before.admissions}

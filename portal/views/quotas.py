@@ -274,6 +274,24 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
         else:
             owner = data.get("tenant") if tenants is not None else tenant
             maps = formset.maps()
+            if request.POST.get("action") == "preview" and parent is not None:
+                try:
+                    preview = whatif.preview_quota_create(
+                        name=data["name"],
+                        tenant=owner,
+                        parent=parent,
+                        allow_lent=data["allow_lent"],
+                        namespaces=data["namespaces"],
+                        **maps,
+                    )
+                except ValidationError as exc:
+                    apply_validation_error(form, exc)
+                except ActionError as exc:
+                    form.add_error(None, str(exc))
+                else:
+                    context["preview"] = preview_context(preview.as_dict())
+                    return render(request, "portal/quota_form.html", context)
+                return render(request, "portal/quota_form.html", context, status=400)
             try:
                 created = actions.create_quota(
                     Actor.of(request.user, Source.UI),

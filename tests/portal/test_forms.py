@@ -142,7 +142,13 @@ def test_a_tenant_admin_creates_a_quota_under_their_own(site):
     bad = ada.post(url, data | {"res-0-min": "12"})
     assert bad.status_code == 400
     assert "is more than max cpu (4)" in bad.content.decode()
-    assert ada.post(url, data).status_code == 302
+    preview = ada.post(url, data | {"action": "preview"})
+    assert preview.status_code == 200
+    assert "What this change would do" in preview.content.decode()
+    assert not Quota.objects.filter(name="team-a-dev").exists()  # a preview saves nothing
+    bad_preview = ada.post(url, data | {"action": "preview", "res-0-min": "12"})
+    assert bad_preview.status_code == 400
+    assert ada.post(url, data | {"action": "create"}).status_code == 302
     created = Quota.objects.get(name="team-a-dev")
     assert (created.tenant, created.parent, created.min) == (site.tenant, site.quota, {"cpu": 500})
     assert AuditEvent.objects.filter(action="quota.create", object_id=str(created.pk)).exists()
