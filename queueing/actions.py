@@ -409,10 +409,10 @@ def quota_proposal(current: Quota, changes: Mapping[str, Any]) -> QuotaProposal:
 def update_quota(
     actor: Actor, quota: Quota, *, expected_version: int | None = None, **changes: Any
 ) -> Quota:
-    """Edit a quota. With ``expected_version`` a stale edit raises ConflictError."""
-    unknown = set(changes) - set(QUOTA_EDITABLE)
-    if unknown:
-        raise ActionError(f"Quota field(s) {', '.join(sorted(unknown))} cannot be changed.")
+    """Edit a quota. With ``expected_version`` a stale edit raises ConflictError.
+
+    Unknown fields and tree rules are checked by quota_proposal() before anything is written.
+    """
     current = (
         Quota.objects.select_for_update(of=("self",)).select_related("parent").get(pk=quota.pk)
     )
