@@ -244,3 +244,21 @@ def test_a_subscription_describes_itself():
         "workloads": [3],
         "summary": False,
     }
+
+
+def test_streams_that_were_sent_the_same_results_share_a_lineage_and_others_do_not():
+    sub = {"queues": [{"id": 1, "from": 1, "to": 5}]}
+    a, b, late = (Stream(Subscription.parse(sub)) for _ in range(3))
+    assert a.lineage == b.lineage == late.lineage, "nothing sent yet: equal"
+    _, notices = notice_of(changed([1], [1]))
+    outcome = a.diff(7, notices[7], window_results(1, 1, 5, [row(1, position=1)]))
+    a.adopt(outcome)
+    b.adopt(outcome)  # b was in a's state, so a's outcome is b's too
+    assert a.lineage == b.lineage != late.lineage
+    following = a.diff(7, notices[7], window_results(1, 1, 5, [row(1, position=2)]))
+    with pytest.raises(ValueError, match="another stream"):
+        late.adopt(following)  # late never got the first frames: not its outcome
+    # The same rows read again are other results: equal content, but not known to be.
+    late.frames(7, notices[7], window_results(1, 1, 5, [row(1, position=1)]))
+    assert late.view.queues[1].window == a.view.queues[1].window
+    assert late.lineage != a.lineage
