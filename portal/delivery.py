@@ -39,6 +39,7 @@ TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 STUB_FIELDS = ("id", "queue_id", "phase", "position")
 PROTOCOL = 2
 MAX_PULL_IDS = 500  # rows a "*" or plain-queue subscriber reads by id per flush, at most
+MAX_WINDOW = 500  # positions one window may span: what a connection reads stays bounded
 
 
 class SubscriptionError(ValueError):
@@ -110,9 +111,6 @@ class Subscription:
     @property
     def plain(self) -> frozenset[int]:
         return frozenset(qid for qid, w in self.queues.items() if w is None)
-
-
-MAX_WINDOW = 500  # positions one window may span: what a connection reads stays bounded
 
 
 def _is_id(value: Any) -> bool:

@@ -1,11 +1,17 @@
 """Dashboard benchmarks (issue 5, item 10). Each prints one JSON line via tests.bench.
 
-* ``ws_fanout_500``: 500 WebSocket clients, logged in and subscribed to one queue, are
-  connected to the ASGI app served by uvicorn in a subprocess with the Redis channel
-  layer. A stand-in for the cycle (tests.live: rows updated and published after commit,
-  as queueing.state.apply does) reorders the queue; every client records when the frame
-  carrying the change arrives. Latency = arrival - commit, both read from this process's
-  monotonic clock. Reports ``p95_ms`` and ``max_ms`` over all clients and rounds.
+* ``ws_fanout_500``: 500 WebSocket clients, logged in and subscribed to one queue
+  (window 1-100), are connected to the ASGI app served by uvicorn in a subprocess with
+  the Redis channel layer. A stand-in for the cycle (tests.live: rows updated and
+  announced after commit, as queueing.state.apply does) rotates the 20-long queue; every
+  client records when the frame carrying its window's new first row arrives. Latency =
+  arrival - commit, both read from this process's monotonic clock. Reports ``p95_ms``
+  and ``max_ms`` over all clients and rounds.
+* ``ws_fanout_500_longqueue``: the same with a 5,000-long queue whose every position
+  shifts each round, the clients spread over its 50 windows of 100 (ten per window).
+* Both also report the bytes Redis read and wrote per cycle (``INFO stats``, so the
+  channel layer's and everything else's on that server) and the bytes each client
+  received per cycle over its WebSocket.
 * ``queue_page_5k``: the queue page of a queue with 5,000 pending workloads, rendered
   in-process through Django's full request stack (middleware, view, queries, template).
   Reports ``median_ms`` of the server time.
