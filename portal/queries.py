@@ -306,9 +306,15 @@ def queue_totals(queue_id: int, tenant_id: int | None = None) -> tuple[int, int]
 def pending_rows(
     queue_id: int, offset: int, limit: int, tenant_id: int | None = None
 ) -> list[dict[str, Any]]:
-    """Waiting rows ``offset`` .. ``offset + limit - 1`` in admission order: one query."""
+    """Waiting rows ``offset`` .. ``offset + limit - 1`` in admission order: one query.
+
+    A late row lookup: the subquery sorts and slices only ids (the index on queue and
+    position serves it), and only the rows of the window are read whole and joined to
+    their names, however long the queue is.
+    """
     waiting = _of(queue_id, tenant_id).filter(phase__in=WAITING_PHASES)
-    return wire_rows(waiting.order_by(*pending_order())[offset : offset + limit])
+    window = waiting.order_by(*pending_order()).values("id")[offset : offset + limit]
+    return wire_rows(Workload.objects.filter(id__in=window).order_by(*pending_order()))
 
 
 def holding_rows(queue_id: int, tenant_id: int | None = None) -> list[dict[str, Any]]:
