@@ -84,6 +84,9 @@ class Reads:
     committed, so any connection that has seen that notification (and nothing newer) may
     use it: each compares it with what it sent itself. Entries are kept for the ``size``
     most recent keys; a failed one is not kept.
+
+    Reads that wait at the same time go to the database together, in one call off the
+    event loop on one connection, instead of one call (and connection checkout) each.
     """
 
     def __init__(self, size: int = 256) -> None:
@@ -92,6 +95,8 @@ class Reads:
         self.texts: OrderedDict[int, tuple[dict[str, Any], str]] = OrderedDict()
         self.queries = 0  # reads that went to the database (tests and benchmarks look)
         self.diffs = 0  # outcomes worked out rather than shared
+        self.waiting: list[tuple[Read, int, asyncio.Future[Any]]] = []
+        self.reader: asyncio.Task[None] | None = None
 
     def _shared(self, key: tuple[Any, ...] | None, start: Any) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -110,9 +115,29 @@ class Reads:
     async def get(self, key: str | None, tenant_id: int, item: Read) -> Any:
         async def start() -> Any:
             self.queries += 1
-            return await database_sync_to_async(read)(item, tenant_id)
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[Any] = loop.create_future()
+            self.waiting.append((item, tenant_id, done))
+            if self.reader is None or self.reader.done() or self.reader.get_loop() is not loop:
+                self.reader = loop.create_task(self._read_waiting())
+            return await done
 
         return await self._shared(None if key is None else ("read", key, tenant_id, item), start)
+
+    async def _read_waiting(self) -> None:
+        while self.waiting:
+            batch, self.waiting = self.waiting, []
+            try:
+                answers = await database_sync_to_async(_read_each)([(i, t) for i, t, _ in batch])
+            except Exception as exc:  # no read of the batch happened: each awaiting one fails
+                answers = [(None, exc)] * len(batch)
+            for (_, _, done), (result, error) in zip(batch, answers, strict=True):
+                if done.done():
+                    continue
+                if error is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(result)
 
     async def all(self, key: str | None, tenant_id: int, items: Iterable[Read]) -> dict[Read, Any]:
         wanted = list(items)
@@ -145,6 +170,19 @@ class Reads:
         if found is not None and found[0] is frame:
             return found[1]
         return json.dumps(frame)
+
+
+def _read_each(
+    items: Sequence[tuple[Read, int]],
+) -> list[tuple[Any, BaseException | None]]:
+    """Several reads in a row on this thread's connection; one failing fails only itself."""
+    answers: list[tuple[Any, BaseException | None]] = []
+    for item, tenant_id in items:
+        try:
+            answers.append((read(item, tenant_id), None))
+        except Exception as exc:  # handed to whoever awaits this read
+            answers.append((None, exc))
+    return answers
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:

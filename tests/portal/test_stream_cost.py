@@ -164,3 +164,48 @@ def test_a_subscriber_of_every_queue_is_told_to_refetch_instead_of_reading_5000_
         new = submit(site.world, "one-more")
     [frame] = deliver_now(stream, sent)
     assert [r["id"] for r in frame["changes"]] == [new.pk]
+
+
+def test_reads_waiting_together_go_to_the_database_in_one_call_and_failures_stay_apart(
+    site, monkeypatch
+):
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+
+    from portal import stream_queries
+    from portal.delivery import QueueLists, RowsById, WindowRows
+
+    monkeypatch.setattr("channels.db.close_old_connections", lambda: None)  # test transaction
+    calls: list[int] = []
+    read_each, read = stream_queries._read_each, stream_queries.read
+
+    def counted(items):
+        calls.append(len(items))
+        return read_each(items)
+
+    def failing(item, tenant_id):
+        if item == RowsById((999_999,)):
+            raise RuntimeError("no such luck")
+        return read(item, tenant_id)
+
+    monkeypatch.setattr(stream_queries, "_read_each", counted)
+    monkeypatch.setattr(stream_queries, "read", failing)
+    fill(site, 20)
+    reads = stream_queries.Reads()
+    tenant, queue = site.tenant.pk, site.queue.pk
+
+    async def scenario():
+        return await asyncio.gather(
+            reads.get("k", tenant, QueueLists(queue)),
+            reads.get("k", tenant, WindowRows(queue, 1, 10)),
+            reads.get("k", tenant, RowsById((999_999,))),
+            reads.get("k", tenant, WindowRows(queue, 1, 10)),  # the same read: shared
+            return_exceptions=True,
+        )
+
+    lists, window, failed, again = async_to_sync(scenario)()
+    assert calls == [3], "three distinct reads, one call off the event loop"
+    assert (lists.pending, len(window.rows), again) == (20, 10, window)
+    assert isinstance(failed, RuntimeError)
+    assert reads.queries == 3
