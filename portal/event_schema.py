@@ -1,6 +1,8 @@
 """JSON Schemas of every live-stream message, as plain data (docs/events.md explains them).
 
-Tests validate real frames against these; nothing imports a validator at run time.
+``SERVER_MESSAGES`` and ``CLIENT_MESSAGES`` are the WebSocket protocol; ``NOTIFICATIONS``
+are what generation (queueing.events) sends through the channel layer to the consumers.
+Tests validate real messages against these; nothing imports a validator at run time.
 """
 
 from __future__ import annotations
@@ -61,6 +63,20 @@ WORKLOAD_STUB: dict[str, Any] = {
     "properties": {"id": _ID, "queue_id": _ID, "phase": _PHASE, "position": _POSITION},
 }
 
+WINDOW: dict[str, Any] = {
+    "type": "object",
+    "required": ["queue", "from", "to", "pending", "holding", "ids"],
+    "additionalProperties": False,
+    "properties": {
+        "queue": _ID,
+        "from": _ID,
+        "to": _ID,
+        "pending": {"type": "integer", "minimum": 0},
+        "holding": {"type": "integer", "minimum": 0},
+        "ids": {"type": "array", "items": _ID},
+    },
+}
+
 _TENANT = {"type": ["integer", "null"]}
 _CYCLE = {"type": ["integer", "null"]}
 
@@ -72,7 +88,7 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
         "properties": {
             "type": {"const": "hello"},
             "tenant": _TENANT,
-            "protocol": {"const": 1},
+            "protocol": {"const": 2},
             "debounce_ms": {"type": "integer", "minimum": 0},
         },
     },
@@ -87,6 +103,7 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
             "at": _TIME,
             "changes": {"type": "array", "items": {"anyOf": [WORKLOAD_ROW, WORKLOAD_STUB]}},
             "removed": {"type": "array", "items": _ID},
+            "windows": {"type": "array", "items": WINDOW},
         },
     },
     "quotas": {
@@ -126,6 +143,18 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
             "at": _TIME,
             "queues": {"type": "array", "items": _ID},
             "workloads": {"type": "integer", "minimum": 0},
+        },
+    },
+    "resync": {
+        "type": "object",
+        "required": ["type", "tenant", "cycle", "at", "queues"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "resync"},
+            "tenant": _ID,
+            "cycle": _CYCLE,
+            "at": _TIME,
+            "queues": {"type": "array", "items": _ID},
         },
     },
     "subscribed": {
@@ -186,4 +215,23 @@ CLIENT_MESSAGES: dict[str, dict[str, Any]] = {
             "summary": {"type": "boolean"},
         },
     },
+}
+
+NOTIFICATIONS: dict[str, dict[str, Any]] = {
+    "changed": {
+        "type": "object",
+        "required": ["type", "tenant", "cycle", "at", "key", "queues", "workloads", "count"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "changed"},
+            "tenant": _ID,
+            "cycle": _CYCLE,
+            "at": _TIME,
+            "key": {"type": "string", "minLength": 8},
+            "queues": {"type": "array", "items": _ID},
+            "workloads": {"type": ["array", "null"], "items": _ID, "maxItems": 100},
+            "count": {"type": "integer", "minimum": 1},
+        },
+    },
+    "quotas": SERVER_MESSAGES["quotas"],
 }

@@ -13,8 +13,13 @@ from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet
 
-from queueing import events
-from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES, WAITING_PHASES, Phase
+from queueing.choices import (
+    ACTIVE_PHASES,
+    HOLDING_PHASES,
+    TERMINAL_PHASES,
+    WAITING_PHASES,
+    Phase,
+)
 from queueing.models import CycleRun, Queue, Quota, Tenant, UsageSample, Workload
 
 # The resources every table shows first, in this order; others follow by name.
@@ -222,19 +227,110 @@ def pending_order() -> list[Any]:
     return [F("position").asc(nulls_last=True), "queue_order_at", "id"]
 
 
-ROW_COLUMNS = (*events.ROW_FIELDS, "quota__name", "queue__name")
+# The wire form of a workload: what a queue page shows of it, and what the live stream
+# sends (docs/events.md, portal.event_schema.WORKLOAD_ROW).
+ROW_FIELDS = (
+    "id",
+    "name",
+    "namespace",
+    "queue_id",
+    "quota_id",
+    "phase",
+    "priority",
+    "position",
+    "global_position",
+    "eta_p50",
+    "eta_p90",
+    "reason",
+    "queue_order_at",
+    "admitted_at",
+    "started_at",
+    "finished_at",
+)
+ROW_COLUMNS = (*ROW_FIELDS, "quota__name", "queue__name")
+HOLDING_SHOWN = 100  # a queue page lists this many admitted and running, newest first
+FINISHED_SHOWN = 10
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The wire form of one workload, from ``values(*ROW_COLUMNS)``."""
+    return {
+        "id": values["id"],
+        "name": values["name"],
+        "namespace": values["namespace"],
+        "queue_id": values["queue_id"],
+        "queue": values["queue__name"],
+        "quota_id": values["quota_id"],
+        "quota": values["quota__name"],
+        "phase": values["phase"],
+        "priority": values["priority"],
+        "position": values["position"],
+        "global_position": values["global_position"],
+        "eta_p50": _iso(values["eta_p50"]),
+        "eta_p90": _iso(values["eta_p90"]),
+        "reason": values["reason"],
+        "queue_order_at": _iso(values["queue_order_at"]),
+        "admitted_at": _iso(values["admitted_at"]),
+        "started_at": _iso(values["started_at"]),
+        "finished_at": _iso(values["finished_at"]),
+    }
 
 
 def wire_rows(qs: QuerySet[Workload]) -> list[dict[str, Any]]:
-    """Rows in the live stream's wire form (queueing.events.workload_row)."""
-    out = []
-    for values in qs.values(*ROW_COLUMNS):
-        names = {
-            "queue": {values["queue_id"]: values["queue__name"]},
-            "quota": {values["quota_id"]: values["quota__name"]},
-        }
-        out.append(events.workload_row(values, names))
-    return out
+    """Rows in the wire form, in one query (names joined in)."""
+    return [workload_row(values) for values in qs.values(*ROW_COLUMNS)]
+
+
+def _of(queue_id: int, tenant_id: int | None) -> QuerySet[Workload]:
+    qs = Workload.objects.filter(queue_id=queue_id)
+    return qs if tenant_id is None else qs.filter(tenant_id=tenant_id)
+
+
+def queue_totals(queue_id: int, tenant_id: int | None = None) -> tuple[int, int]:
+    """How many workloads of the queue wait, and how many hold quota: one query."""
+    totals = (
+        _of(queue_id, tenant_id)
+        .filter(phase__in=ACTIVE_PHASES)
+        .aggregate(
+            pending=Count("id", filter=Q(phase__in=WAITING_PHASES)),
+            holding=Count("id", filter=Q(phase__in=HOLDING_PHASES)),
+        )
+    )
+    return int(totals["pending"] or 0), int(totals["holding"] or 0)
+
+
+def pending_rows(
+    queue_id: int, offset: int, limit: int, tenant_id: int | None = None
+) -> list[dict[str, Any]]:
+    """Waiting rows ``offset`` .. ``offset + limit - 1`` in admission order: one query.
+
+    A late row lookup: the subquery sorts and slices only ids (the index on queue and
+    position serves it), and only the rows of the window are read whole and joined to
+    their names, however long the queue is.
+    """
+    waiting = _of(queue_id, tenant_id).filter(phase__in=WAITING_PHASES)
+    window = waiting.order_by(*pending_order()).values("id")[offset : offset + limit]
+    return wire_rows(Workload.objects.filter(id__in=window).order_by(*pending_order()))
+
+
+def holding_rows(queue_id: int, tenant_id: int | None = None) -> list[dict[str, Any]]:
+    """The most recently admitted rows that hold quota: one query."""
+    holding = _of(queue_id, tenant_id).filter(phase__in=HOLDING_PHASES)
+    return wire_rows(
+        holding.order_by(F("admitted_at").desc(nulls_last=True), "-id")[:HOLDING_SHOWN]
+    )
+
+
+def finished_rows(queue_id: int, tenant_id: int | None = None) -> list[dict[str, Any]]:
+    """The most recently finished rows: one query."""
+    finished = _of(queue_id, tenant_id).filter(phase__in=TERMINAL_PHASES)
+    return wire_rows(
+        finished.order_by(F("finished_at").desc(nulls_last=True), "-id")[:FINISHED_SHOWN]
+    )
 
 
 @dataclass
@@ -246,10 +342,8 @@ class QueueWindow:
     page_size: int
     pending_total: int
     pending: list[dict[str, Any]]
-    pending_ids: list[int]
     holding_total: int
     holding: list[dict[str, Any]]
-    holding_ids: list[int]
     finished: list[dict[str, Any]]
 
     @property
@@ -277,8 +371,9 @@ class QueueWindow:
             "page_size": self.page_size,
             "first": self.first_position,
             "last": self.last_position,
-            "pending_ids": self.pending_ids,
-            "holding_ids": self.holding_ids,
+            "pending_total": self.pending_total,
+            "holding_total": self.holding_total,
+            "holding_shown": HOLDING_SHOWN,
             "pending_rows": self.pending,
             "holding_rows": self.holding,
             "finished_rows": self.finished,
@@ -286,33 +381,21 @@ class QueueWindow:
 
 
 def queue_window(queue: Queue, page: int = 1, page_size: int = PAGE_SIZE) -> QueueWindow:
-    """Five queries, whatever the queue's length."""
-    waiting = Workload.objects.filter(queue=queue, phase__in=WAITING_PHASES)
-    pending_ids = list(waiting.order_by().values_list("id", flat=True))
-    total = len(pending_ids)
-    pages = max(1, -(-total // page_size))
+    """Four queries, whatever the queue's length. The live stream reads a subscribed
+    window with the same functions (portal.stream_queries), so a page that applies its
+    frames shows what a fresh load would."""
+    pending_total, holding_total = queue_totals(queue.pk)
+    pages = max(1, -(-pending_total // page_size))
     page = min(max(1, page), pages)
-    offset = (page - 1) * page_size
-    pending = wire_rows(waiting.order_by(*pending_order())[offset : offset + page_size])
-    holding_qs = Workload.objects.filter(queue=queue, phase__in=HOLDING_PHASES)
-    holding_ids = list(holding_qs.order_by().values_list("id", flat=True))
-    holding = wire_rows(holding_qs.order_by(F("admitted_at").desc(nulls_last=True), "-id")[:100])
-    finished = wire_rows(
-        Workload.objects.filter(queue=queue, phase__in=TERMINAL_PHASES).order_by(
-            F("finished_at").desc(nulls_last=True), "-id"
-        )[:10]
-    )
     return QueueWindow(
         queue=queue,
         page=page,
         page_size=page_size,
-        pending_total=total,
-        pending=pending,
-        pending_ids=pending_ids,
-        holding_total=len(holding_ids),
-        holding=holding,
-        holding_ids=holding_ids,
-        finished=finished,
+        pending_total=pending_total,
+        pending=pending_rows(queue.pk, (page - 1) * page_size, page_size),
+        holding_total=holding_total,
+        holding=holding_rows(queue.pk),
+        finished=finished_rows(queue.pk),
     )
 
 

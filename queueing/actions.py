@@ -969,19 +969,12 @@ def transition(
 
 
 def _publish(items: Sequence[Workload | int]) -> None:
-    ids = [item.pk if isinstance(item, Workload) else item for item in items]
-    rows = list(Workload.objects.filter(pk__in=ids).values(*events.ROW_FIELDS))
-    if not rows:
-        return
-    names = {
-        "queue": dict(
-            Queue.objects.filter(pk__in={r["queue_id"] for r in rows}).values_list("id", "name")
-        ),
-        "quota": dict(
-            Quota.objects.filter(pk__in={r["quota_id"] for r in rows}).values_list("id", "name")
-        ),
-    }
-    events.publish_workload_changes(rows, names)
+    """Announce changed workloads after the commit (ids and queues only, docs/events.md)."""
+    known = [(w.tenant_id, w.queue_id, w.pk) for w in items if isinstance(w, Workload)]
+    ids = [item for item in items if not isinstance(item, Workload)]
+    if ids:
+        known += Workload.objects.filter(pk__in=ids).values_list("tenant_id", "queue_id", "id")
+    events.notify_changes(known)
 
 
 # --- simulated cluster ---------------------------------------------------------------

@@ -1,26 +1,33 @@
-"""Payloads for the live stream, and publishing them after the transaction commits.
+"""Notifications for the live stream, sent after the transaction commits.
 
-Every message is sent to the channel-layer group of one tenant (``tenant.<id>``); the
-WebSocket consumers only authorise and forward. Message schema (docs/events.md):
+Generation only says *what* changed; it never loads or serialises workload rows. Each
+commit that changes workloads sends, per tenant, one small ``changed`` message to the
+tenant's channel-layer group (``tenant.<id>``) and to ``tenant.all``:
 
-    {"type": "workloads", "tenant": <id>, "cycle": <id or null>, "at": <iso8601>,
-     "changes": [<workload row>...], "removed": [<workload id>...]}
+    {"type": "changed", "tenant": <id>, "cycle": <id or null>, "at": <iso8601>,
+     "key": <unique token>, "queues": [<queue id>...], "workloads": [<id>...] or null,
+     "count": <number of workloads>}
+
+``workloads`` lists the ids while there are at most ``MAX_IDS`` of them and is null
+beyond that (``count`` still says how many), so a message stays under a couple of
+kilobytes however long the queues are. ``key`` names the notification: delivery uses it
+to share one database read among the connections of a process that saw the same one.
+
+Quota changes travel whole, as they are small:
 
     {"type": "quotas", "tenant": <id>, "cycle": <id or null>, "at": <iso8601>,
      "quotas": [{"id", "name", "runtime", "used", "min", "max"}...]}
 
-A workload row carries the fields a queue page shows: id, name, namespace, queue,
-queue_id, quota, quota_id, phase, priority, position, global_position, eta_p50, eta_p90,
-reason, queue_order_at, admitted_at, started_at, finished_at. ``changes`` holds only
-workloads that changed; ``removed`` lists workloads that left the live lists.
+The WebSocket consumers (portal.consumers) pull what each subscription shows from the
+database when a notification concerns it; docs/events.md describes the whole path.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -28,29 +35,9 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from queueing.choices import TERMINAL_PHASES
-
 log = logging.getLogger(__name__)
 
-ROW_FIELDS = (
-    "id",
-    "name",
-    "namespace",
-    "queue_id",
-    "quota_id",
-    "tenant_id",
-    "phase",
-    "priority",
-    "position",
-    "global_position",
-    "eta_p50",
-    "eta_p90",
-    "reason",
-    "queue_order_at",
-    "admitted_at",
-    "started_at",
-    "finished_at",
-)
+MAX_IDS = 100  # beyond this many changed workloads a notification carries only the count
 
 
 def group_name(tenant_id: int) -> str:
@@ -60,36 +47,8 @@ def group_name(tenant_id: int) -> str:
 ALL_GROUP = "tenant.all"  # cluster admins watching every tenant
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def workload_row(values: Mapping[str, Any], names: Mapping[str, Mapping[int, str]]) -> dict:
-    """The wire form of one workload. ``names`` maps queue/quota ids to names."""
-    return {
-        "id": values["id"],
-        "name": values["name"],
-        "namespace": values["namespace"],
-        "queue_id": values["queue_id"],
-        "queue": names.get("queue", {}).get(values["queue_id"], ""),
-        "quota_id": values["quota_id"],
-        "quota": names.get("quota", {}).get(values["quota_id"], ""),
-        "phase": values["phase"],
-        "priority": values["priority"],
-        "position": values["position"],
-        "global_position": values["global_position"],
-        "eta_p50": _iso(values["eta_p50"]),
-        "eta_p90": _iso(values["eta_p90"]),
-        "reason": values["reason"],
-        "queue_order_at": _iso(values["queue_order_at"]),
-        "admitted_at": _iso(values["admitted_at"]),
-        "started_at": _iso(values["started_at"]),
-        "finished_at": _iso(values["finished_at"]),
-    }
-
-
 def send(tenant_id: int, payload: dict) -> None:
-    """Deliver now. Use publish_on_commit from code that writes."""
+    """Deliver now. Use notify_changes / publish_on_commit from code that writes."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -106,30 +65,75 @@ def publish_on_commit(tenant_id: int, payload: dict) -> None:
     transaction.on_commit(lambda: send(tenant_id, payload))
 
 
-def publish_workload_changes(
-    rows: Iterable[Mapping[str, Any]],
-    names: Mapping[str, Mapping[int, str]],
-    *,
-    cycle_id: int | None = None,
-) -> None:
-    """Group changed workload rows by tenant and publish one message each, on commit."""
-    by_tenant: dict[int, list[dict]] = defaultdict(list)
-    removed: dict[int, list[int]] = defaultdict(list)
-    for values in rows:
-        tenant_id = int(values["tenant_id"])
-        by_tenant[tenant_id].append(workload_row(values, names))
-        if values["phase"] in TERMINAL_PHASES:
-            removed[tenant_id].append(int(values["id"]))
-    at = timezone.now().isoformat()
-    for tenant_id, changes in by_tenant.items():
-        publish_on_commit(
-            tenant_id,
-            {
-                "type": "workloads",
-                "tenant": tenant_id,
-                "cycle": cycle_id,
-                "at": at,
-                "changes": changes,
-                "removed": removed.get(tenant_id, []),
-            },
-        )
+def changed_message(
+    tenant_id: int, queues: Iterable[int], workloads: Iterable[int], *, cycle_id: int | None
+) -> dict[str, Any]:
+    """The ``changed`` notification of one tenant (see the module docstring)."""
+    ids = sorted(set(workloads))
+    return {
+        "type": "changed",
+        "tenant": tenant_id,
+        "cycle": cycle_id,
+        "at": timezone.now().isoformat(),
+        "key": secrets.token_hex(8),
+        "queues": sorted(set(queues)),
+        "workloads": ids if len(ids) <= MAX_IDS else None,
+        "count": len(ids),
+    }
+
+
+@dataclass
+class _Batch:
+    """What one transaction changed, per tenant, until it commits.
+
+    Every change registers its own on-commit callback (so a change made inside a
+    savepoint that rolls back loses its callback with it), and the first callback to run
+    sends the whole batch: many changes in one transaction make one message per tenant.
+    A change from a savepoint that rolled back may ride along with the others; that only
+    makes subscribers re-read rows that did not change.
+    """
+
+    cycle_id: int | None = None
+    queues: dict[int, set[int]] = field(default_factory=dict)
+    workloads: dict[int, set[int]] = field(default_factory=dict)
+    sent: bool = False
+
+    def flush(self) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        for tenant_id in sorted(self.queues):
+            send(
+                tenant_id,
+                changed_message(
+                    tenant_id,
+                    self.queues[tenant_id],
+                    self.workloads[tenant_id],
+                    cycle_id=self.cycle_id,
+                ),
+            )
+
+
+def _batch(cycle_id: int | None) -> _Batch:
+    conn = transaction.get_connection()
+    batch: _Batch | None = getattr(conn, "_kq_stream_batch", None)
+    # A batch no callback can flush any more belonged to a transaction that rolled back.
+    stale = batch is None or batch.sent or not conn.in_atomic_block or not conn.run_on_commit
+    if stale or (batch is not None and cycle_id is not None and batch.cycle_id != cycle_id):
+        batch = _Batch(cycle_id=cycle_id)
+        conn._kq_stream_batch = batch
+    assert batch is not None
+    return batch
+
+
+def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | None = None) -> None:
+    """Announce changed workloads, given as ``(tenant id, queue id, workload id)``, once
+    the current transaction commits (at once outside one). Reads nothing."""
+    items = list(changes)
+    if not items:
+        return
+    batch = _batch(cycle_id)
+    for tenant_id, queue_id, workload_id in items:
+        batch.queues.setdefault(int(tenant_id), set()).add(int(queue_id))
+        batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
+    transaction.on_commit(batch.flush)

@@ -747,9 +747,13 @@ def _cluster_call(report: ApplyReport, row: Mapping[str, Any], call: Any) -> Non
 
 
 def _publish(ids: set[int], index: SnapshotIndex, cycle_id: int) -> None:
-    if not ids:
-        return
-    rows = list(Workload.objects.filter(id__in=list(ids)).values(*events.ROW_FIELDS))
-    events.publish_workload_changes(
-        rows, {"queue": index.queue_names, "quota": index.quota_names}, cycle_id=cycle_id
+    """Announce the changed workloads after the commit: ids and queues from the snapshot
+    index, no query. Subscribers read the rows they show themselves (docs/events.md)."""
+    events.notify_changes(
+        (
+            (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
+            for i in sorted(ids)
+            if i in index.rows
+        ),
+        cycle_id=cycle_id,
     )

@@ -2,7 +2,8 @@
 
 It does what queueing.state.apply does to the rows the dashboard shows -- update
 positions, ETAs and reasons (or admit) inside one transaction, record a CycleRun and
-publish the changed rows with queueing.events after the commit -- without the engine.
+announce the changed workloads with queueing.events after the commit -- without the
+engine.
 Test code only: the product's only writer of positions is the cycle.
 """
 
@@ -16,16 +17,12 @@ from django.utils import timezone
 
 from queueing import events
 from queueing.choices import WAITING_PHASES, Phase
-from queueing.models import CycleRun, Queue, Quota, Workload, WorkloadEvent
+from queueing.models import CycleRun, Workload, WorkloadEvent
 
 
 def _publish(ids: Sequence[int], cycle_id: int) -> None:
-    rows = list(Workload.objects.filter(id__in=list(ids)).values(*events.ROW_FIELDS))
-    names = {
-        "queue": dict(Queue.objects.values_list("id", "name")),
-        "quota": dict(Quota.objects.values_list("id", "name")),
-    }
-    events.publish_workload_changes(rows, names, cycle_id=cycle_id)
+    owners = Workload.objects.filter(id__in=list(ids)).values_list("tenant_id", "queue_id", "id")
+    events.notify_changes(list(owners), cycle_id=cycle_id)
 
 
 def rank(

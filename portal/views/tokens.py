@@ -6,7 +6,8 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -20,15 +21,16 @@ from queueing.choices import Source
 
 @login_required
 def token_list(request: HttpRequest) -> HttpResponse:
-    actor = Actor.of(request.user, Source.UI)
+    user = request.user
+    if not isinstance(user, User):  # login_required lets only signed-in users through
+        raise PermissionDenied
+    actor = Actor.of(user, Source.UI)
     form = TokenForm()
     new_key = None
     status = 200
     if request.method == "POST":
         if request.POST.get("op") == "revoke":
-            token = APIToken.objects.filter(
-                user=request.user, pk=request.POST.get("token") or 0
-            ).first()
+            token = APIToken.objects.filter(user=user, pk=request.POST.get("token") or 0).first()
             if token is None:
                 raise Http404("No such token.")
             tokens.revoke_token(actor, token)
@@ -40,7 +42,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
             try:
                 created = tokens.create_token(
                     actor,
-                    request.user,
+                    user,
                     name=form.cleaned_data["name"],
                     read_only=form.cleaned_data["read_only"],
                     expires_at=timezone.now() + timedelta(days=days) if days else None,
@@ -53,7 +55,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
                 form = TokenForm()
         else:
             status = 400
-    rows = APIToken.objects.filter(user=request.user)
+    rows = APIToken.objects.filter(user=user)
     return render(
         request,
         "portal/tokens.html",

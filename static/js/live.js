@@ -99,6 +99,8 @@
         }
         if (message.type === "pong") { clearTimeout(pongTimer); return; }
         if (message.type === "subscribed" || message.type === "error") return;
+        // Too much changed at once to send it: refetch what the page shows.
+        if (message.type === "resync" && options.onResync) { options.onResync(); return; }
         options.onMessage(message);
       };
       socket.onclose = function (event) {

@@ -1,6 +1,7 @@
 // The queue page, live: rows move to their new positions, changed cells are marked
 // briefly, new workloads appear, admitted ones move to the holding list, finished ones
-// leave. Only diffs arrive over the socket; the page refetches its window (a resync) on
+// leave. The server sends only what changed in this page's window (plus the queue's
+// counts and the ids now in the window); the page refetches its window (a resync) on
 // reconnect or when its window has a gap it cannot fill from the diffs.
 (function () {
   "use strict";
@@ -16,7 +17,7 @@
   var HOLDING = { Admitted: 1, Running: 1, Preempted: 1 };
   var BANDS = [["koord-prod", 9000, 9999], ["koord-mid", 7000, 7999], ["koord-batch", 5000, 5999], ["koord-free", 3000, 3999]];
   var reduceMotion = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
-  var state, pendingIds, holdingIds, data = new Map();
+  var state, pendingTotal, holdingTotal, data = new Map(), socket = null;
   var resyncTimer = null, resyncing = false, held = [];
   var tally = { moved: 0, admitted: 0, added: 0, left: 0 }, announceTimer = null;
 
@@ -131,14 +132,10 @@
     return !!tr;
   }
 
-  function inWindow(r) {
-    if (r.position == null) return pendingIds.size <= state.last;
-    return r.position >= state.first && r.position <= state.last;
-  }
-
-  function applyRow(r) {
+  // A whole row of a waiting workload is in this page's window when it comes with the
+  // window's ids (the server read the window); a stub is a waiting row outside it.
+  function applyRow(r, windowed) {
     if (r.queue_id !== queueId) {
-      pendingIds.delete(r.id); holdingIds.delete(r.id);
       drop("pending", r.id); drop("holding", r.id);
       return;
     }
@@ -146,19 +143,21 @@
     var known = data.get(r.id);
     var merged = full ? r : Object.assign({}, known || {}, r);
     if (WAITING[r.phase]) {
-      if (holdingIds.delete(r.id)) drop("holding", r.id);
-      if (!pendingIds.has(r.id)) { pendingIds.add(r.id); tally.added += 1; }
-      if (!inWindow(r)) drop("pending", r.id);
-      else if (full || (known && "name" in known)) upsert("pending", merged, false);
-      else scheduleResync(); // it entered the window but we only have its stub
-    } else if (HOLDING[r.phase]) {
-      if (pendingIds.delete(r.id)) { drop("pending", r.id); if (r.phase === "Admitted") tally.admitted += 1; }
-      holdingIds.add(r.id);
-      if (full) upsert("holding", merged, true);
-    } else {
-      if (pendingIds.delete(r.id) | holdingIds.delete(r.id)) tally.left += 1;
-      drop("pending", r.id);
       drop("holding", r.id);
+      if (!full) drop("pending", r.id);
+      else if (windowed || rowOf("pending", r.id)) {
+        if (!known && r.position == null) tally.added += 1;
+        upsert("pending", merged, false);
+      }
+    } else if (HOLDING[r.phase]) {
+      if (drop("pending", r.id) && r.phase === "Admitted") tally.admitted += 1;
+      if (full) {
+        upsert("holding", merged, true);
+        var held = body("holding").rows;
+        while (held.length > state.holding_shown) held[held.length - 1].remove();
+      }
+    } else {
+      if (drop("pending", r.id) | drop("holding", r.id)) tally.left += 1;
       if (full && !rowOf("finished", r.id)) {
         upsert("finished", merged, true);
         var rows = body("finished").rows;
@@ -166,6 +165,18 @@
       }
     }
     if (full || known) data.set(r.id, merged);
+  }
+
+  // The window's ids say which rows belong on the page: others leave, and an id we
+  // have no row for is a gap only a refetch fills.
+  function applyWindow(w) {
+    pendingTotal = w.pending;
+    holdingTotal = w.holding;
+    var wanted = new Set(w.ids);
+    Array.prototype.slice.call(body("pending").rows).forEach(function (tr) {
+      if (!wanted.has(parseInt(tr.getAttribute("data-id"), 10))) tr.remove();
+    });
+    w.ids.forEach(function (id) { if (!rowOf("pending", id)) scheduleResync(); });
   }
 
   function key(tr) {
@@ -207,13 +218,13 @@
       }
     }
     while (b.rows.length > state.page_size) b.rows[b.rows.length - 1].remove();
-    var expected = Math.max(0, Math.min(state.page_size, pendingIds.size - (state.first - 1)));
+    var expected = Math.max(0, Math.min(state.page_size, pendingTotal - (state.first - 1)));
     if (b.rows.length < expected) scheduleResync();
   }
 
   function refreshCounts() {
-    root.querySelectorAll('[data-count="pending"]').forEach(function (el) { el.textContent = pendingIds.size; });
-    root.querySelectorAll('[data-count="holding"]').forEach(function (el) { el.textContent = holdingIds.size; });
+    root.querySelectorAll('[data-count="pending"]').forEach(function (el) { el.textContent = pendingTotal; });
+    root.querySelectorAll('[data-count="holding"]').forEach(function (el) { el.textContent = holdingTotal; });
     document.getElementById("pending-empty").hidden = body("pending").rows.length > 0;
     document.getElementById("holding-empty").hidden = body("holding").rows.length > 0;
   }
@@ -233,14 +244,15 @@
   }
 
   function onMessage(message) {
+    if (message.type === "resync") { scheduleResync(); return; }
     if (message.type !== "workloads") return;
     if (resyncing) { held.push(message); return; }
-    message.changes.forEach(applyRow);
+    var win = (message.windows || []).filter(function (w) { return w.queue === queueId; })[0];
+    message.changes.forEach(function (r) { applyRow(r, !!win); });
     (message.removed || []).forEach(function (id) {
-      if (pendingIds.delete(id) | holdingIds.delete(id)) tally.left += 1;
-      drop("pending", id);
-      drop("holding", id);
+      if (drop("pending", id) | drop("holding", id)) tally.left += 1;
     });
+    if (win) applyWindow(win);
     reorder();
     refreshCounts();
     announce();
@@ -252,9 +264,12 @@
   }
 
   // Refetch the window and merge it in place: changed cells are marked as for a diff.
+  // Subscribing again first makes the server's next frame carry the whole window, so
+  // whatever the two sides thought the other had, they agree again.
   function resync() {
     if (resyncing) { scheduleResync(); return; }
     resyncing = true;
+    if (socket) socket.resubscribe();
     fetch(partialUrl, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
@@ -265,8 +280,8 @@
         merge("finished", fresh.finished_rows, true);
         fresh.pending_rows.concat(fresh.holding_rows, fresh.finished_rows).forEach(function (r) { data.set(r.id, r); });
         state = fresh;
-        pendingIds = new Set(fresh.pending_ids);
-        holdingIds = new Set(fresh.holding_ids);
+        pendingTotal = fresh.pending_total;
+        holdingTotal = fresh.holding_total;
         var pagers = root.querySelectorAll(".pager"), newPagers = doc.querySelectorAll(".pager");
         pagers.forEach(function (p, i) { if (newPagers[i]) p.innerHTML = newPagers[i].innerHTML; });
       })
@@ -295,9 +310,9 @@
   }
 
   state = readState(root);
-  pendingIds = new Set(state.pending_ids);
-  holdingIds = new Set(state.holding_ids);
-  KQ.connect({
+  pendingTotal = state.pending_total;
+  holdingTotal = state.holding_total;
+  socket = KQ.connect({
     path: "/ws/tenants/" + root.getAttribute("data-live-tenant") + "/",
     subscribe: function () {
       return { queues: [{ id: queueId, from: state.first, to: state.last }], workloads: [] };

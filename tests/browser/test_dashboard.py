@@ -250,3 +250,6 @@ def test_a_later_page_of_a_long_queue_follows_rows_in_and_out_of_its_window(
     expect(rows.first.locator("td[data-field=position]")).to_have_text("101")
     expect(rows.last.locator("td[data-field=position]")).to_have_text("104")
     expect(page.locator('[data-count="pending"]').first).to_have_text("104")
+    # The server read the window itself, so its diffs sufficed: the page never refetched.
+    refetches = "performance.getEntriesByType('resource').filter(e => e.initiatorType === 'fetch')"
+    assert page.evaluate(refetches + ".length") == 0

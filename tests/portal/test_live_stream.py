@@ -3,6 +3,7 @@ after-commit delivery, debounce, subscriptions, and every frame checked against 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.test import Client
 
 from portal.asgi import application
 from portal.event_schema import SERVER_MESSAGES
-from queueing import actions
+from queueing import actions, events
 from queueing.actions import Actor
 from queueing.models import Quota
 from tests import live
@@ -88,7 +89,7 @@ def test_a_member_gets_hello_pong_and_a_subscription_receipt(site, cookies):
         assert hello == {
             "type": "hello",
             "tenant": site.tenant.pk,
-            "protocol": 1,
+            "protocol": 2,
             "debounce_ms": 20,
         }
         await comm.send_json_to({"type": "ping"})
@@ -169,7 +170,7 @@ def test_events_within_the_debounce_arrive_as_one_merged_frame(
     run(scenario)
 
 
-def test_a_windowed_subscriber_gets_stubs_outside_its_window(
+def test_a_windowed_subscriber_gets_its_window_and_stubs_for_rows_that_leave_it(
     site, cookies, django_capture_on_commit_callbacks
 ):
     def setup() -> list[int]:
@@ -177,9 +178,9 @@ def test_a_windowed_subscriber_gets_stubs_outside_its_window(
             ids = [submit(site.world, f"w{i}").pk for i in range(4)]
         return ids
 
-    def cycle(ids: list[int]) -> None:
+    def cycle(order: list[int]) -> None:
         with django_capture_on_commit_callbacks(execute=True):
-            live.rank(ids)
+            live.rank(order)
 
     async def scenario():
         ids = await sync_to_async(setup)()
@@ -192,9 +193,142 @@ def test_a_windowed_subscriber_gets_stubs_outside_its_window(
         await comm.receive_json_from()
         await sync_to_async(cycle)(ids)
         frame = check(await comm.receive_json_from(timeout=2))
-        shapes = {row["id"]: ("name" in row) for row in frame["changes"]}
-        assert shapes == {ids[0]: True, ids[1]: True, ids[2]: False, ids[3]: False}
+        assert {row["id"]: ("name" in row) for row in frame["changes"]} == {
+            ids[0]: True,
+            ids[1]: True,
+        }, "rows outside the window are not sent at all"
+        [window] = frame["windows"]
+        assert window == {
+            "queue": site.queue.pk, "from": 1, "to": 2, "pending": 4, "holding": 0,
+            "ids": [ids[0], ids[1]],
+        }  # fmt: skip
+
+        await sync_to_async(cycle)(list(reversed(ids)))
+        frame = check(await comm.receive_json_from(timeout=2))
+        shapes = {row["id"]: ("name" in row, row["position"]) for row in frame["changes"]}
+        assert shapes == {
+            ids[3]: (True, 1),
+            ids[2]: (True, 2),
+            ids[1]: (False, 3),
+            ids[0]: (False, 4),
+        }
+        assert frame["windows"][0]["ids"] == [ids[3], ids[2]]
         await comm.disconnect()
+
+    run(scenario)
+
+
+def test_another_tenants_queues_and_workloads_in_a_subscribe_are_never_sent(
+    site, cookies, django_capture_on_commit_callbacks
+):
+    """vic (team-a) names team-b's queue and workload; even a notification on team-a's
+    group that names team-b's queue (which generation never sends) reads nothing of it."""
+
+    def theirs() -> int:
+        with django_capture_on_commit_callbacks(execute=True):
+            workload = actions.submit_workload(
+                Actor.system(),
+                tenant=None,
+                quota=Quota.objects.get(name="team-b-q"),
+                name="b-secret",
+                pod_sets=[{"count": 1, "requests": {"cpu": "1"}}],
+            )
+        return workload.pk
+
+    def change_theirs(workload_id: int) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            live.rank([workload_id])
+
+    def forged() -> None:
+        events.send(
+            site.tenant.pk,
+            events.changed_message(
+                site.tenant.pk, [site.other_queue.pk], range(1, 1000), cycle_id=None
+            ),
+        )
+
+    async def scenario():
+        secret = await sync_to_async(theirs)()
+        comm = communicator(f"/ws/tenants/{site.tenant.pk}/", cookies["vic"])
+        await comm.connect()
+        await comm.receive_json_from()
+        await comm.send_json_to(
+            {
+                "type": "subscribe",
+                "queues": [{"id": site.other_queue.pk, "from": 1, "to": 100}],
+                "workloads": [secret],
+            }
+        )
+        await comm.receive_json_from()
+        await sync_to_async(change_theirs)(secret)
+        assert await comm.receive_nothing(timeout=0.3), "team-b's changes never reach team-a"
+        await sync_to_async(forged)()
+        frame = check(await comm.receive_json_from(timeout=2))  # it did read, as team-a
+        assert (frame["type"], frame["changes"], frame["removed"]) == ("workloads", [], [])
+        [window] = frame["windows"]
+        assert (window["pending"], window["holding"], window["ids"]) == (0, 0, [])
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_connections_watching_one_window_share_one_read_per_notification(
+    site, cookies, monkeypatch, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal import stream_queries
+
+    reads: list[tuple[Any, int]] = []
+    real_read = stream_queries.read
+
+    def counting_read(item, tenant_id):
+        with CaptureQueriesContext(connection) as ctx:
+            result = real_read(item, tenant_id)
+        reads.append((item, len(ctx.captured_queries)))
+        return result
+
+    monkeypatch.setattr(stream_queries, "read", counting_read)
+    viewers = 20
+
+    def setup() -> list[int]:
+        with django_capture_on_commit_callbacks(execute=True):
+            return [submit(site.world, f"w{i}").pk for i in range(5)]
+
+    def cycle(order: list[int]) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            live.rank(order)
+
+    async def scenario():
+        ids = await sync_to_async(setup)()
+        window = {"id": site.queue.pk, "from": 1, "to": 100}
+        comms = []
+        for _ in range(viewers):
+            comm = communicator(f"/ws/tenants/{site.tenant.pk}/", cookies["vic"])
+            await comm.connect()
+            await comm.receive_json_from()
+            await comm.send_json_to({"type": "subscribe", "queues": [window]})
+            await comm.receive_json_from()
+            comms.append(comm)
+        for order in (ids, list(reversed(ids))):
+            reads.clear()
+            diffs = stream_queries.SHARED.diffs
+            await sync_to_async(cycle)(order)
+            texts = set()
+            for comm in comms:
+                output = await comm.receive_output(timeout=5)
+                texts.add(output["text"])
+                frame = check(json.loads(output["text"]))
+                assert frame["windows"][0]["ids"] == order
+            kinds = sorted(type(item).__name__ for item, _ in reads)
+            assert kinds == ["QueueLists", "WindowRows"], "one read of each for 20 viewers"
+            assert sum(queries for _, queries in reads) == 4
+            assert stream_queries.SHARED.diffs == diffs + 1, "and one diff, sent to all"
+            assert len(texts) == 1
+        for comm in comms:
+            await comm.disconnect()
 
     run(scenario)
 

@@ -66,7 +66,7 @@ def test_the_queue_page_lists_waiting_work_in_admission_order(site):
     assert [r["id"] for r in state["pending_rows"]] == [ids[2], ids[0], ids[1]]
     assert [r["position"] for r in state["pending_rows"]] == [1, 2, None]
     assert [r["id"] for r in state["holding_rows"]] == [ids[3]]
-    assert sorted(state["pending_ids"]) == sorted([ids[0], ids[1], ids[2]])
+    assert (state["pending_total"], state["holding_total"]) == (3, 1)
     page = text(response)
     assert 'Waiting <span class="count" data-count="pending">3</span>' in page
     assert "in 1 min" in page  # the ETA of position 1
@@ -109,7 +109,7 @@ def test_a_long_queue_is_paged_and_its_page_cost_does_not_grow(site):
         f"/tenants/{site.tenant.name}/queues/{site.queue.name}/?page=3"
     )
     state = queue_state(response)
-    assert (state["first"], len(state["pending_rows"]), len(state["pending_ids"])) == (201, 50, 250)
+    assert (state["first"], len(state["pending_rows"]), state["pending_total"]) == (201, 50, 250)
     assert "Positions 201\u2013250 of 250" in text(response)
     assert (
         site.client("vic")
