@@ -282,7 +282,9 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                         parent=parent,
                         allow_lent=data["allow_lent"],
                         namespaces=data["namespaces"],
-                        **maps,
+                        min=maps["min"],
+                        max=maps["max"],
+                        shared_weight=maps["shared_weight"],
                     )
                 except ValidationError as exc:
                     apply_validation_error(form, exc)
