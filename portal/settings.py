@@ -249,6 +249,10 @@ if _unknown_kinds:
 # The container that runs a Job submitted with pod sets only (no manifest).
 KQ_JOB_IMAGE = env.str("KQ_JOB_IMAGE", default="busybox:1.36")
 # Kubernetes API calls: per-request timeout and the total time one call may spend retrying.
+# Workers read the cluster from informers (list once, then watch) instead of listing it
+# every tick; and send a cycle's admissions and preemptions this many at a time.
+KQ_KUBE_WATCH_CACHE = _bool("KQ_KUBE_WATCH_CACHE", False)
+KQ_KUBE_WRITE_CONCURRENCY = _int("KQ_KUBE_WRITE_CONCURRENCY", 8, 1)
 KQ_KUBE_TIMEOUT_S = _float("KQ_KUBE_TIMEOUT_S", 10.0, 0.5)
 KQ_KUBE_RETRY_S = _float("KQ_KUBE_RETRY_S", 10.0, 0.0)
 if KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S >= KQ_CYCLE_LEASE_S:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import F, Model
 from django.utils import timezone
 
@@ -789,7 +790,7 @@ def submit_workload(
         )
 
 
-def _create_workload(
+def _new_workload(
     actor: Actor,
     *,
     tenant: Tenant,
@@ -804,41 +805,68 @@ def _create_workload(
     annotations: Mapping[str, str],
     queue_order_at: datetime | None = None,
     phase: str = Phase.PENDING,
+    now: datetime | None = None,
 ) -> Workload:
+    """The unsaved row of a new workload."""
+    return Workload(
+        tenant=tenant,
+        quota=quota,
+        queue=queue,
+        name=ref.name,
+        namespace=ref.namespace,
+        kind=ref.kind,
+        api_version=ref.api_version,
+        object_uid=ref.uid,
+        priority=priority,
+        priority_class=priority_class,
+        pod_sets=pod_sets,
+        total_request=total_request(pod_sets),
+        expected_runtime_s=expected_runtime_s,
+        queue_order_at=queue_order_at or now or timezone.now(),
+        phase=phase,
+        labels=dict(labels),
+        annotations=dict(annotations),
+        source=actor.source,
+        submitted_by=actor.user,
+        reason="Waiting for the next admission cycle.",
+    )
+
+
+def _record_new(actor: Actor, workloads: Sequence[Workload], now: datetime) -> None:
+    """Timeline, audit and live notification of workloads just inserted."""
+    WorkloadEvent.objects.bulk_create(
+        WorkloadEvent(workload=w, at=now, from_phase="", to_phase=w.phase, reason="Submitted")
+        for w in workloads
+    )
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            at=now,
+            actor=actor.user,
+            actor_name=actor.name,
+            source=actor.source,
+            action="workload.submit",
+            object_type=Workload._meta.model_name or "",
+            object_id=str(w.pk),
+            object_repr=str(w)[:300],
+            tenant_id=w.tenant_id,
+            after=snapshot_of(w),
+        )
+        for w in workloads
+    )
+    _publish(list(workloads))
+
+
+def _create_workload(actor: Actor, **fields: Any) -> Workload:
     now = timezone.now()
+    workload = _new_workload(actor, now=now, **fields)
     try:
         with transaction.atomic():
-            workload = Workload.objects.create(
-                tenant=tenant,
-                quota=quota,
-                queue=queue,
-                name=ref.name,
-                namespace=ref.namespace,
-                kind=ref.kind,
-                api_version=ref.api_version,
-                object_uid=ref.uid,
-                priority=priority,
-                priority_class=priority_class,
-                pod_sets=pod_sets,
-                total_request=total_request(pod_sets),
-                expected_runtime_s=expected_runtime_s,
-                queue_order_at=queue_order_at or now,
-                phase=phase,
-                labels=dict(labels),
-                annotations=dict(annotations),
-                source=actor.source,
-                submitted_by=actor.user,
-                reason="Waiting for the next admission cycle.",
-            )
+            workload.save(force_insert=True)
     except IntegrityError as exc:
         raise ValidationError(
-            {"name": [f"A live workload {ref.namespace}/{ref.name} already exists."]}
+            {"name": [f"A live workload {workload.namespace}/{workload.name} already exists."]}
         ) from exc
-    WorkloadEvent.objects.create(
-        workload=workload, at=now, from_phase="", to_phase=phase, reason="Submitted"
-    )
-    audit(actor, "workload.submit", workload, after=snapshot_of(workload))
-    _publish([workload])
+    _record_new(actor, [workload], now)
     return workload
 
 
@@ -873,6 +901,29 @@ def register_cluster_workload(
         queue_order_at=created_at,
         phase=phase,
     )
+
+
+def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> list[Workload]:
+    """Many jobs found in the cluster become workloads in one insert: ``items`` hold the
+    keyword arguments of ``register_cluster_workload``. All or nothing: when one of them
+    collides with a live workload (IntegrityError), nothing is inserted and the caller
+    registers them one by one to learn which."""
+    actor, now = Actor.cluster(), timezone.now()
+    rows = [
+        _new_workload(
+            actor,
+            now=now,
+            **{k: v for k, v in item.items() if k != "created_at"},
+            queue_order_at=item.get("created_at"),
+        )
+        for item in items
+    ]
+    with transaction.atomic():
+        created = Workload.objects.bulk_create(rows)
+        if any(w.pk is None for w in created):  # a backend that returns no ids
+            raise NotSupportedError("bulk insert without returned ids")
+        _record_new(actor, created, now)
+    return created
 
 
 def workload_ref(workload: Workload) -> JobRef:
@@ -941,14 +992,7 @@ def transition(
     )
     if from_phase not in expected:
         return None
-    if to_phase in TERMINAL_PHASES or to_phase in HOLDING_PHASES:
-        fields.setdefault("position", None)
-        fields.setdefault("global_position", None)
-        fields.setdefault("eta_p50", None)
-        fields.setdefault("eta_p90", None)
-    if to_phase in TERMINAL_PHASES:
-        fields.setdefault("explanation", None)
-        fields.setdefault("reason", message or reason)
+    _clear_for(to_phase, fields, message or reason)
     updated = Workload.objects.filter(pk=workload.pk, phase=from_phase).update(
         phase=to_phase, updated_at=at, **fields
     )
@@ -966,6 +1010,75 @@ def transition(
     if publish:
         _publish([workload.pk])
     return event
+
+
+@dataclass(frozen=True)
+class Move:
+    """One transition of ``transition_many``: the arguments of ``transition``."""
+
+    workload: Workload
+    to_phase: str
+    reason: str
+    message: str = ""
+    expect: tuple[str, ...] = ()
+    fields: Mapping[str, Any] = dataclass_field(default_factory=dict)
+
+
+def transition_many(moves: Sequence[Move], *, at: datetime | None = None) -> list[Move]:
+    """``transition`` for many workloads at once; returns the moves that were made.
+
+    The current phases are read (and locked, where the database locks rows) in one query;
+    each row is still updated on the condition that its phase is the one read, the
+    timeline is written in one insert and one notification goes out after the commit."""
+    if not moves:
+        return []
+    at = at or timezone.now()
+    made: list[tuple[Move, str]] = []
+    with transaction.atomic():
+        current = dict(
+            Workload.objects.select_for_update()
+            .filter(pk__in=[m.workload.pk for m in moves])
+            .values_list("id", "phase")
+        )
+        for move in moves:
+            from_phase = current.get(move.workload.pk, "")
+            if from_phase not in (move.expect or (move.workload.phase,)):
+                continue
+            fields = dict(move.fields)
+            _clear_for(move.to_phase, fields, move.message or move.reason)
+            updated = Workload.objects.filter(pk=move.workload.pk, phase=from_phase).update(
+                phase=move.to_phase, updated_at=at, **fields
+            )
+            if updated == 1:
+                current[move.workload.pk] = move.to_phase  # a second move sees the first
+                made.append((move, from_phase))
+        WorkloadEvent.objects.bulk_create(
+            WorkloadEvent(
+                workload_id=move.workload.pk,
+                at=at,
+                from_phase=from_phase,
+                to_phase=move.to_phase,
+                reason=move.reason,
+                message=move.message,
+            )
+            for move, from_phase in made
+        )
+        for move, _ in made:
+            move.workload.phase = move.to_phase
+        _publish([move.workload for move, _ in made])
+    return [move for move, _ in made]
+
+
+def _clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
+    """What a workload stops showing when it holds quota or ends."""
+    if to_phase in TERMINAL_PHASES or to_phase in HOLDING_PHASES:
+        fields.setdefault("position", None)
+        fields.setdefault("global_position", None)
+        fields.setdefault("eta_p50", None)
+        fields.setdefault("eta_p90", None)
+    if to_phase in TERMINAL_PHASES:
+        fields.setdefault("explanation", None)
+        fields.setdefault("reason", reason)
 
 
 def _publish(items: Sequence[Workload | int]) -> None:

@@ -18,7 +18,7 @@ from queueing import lease as leases
 from queueing import state
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
-from queueing.cluster.base import Cluster
+from queueing.cluster.base import Cluster, NodeInfo
 from queueing.engine import run_cycle as engine_cycle
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster
@@ -66,15 +66,22 @@ def cycle_root(
     cluster: Cluster | None = None,
     now: datetime | None = None,
     lease_ttl_s: float | None = None,
+    nodes: list[NodeInfo] | None = None,
 ) -> state.ApplyReport | None:
-    """Run the cycle of one quota tree under its lease; None when another worker has it."""
+    """Run the cycle of one quota tree under its lease; None when another worker has it.
+
+    ``nodes``: the cluster's nodes when the caller has just read them (a tick reads them
+    once for all its trees; what other trees admit meanwhile is counted from the
+    database, not from this view)."""
     cluster = cluster or get_cluster()
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
     if held is None:
         return None
     started = time.perf_counter()
     try:
-        snapshot, index = state.build_snapshot(root, nodes=cluster.nodes(), now=now)
+        if nodes is None:
+            nodes = cluster.nodes()
+        snapshot, index = state.build_snapshot(root, nodes=nodes, now=now)
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot)
         engine_ms = (time.perf_counter() - engine_started) * 1000
@@ -107,9 +114,10 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
             leases.release(sync_lease)
     else:
         summary.skipped.append("sync")
+    nodes = cluster.nodes()
     for root in state.roots():
         try:
-            applied = cycle_root(root, cluster=cluster, now=now)
+            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)
         except leases.LeaseLost as exc:
             log.warning("cycle of %s dropped: %s", root, exc)
             summary.skipped.append(root)

@@ -24,9 +24,12 @@ database when a notification concerns it; docs/events.md describes the whole pat
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,15 +50,68 @@ def group_name(tenant_id: int) -> str:
 ALL_GROUP = "tenant.all"  # cluster admins watching every tenant
 
 
+SEND_TIMEOUT_S = 5.0
+
+
+class _SenderLoop:
+    """One event loop per process, on a thread of its own, for sends from sync code.
+
+    ``async_to_sync`` outside an event loop makes a new loop for every call, and the
+    Redis channel layer keeps its connections per loop: every notification of a worker
+    would connect to Redis anew. Sends to a cross-process layer go through this
+    long-lived loop instead and reuse one connection. (A forked child starts its own.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="kq-events", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def run(self, make: Callable[[], Awaitable[Any]], timeout_s: float) -> None:
+        async def call() -> Any:
+            return await make()
+
+        future = asyncio.run_coroutine_threadsafe(call(), self._running_loop())
+        try:
+            future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+
+_sender = _SenderLoop()
+
+
+def _cross_process(layer: Any) -> bool:
+    """A layer other processes read (Redis), as opposed to one living in this process's
+    own event loop (the in-memory layer of development and tests)."""
+    return not type(layer).__module__.startswith("channels.layers")
+
+
 def send(tenant_id: int, payload: dict) -> None:
     """Deliver now. Use notify_changes / publish_on_commit from code that writes."""
     layer = get_channel_layer()
     if layer is None:
         return
     message = {"type": "kq.event", "payload": payload}
+
+    async def both() -> None:
+        await layer.group_send(group_name(tenant_id), message)
+        await layer.group_send(ALL_GROUP, message)
+
     try:
-        async_to_sync(layer.group_send)(group_name(tenant_id), message)
-        async_to_sync(layer.group_send)(ALL_GROUP, message)
+        if _cross_process(layer):
+            _sender.run(both, SEND_TIMEOUT_S)
+        else:
+            async_to_sync(both)()
     except Exception:  # the stream is best effort; the database is the truth
         log.exception("could not publish a live event for tenant %s", tenant_id)
 

@@ -15,6 +15,7 @@ import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -685,13 +686,7 @@ def apply(
     calls.extend(
         (workload_id, cluster.suspend) for workload_id in report.preempted + report.requeued
     )
-    for workload_id, call in calls:
-        try:
-            fence.check()
-        except LeaseLost as exc:
-            report.errors.append(str(exc))
-            break
-        _cluster_call(report, index.rows[workload_id], call)
+    _cluster_calls(report, [(index.rows[w], call) for w, call in calls], fence, cluster)
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
     return report
@@ -734,6 +729,40 @@ def _publish_quotas(changed: Sequence[Mapping[str, Any]], cycle_id: int) -> None
 
 def _ref(row: Mapping[str, Any]) -> JobRef:
     return JobRef(row["kind"], row["api_version"], row["namespace"], row["name"], row["object_uid"])
+
+
+def _cluster_calls(
+    report: ApplyReport,
+    calls: Sequence[tuple[Mapping[str, Any], Any]],
+    fence: Fence,
+    cluster: Cluster,
+) -> None:
+    """Make the calls, ``write_concurrency`` of the cluster at a time (an API server takes
+    concurrent writes; the simulated cluster writes its own rows, one at a time).
+
+    The fence is checked in this thread before each round: a round takes at most one
+    call's time, which is what the fence's margin covers."""
+    width = max(1, int(getattr(cluster, "write_concurrency", 1) or 1))
+    pool = ThreadPoolExecutor(width, thread_name_prefix="kq-write") if width > 1 else None
+    try:
+        for start in range(0, len(calls), width):
+            try:
+                fence.check()
+            except LeaseLost as exc:
+                report.errors.append(str(exc))
+                return
+            round_ = calls[start : start + width]
+            if pool is None:
+                for row, call in round_:
+                    _cluster_call(report, row, call)
+            else:
+                for future in [
+                    pool.submit(_cluster_call, report, row, call) for row, call in round_
+                ]:
+                    future.result()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _cluster_call(report: ApplyReport, row: Mapping[str, Any], call: Any) -> None:

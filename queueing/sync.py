@@ -18,13 +18,13 @@ With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -39,6 +39,7 @@ from queueing.cluster.base import (
     ClusterError,
     JobInfo,
     JobNotFound,
+    JobRef,
     QueueUnitMirror,
 )
 from queueing.lease import Fence, Lease
@@ -76,6 +77,59 @@ class SyncReport:
         }
 
 
+# Workloads reconciled (or jobs registered) per transaction.
+CHUNK = 500
+# What the sync reads of a workload (not its pod sets, labels or explanation).
+SYNC_FIELDS = (
+    "id",
+    "tenant_id",
+    "queue_id",
+    "phase",
+    "kind",
+    "api_version",
+    "namespace",
+    "name",
+    "object_uid",
+    "pool",
+    "message",
+    "created_at",
+    "started_at",
+    "requeue_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """A cluster call the sync found needed; made once the database writes are committed,
+    so no transaction stays open across a cluster round trip."""
+
+    verb: str  # "admit" | "suspend"
+    ref: JobRef
+    what: str
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    counter: str = "resuspended"  # the SyncReport field a success adds to
+    missing_ok: bool = False  # a vanished job is no error (the next sync cancels it)
+
+
+def _repair(cluster: Cluster, repairs: list[Repair], report: SyncReport, fence: Fence) -> None:
+    for repair in repairs:
+        fence.check()
+        try:
+            if repair.verb == "admit":
+                cluster.admit(repair.ref, node_selector=repair.node_selector)
+            else:
+                cluster.suspend(repair.ref)
+        except JobNotFound as exc:
+            if not repair.missing_ok:
+                report.errors.append(f"{repair.what}: {exc}")
+            continue
+        except ClusterError as exc:
+            report.errors.append(f"{repair.what}: {exc}")
+            log.warning("sync of %s failed: %s", repair.what, exc)
+            continue
+        setattr(report, repair.counter, getattr(report, repair.counter) + 1)
+
+
 def pool_selector(workload: Workload) -> dict[str, str]:
     from django.conf import settings
 
@@ -99,27 +153,58 @@ def sync_cluster(
     by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
     seen: set[tuple[str, str, str]] = set()
 
-    for workload in Workload.objects.filter(phase__in=ACTIVE_PHASES).order_by("id"):
-        job = by_uid.get(workload.object_uid) if workload.object_uid else None
-        if job is None:
-            job = by_name.get((workload.kind, workload.namespace, workload.name))
-            if job is not None and workload.object_uid and job.ref.uid != workload.object_uid:
-                job = None  # same name, another object: ours was deleted
-        if job is not None:
-            seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
-        try:
-            _reconcile(cluster, workload, job, now, report, fence)
-        except ClusterError as exc:
-            report.errors.append(f"{workload}: {exc}")
-            log.warning("sync of %s failed: %s", workload, exc)
+    lagging = bool(getattr(cluster, "views_may_lag", False))
 
-    for key, job in by_name.items():
-        if key in seen or job.state in (SUCCEEDED, FAILED):
-            continue
+    def stopped(job: JobInfo) -> bool:
+        """The job is suspended with nothing running, so its quota can be given back. A
+        view that may lag (a watch cache) is confirmed by a fresh read first."""
+        if not (job.suspended and job.active == 0):
+            return False
+        if not lagging:
+            return True
         try:
-            _register(cluster, job, report, fence)
-        except ClusterError as exc:
-            report.errors.append(f"{job.ref.namespace}/{job.ref.name}: {exc}")
+            fresh = cluster.fresh_job(job.ref)  # type: ignore[attr-defined]
+        except ClusterError:  # gone or unreadable: a later sync decides
+            return False
+        return bool(fresh.suspended and fresh.active == 0)
+
+    active = list(
+        Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
+    )
+    for start in range(0, len(active), CHUNK):
+        repairs: list[Repair] = []
+        moves: list[actions.Move] = []
+        with transaction.atomic():  # one commit (and one notification) per chunk
+            for workload in active[start : start + CHUNK]:
+                job = by_uid.get(workload.object_uid) if workload.object_uid else None
+                if job is None:
+                    job = by_name.get((workload.kind, workload.namespace, workload.name))
+                    if (
+                        job is not None
+                        and workload.object_uid
+                        and job.ref.uid != workload.object_uid
+                    ):
+                        job = None  # same name, another object: ours was deleted
+                if job is not None:
+                    seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
+                _reconcile(workload, job, now, repairs, moves, stopped)
+            for move in actions.transition_many(moves):
+                if move.to_phase == Phase.CANCELLED:
+                    report.cancelled += 1
+                else:
+                    report.transitions += 1
+        _repair(cluster, repairs, report, fence)
+
+    new = [
+        job
+        for key, job in by_name.items()
+        if key not in seen and job.state not in (SUCCEEDED, FAILED)
+    ]
+    for start in range(0, len(new), CHUNK):
+        repairs = []
+        with transaction.atomic():
+            _register_all(new[start : start + CHUNK], report, repairs)
+        _repair(cluster, repairs, report, fence)
 
     if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
         try:
@@ -142,159 +227,192 @@ def mirror_queue_units(cluster: QueueUnitMirror, now: datetime) -> int:
     )
 
 
-def _finish(workload: Workload, job: JobInfo, report: SyncReport) -> None:
-    phase = Phase.SUCCEEDED if job.state == SUCCEEDED else Phase.FAILED
-    if actions.transition(
-        workload,
-        phase,
-        reason="Finished" if phase == Phase.SUCCEEDED else "JobFailed",
-        message=job.message,
-        expect=(workload.phase,),
-        finished_at=job.finished_at or timezone.now(),
-        started_at=workload.started_at or job.started_at,
-    ):
-        report.transitions += 1
-
-
 def _reconcile(
-    cluster: Cluster,
     workload: Workload,
     job: JobInfo | None,
     now: datetime,
-    report: SyncReport,
-    fence: Fence,
+    repairs: list[Repair],
+    moves: list[actions.Move],
+    stopped: Callable[[JobInfo], bool],
 ) -> None:
+    """What one workload needs: transitions go to ``moves``, cluster calls to ``repairs``."""
     ref = actions.workload_ref(workload)
+    expect = (workload.phase,)
     if job is None:
         if workload.created_at and now - workload.created_at < MISSING_GRACE:
             return
-        if actions.transition(
-            workload,
-            Phase.CANCELLED,
-            reason="Deleted",
-            message="The cluster object was deleted.",
-            expect=(workload.phase,),
-            finished_at=now,
-        ):
-            report.cancelled += 1
+        moves.append(
+            actions.Move(
+                workload,
+                Phase.CANCELLED,
+                reason="Deleted",
+                message="The cluster object was deleted.",
+                expect=expect,
+                fields={"finished_at": now},
+            )
+        )
         return
 
     phase = workload.phase
     if job.state in (SUCCEEDED, FAILED):
-        _finish(workload, job, report)
+        succeeded = job.state == SUCCEEDED
+        moves.append(
+            actions.Move(
+                workload,
+                Phase.SUCCEEDED if succeeded else Phase.FAILED,
+                reason="Finished" if succeeded else "JobFailed",
+                message=job.message,
+                expect=expect,
+                fields={
+                    "finished_at": job.finished_at or timezone.now(),
+                    "started_at": workload.started_at or job.started_at,
+                },
+            )
+        )
         return
+    what = str(workload)
     if phase in (Phase.PENDING, Phase.BACKOFF):
         if not job.suspended:
-            fence.check()
-            cluster.suspend(ref)  # only the queue may release a job
-            report.resuspended += 1
+            repairs.append(Repair("suspend", ref, what))  # only the queue may release a job
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
-            fence.check()
-            cluster.admit(ref, node_selector=pool_selector(workload))
-            report.readmitted += 1
-        elif job.state == RUNNING and actions.transition(
-            workload,
-            Phase.RUNNING,
-            reason="Started",
-            expect=(Phase.ADMITTED,),
-            started_at=job.started_at or now,
-        ):
-            report.transitions += 1
+            repairs.append(
+                Repair(
+                    "admit", ref, what, node_selector=pool_selector(workload), counter="readmitted"
+                )
+            )
+        elif job.state == RUNNING:
+            moves.append(
+                actions.Move(
+                    workload,
+                    Phase.RUNNING,
+                    reason="Started",
+                    expect=(Phase.ADMITTED,),
+                    fields={"started_at": job.started_at or now},
+                )
+            )
         return
     if phase == Phase.RUNNING:
-        if job.suspended and job.active == 0:
-            _requeue(
-                workload, now, report, reason="Suspended", message="Suspended outside the queue."
+        if stopped(job):
+            moves.append(
+                _requeue(workload, now, reason="Suspended", message="Suspended outside the queue.")
             )
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
-            fence.check()
-            cluster.suspend(ref)
-            report.resuspended += 1
-        elif job.active == 0:
-            _requeue(workload, now, report, reason="Evicted", message=workload.message)
+            repairs.append(Repair("suspend", ref, what))
+        elif stopped(job):
+            moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 
 
-def _requeue(
-    workload: Workload, now: datetime, report: SyncReport, *, reason: str, message: str
-) -> None:
+def _requeue(workload: Workload, now: datetime, *, reason: str, message: str) -> actions.Move:
     """The cluster confirmed the job is stopped: wait again, keeping the original place."""
     backoff = workload.requeue_at is not None and workload.requeue_at > now
-    if actions.transition(
+    return actions.Move(
         workload,
         Phase.BACKOFF if backoff else Phase.PENDING,
         reason=reason,
         message=message,
         expect=(workload.phase,),
-        assignment={},
-        pool="",
-        started_at=None,
-        admitted_at=None,
-        requeue_at=workload.requeue_at if backoff else None,
-    ):
-        report.transitions += 1
+        fields={
+            "assignment": {},
+            "pool": "",
+            "started_at": None,
+            "admitted_at": None,
+            "requeue_at": workload.requeue_at if backoff else None,
+        },
+    )
 
 
-def _register(cluster: Cluster, job: JobInfo, report: SyncReport, fence: Fence) -> None:
-    queue_name = compat.queue_name(job.labels, job.annotations)
-    quota_name = compat.quota_name(job.labels)
-    queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
-    quota = Quota.objects.filter(name=quota_name).first() if quota_name else None
-    try:
-        tenant, quota, queue, _namespace = actions.resolve_placement(
-            None,
-            namespace=job.ref.namespace,
-            queue=queue,
-            quota=quota,
-        )
-    except Exception as exc:  # a job we cannot place stays suspended and is reported
-        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {_first_message(exc)}")
+Placement = tuple[Any, Any, Any] | str  # (tenant, quota, queue), or why it cannot be placed
+
+
+def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Placement:
+    """Where a job goes, from its namespace, queue label and quota label; jobs that share
+    the three share the answer (one lookup per distinct placement per sync)."""
+    queue_name = compat.queue_name(job.labels, job.annotations) or ""
+    quota_name = compat.quota_name(job.labels) or ""
+    key = (job.ref.namespace, queue_name, quota_name)
+    if key not in memo:
+        queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
+        quota = Quota.objects.filter(name=quota_name).first() if quota_name else None
+        try:
+            tenant, quota, queue, _namespace = actions.resolve_placement(
+                None, namespace=job.ref.namespace, queue=queue, quota=quota
+            )
+            memo[key] = (tenant, quota, queue)
+        except Exception as exc:  # a job we cannot place stays suspended and is reported
+            memo[key] = _first_message(exc)
+    return memo[key]
+
+
+def _register_all(jobs: Sequence[JobInfo], report: SyncReport, repairs: list[Repair]) -> None:
+    """New jobs become Pending workloads: one insert for all that can be placed (one by
+    one when that insert collides, to find the one that does)."""
+    memo: dict[tuple[str, str, str], Placement] = {}
+    items: list[tuple[JobInfo, dict[str, Any]]] = []
+    for job in jobs:
+        item = _registration(job, _placement(job, memo), report)
+        if item is not None:
+            items.append((job, item))
+    if not items:
         return
+    try:
+        with transaction.atomic():  # a savepoint: a collision leaves the chunk intact
+            actions.register_cluster_workloads([item for _, item in items])
+        registered = [job for job, _ in items]
+    except (IntegrityError, NotSupportedError):
+        registered = []
+        for job, item in items:
+            try:
+                with transaction.atomic():
+                    actions.register_cluster_workload(**item)
+                registered.append(job)
+            except Exception as exc:
+                report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {_first_message(exc)}")
+    report.registered += len(registered)
+    for job in registered:
+        if not job.suspended:
+            repairs.append(
+                Repair("suspend", job.ref, f"{job.ref.namespace}/{job.ref.name}", missing_ok=True)
+            )
+
+
+def _registration(job: JobInfo, placement: Placement, report: SyncReport) -> dict[str, Any] | None:
+    """The arguments of register_cluster_workload for a job, or None (reported unplaced)."""
+    where = f"{job.ref.namespace}/{job.ref.name}"
+    if isinstance(placement, str):
+        report.unplaced.append(f"{where}: {placement}")
+        return None
+    tenant, quota, queue = placement
     priority = job.priority
     annotated = compat.annotation(job.annotations, compat.PRIORITY_KEY)
     if annotated is not None:
         try:
             priority = int(annotated)
         except ValueError:
-            report.unplaced.append(
-                f"{job.ref.namespace}/{job.ref.name}: priority {annotated!r} is not a number"
-            )
-            return
+            report.unplaced.append(f"{where}: priority {annotated!r} is not a number")
+            return None
     try:
         pod_sets = actions.parse_pod_sets(list(job.pod_sets), canonical=True)
     except Exception as exc:
         why = job.message if not job.pod_sets and job.message else _first_message(exc)
-        report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {why}")
-        return
-    with transaction.atomic():
-        try:
-            actions.register_cluster_workload(
-                tenant=tenant,
-                quota=quota,
-                queue=queue,
-                ref=job.ref,
-                pod_sets=pod_sets,
-                priority=priority or 0,
-                priority_class=job.priority_class,
-                expected_runtime_s=job.expected_runtime_s,
-                labels=dict(job.labels),
-                annotations=dict(job.annotations),
-                created_at=job.created_at,
-            )
-        except Exception as exc:
-            report.unplaced.append(f"{job.ref.namespace}/{job.ref.name}: {_first_message(exc)}")
-            return
-    report.registered += 1
-    if not job.suspended:
-        fence.check()
-        try:
-            cluster.suspend(job.ref)
-            report.resuspended += 1
-        except JobNotFound:
-            pass
+        report.unplaced.append(f"{where}: {why}")
+        return None
+    return {
+        "tenant": tenant,
+        "quota": quota,
+        "queue": queue,
+        "ref": job.ref,
+        "pod_sets": pod_sets,
+        "priority": priority or 0,
+        "priority_class": job.priority_class,
+        "expected_runtime_s": job.expected_runtime_s,
+        "labels": dict(job.labels),
+        "annotations": dict(job.annotations),
+        "created_at": job.created_at,
+    }
 
 
 def _first_message(exc: Exception) -> str:

@@ -67,6 +67,11 @@ PAGE_SIZE = 500
 VIEW_MAX_AGE_S = 1.0
 # A kind whose CRD is missing is looked for again after this long.
 ABSENT_KIND_RETRY_S = 300.0
+# The watch cache: how long to wait for the first list, and how long a failing watch is
+# trusted before the view is listed afresh instead.
+CACHE_SYNC_TIMEOUT_S = 30.0
+CACHE_STALE_S = 5.0
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 NO_ANSWER = 0  # the status of a request that got no HTTP answer (refused, reset, timed out)
 
@@ -319,6 +324,14 @@ class Rest:
 
 
 # --- JSON helpers ------------------------------------------------------------------------
+
+
+def _revision(value: Any) -> int | None:
+    """A resourceVersion as a number, when it is one (etcd revisions are)."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def dig(obj: Any, *path: str) -> Any:
@@ -814,9 +827,29 @@ class KubernetesCluster:
         policy: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         on_error: Callable[[str, str], None] = _record_api_error,
+        watch_cache: bool = False,
+        write_concurrency: int = 1,
     ) -> None:
         self.api = api
         self.rest = Rest(api, timeout_s=timeout_s, policy=policy, sleep=sleep, on_error=on_error)
+        # Admissions and preemptions of one cycle are sent this many at a time.
+        self.write_concurrency = max(1, int(write_concurrency))
+        pool_size = getattr(api.configuration, "connection_pool_maxsize", None) or 0
+        if pool_size < self.write_concurrency + 2:
+            api.configuration.connection_pool_maxsize = self.write_concurrency + 2
+            api.rest_client = type(api.rest_client)(api.configuration)
+        # With the watch cache, reads come from informers this process keeps (list once,
+        # then watch) instead of a fresh list per tick; see ``_gather``.
+        self.watch_cache = watch_cache
+        self._watcher: ClusterWatcher | None = None
+        self._watcher_pid = 0
+        self._infos: dict[str, tuple[str, JobInfo]] = {}  # uid -> (resourceVersion, info)
+        # Of the last view: managed job uids, batch Job -> controller uid, RayClusters.
+        self._ownership: tuple[set[str], dict[str, str], set[tuple[str, str]]] = (
+            set(),
+            {},
+            set(),
+        )
         self.namespaces = list(namespaces)
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -841,7 +874,16 @@ class KubernetesCluster:
             mirror_queue_units=settings.KQ_MIRROR_QUEUEUNITS,
             timeout_s=settings.KQ_KUBE_TIMEOUT_S,
             policy=RetryPolicy(budget_s=settings.KQ_KUBE_RETRY_S),
+            watch_cache=settings.KQ_KUBE_WATCH_CACHE,
+            write_concurrency=settings.KQ_KUBE_WRITE_CONCURRENCY,
         )
+
+    @property
+    def views_may_lag(self) -> bool:
+        """True when reads come from a watch cache, which may be a moment behind the API
+        server (and behind what another worker's cache showed): the sync then confirms a
+        job stopped with ``fresh_job`` before it gives its quota back."""
+        return self.watch_cache
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -851,6 +893,15 @@ class KubernetesCluster:
         return 0
 
     def nodes(self) -> list[NodeInfo]:
+        with self._lock:
+            watcher = self._watching() if self._view is not None else None
+            if watcher is not None:
+                # Nodes and bound pods straight from the informers; which pods the queue
+                # manages is known from the last view (a pod of a job newer than that
+                # counts as unmanaged for a moment: less free room, never more).
+                return self._node_infos(
+                    watcher.nodes.snapshot(), watcher.pods.snapshot(), *self._ownership
+                )
         return self._fresh_view().nodes
 
     def jobs(self) -> list[JobInfo]:
@@ -929,9 +980,48 @@ class KubernetesCluster:
         self._absent.pop(kind.kind, None)
         return objects
 
+    def _watching(self) -> ClusterWatcher | None:
+        """The informers of this process, started (and synced) on first use; None when
+        the cache is off or not trustworthy now (then the view is listed afresh)."""
+        if not self.watch_cache:
+            return None
+        import os
+
+        if self._watcher is None or self._watcher_pid != os.getpid():
+            # A forked worker inherits no threads: it starts informers of its own.
+            self._watcher = ClusterWatcher(self, lambda reason: None)
+            self._watcher_pid = os.getpid()
+            self._watcher.start()
+        if not self._watcher.wait_synced(CACHE_SYNC_TIMEOUT_S):
+            log.warning("the watch cache has not synced yet; listing the cluster instead")
+            return None
+        failing = self._watcher.failing_for()
+        if failing > CACHE_STALE_S:
+            log.warning("a watch has failed for %.0fs; listing the cluster instead", failing)
+            return None
+        return self._watcher
+
+    def stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    def _gather(self) -> tuple[dict[str, list[Obj]], list[Obj], list[Obj]]:
+        """The managed kinds' objects, the nodes and the bound pods: from the watch cache
+        when it is on and healthy, else listed page by page."""
+        watcher = self._watching()
+        if watcher is not None:
+            return watcher.objects()
+        by_kind = {kind.kind: self._list_kind(kind) for kind in self.kinds}
+        nodes, _ = self.rest.list_all("/api/v1/nodes")
+        pods, _ = self.rest.list_all("/api/v1/pods", {"fieldSelector": BOUND_PODS})
+        return by_kind, nodes, pods
+
     def _list_view(self) -> View:
         priorities = self._priority_classes()
         queue_units = self._list_queue_units() if self.mirror else []
+        by_kind, node_objects, pods = self._gather()
+        infos: dict[str, tuple[str, JobInfo]] = {}
         by_consumer = {
             (
                 str(dig(u, "spec", "consumerRef", "kind")),
@@ -945,8 +1035,7 @@ class KubernetesCluster:
         job_owner: dict[str, str] = {}  # uid of a batch Job -> uid of its controller
         ray_clusters: set[tuple[str, str]] = set()
         for kind in self.kinds:
-            objects = self._list_kind(kind)
-            for obj in objects:
+            for obj in by_kind.get(kind.kind, ()):
                 meta = obj.get("metadata") or {}
                 owner = _controller(obj)
                 if owner is not None and kind.kind == "Job":
@@ -964,14 +1053,26 @@ class KubernetesCluster:
                 )
                 if owned or not compat.is_managed(labels, annotations, kind.is_suspended(obj)):
                     continue
-                info = self._job_info(kind, obj, labels, annotations, priorities)
+                # An object unchanged since the last view (same resourceVersion, no
+                # QueueUnit hints, same priority classes) keeps its JobInfo.
+                uid, rv = str(meta.get("uid")), str(meta.get("resourceVersion") or "")
+                memo = f"{rv}@{id(priorities)}" if rv and unit is None else ""
+                known = self._infos.get(uid)
+                if memo and known is not None and known[0] == memo:
+                    info = known[1]
+                else:
+                    info = self._job_info(kind, obj, labels, annotations, priorities)
+                if memo:
+                    infos[uid] = (memo, info)
                 jobs.append(info)
                 managed_uids.add(info.ref.uid)
                 if kind.kind == "RayJob" and dig(obj, "status", "rayClusterName"):
                     ray_clusters.add(
                         (info.ref.namespace, str(dig(obj, "status", "rayClusterName")))
                     )
-        nodes = self._list_nodes(managed_uids, job_owner, ray_clusters)
+        self._infos = infos
+        self._ownership = (managed_uids, job_owner, ray_clusters)
+        nodes = self._node_infos(node_objects, pods, managed_uids, job_owner, ray_clusters)
         return View(time.monotonic(), jobs, nodes, queue_units)
 
     def _list_queue_units(self) -> list[Obj]:
@@ -1036,14 +1137,14 @@ class KubernetesCluster:
             message=message,
         )
 
-    def _list_nodes(
-        self, managed: set[str], job_owner: Mapping[str, str], ray_clusters: set[tuple[str, str]]
+    def _node_infos(
+        self,
+        nodes: list[Obj],
+        pods: list[Obj],
+        managed: set[str],
+        job_owner: Mapping[str, str],
+        ray_clusters: set[tuple[str, str]],
     ) -> list[NodeInfo]:
-        nodes, _ = self.rest.list_all("/api/v1/nodes")
-        pods, _ = self.rest.list_all(
-            "/api/v1/pods",
-            {"fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"},
-        )
         reserved: dict[str, dict[str, int]] = {}
         for pod in pods:
             if not _occupying(pod) or _pod_is_managed(pod, managed, job_owner, ray_clusters):
@@ -1081,6 +1182,20 @@ class KubernetesCluster:
             )
         return obj
 
+    def fresh_job(self, ref: JobRef) -> JobInfo:
+        """The job as the API server has it now (a read, not the view); JobNotFound when
+        it is gone."""
+        kind = self._kind(ref)
+        obj = self._get(kind, ref)
+        meta = obj.get("metadata") or {}
+        return self._job_info(
+            kind,
+            obj,
+            dict(meta.get("labels") or {}),
+            dict(meta.get("annotations") or {}),
+            self._priority_classes(),
+        )
+
     def _converge(
         self, verb: str, kind: Kind, ref: JobRef, needed: Callable[[Obj | None], Obj | None]
     ) -> None:
@@ -1100,12 +1215,14 @@ class KubernetesCluster:
             if patch is None:
                 return
             try:
-                self.rest.once(
+                patched = self.rest.once(
                     "PATCH",
                     kind.path(ref.namespace, ref.name),
                     body=patch,
                     content_type=MERGE_PATCH,
                 )
+                if self._watcher is not None and isinstance(patched, dict):
+                    self._watcher.put(kind.kind, patched)
                 return
             except ApiCallError as err:
                 self.rest.count("patch", err)
@@ -1555,6 +1672,7 @@ class Informer:
         self.watches = 0
         self.bookmarks = 0
         self.synced = threading.Event()
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self._lock = threading.Lock()
         self._response: Any = None
 
@@ -1567,12 +1685,26 @@ class Informer:
         with self._lock:
             return list(self.objects.values())
 
+    def put(self, obj: Obj) -> None:
+        """Write-through: an object as a write of ours returned it, so that this process
+        reads its own writes before the watch brings them. An older copy never replaces
+        a newer one (resourceVersions compared as numbers, as etcd revisions are)."""
+        key = self.key(obj)
+        with self._lock:
+            if key not in self.objects:
+                return  # not ours to add: creation is the watch's to report
+            mine = _revision(dig(obj, "metadata", "resourceVersion"))
+            held = _revision(dig(self.objects[key], "metadata", "resourceVersion"))
+            if mine is not None and held is not None and mine > held:
+                self.objects[key] = obj
+
     def relist(self) -> None:
         items, rv = self.rest.list_all(self.path, self.query)
         fresh = {self.key(o): o for o in items}
         with self._lock:
             old, self.objects, self.resource_version = self.objects, fresh, rv
         self.relists += 1
+        self.failing_since = None
         self.synced.set()
         for key, obj in fresh.items():
             before = old.get(key)
@@ -1613,6 +1745,7 @@ class Informer:
             ):
                 if stop is not None and stop.is_set():
                     break
+                self.failing_since = None
                 type_, obj = event.get("type"), event.get("object") or {}
                 if type_ == "ERROR":
                     if obj.get("code") == 410:
@@ -1655,6 +1788,8 @@ class Informer:
                 if stop.is_set():
                     return  # we closed the stream ourselves
                 self.rest.count("watch", err)
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 failures += 1
                 wait = self.rest.policy.backoff(min(failures, 8), self.rest.rng)
                 if err.status == 429 and err.retry_after:
@@ -1689,6 +1824,7 @@ class ClusterWatcher:
         self.on_change = on_change
         self.stop_event = threading.Event()
         self.informers: list[Informer] = []
+        self.job_informers: dict[tuple[str, str], Informer] = {}  # (kind, namespace)
         self._threads: list[threading.Thread] = []
         # Every watch holds a connection open: a pool of their own, one per informer.
         streams = len(cluster.kinds) * len(cluster._scopes()) + 2
@@ -1699,36 +1835,31 @@ class ClusterWatcher:
         # Each informer owns its stream; they share nothing but the retry policy.
         for kind in cluster.kinds:
             for namespace in cluster._scopes():
-                self.informers.append(
-                    Informer(
-                        self._rest(),
-                        kind.path(namespace),
-                        on_event=self._job_event(kind),
-                        watch_timeout_s=watch_timeout_s,
-                        name=f"{kind.kind}@{namespace or '*'}",
-                    )
+                informer = Informer(
+                    self._rest(),
+                    kind.path(namespace),
+                    on_event=self._job_event(kind),
+                    watch_timeout_s=watch_timeout_s,
+                    name=f"{kind.kind}@{namespace or '*'}",
                 )
-        self.informers.append(
-            Informer(
-                self._rest(),
-                "/api/v1/nodes",
-                on_event=self._node_event,
-                watch_timeout_s=watch_timeout_s,
-                name="nodes",
-            )
+                self.informers.append(informer)
+                self.job_informers[(kind.kind, namespace or "")] = informer
+        self.nodes = Informer(
+            self._rest(),
+            "/api/v1/nodes",
+            on_event=self._node_event,
+            watch_timeout_s=watch_timeout_s,
+            name="nodes",
         )
-        self.informers.append(
-            Informer(
-                self._rest(),
-                "/api/v1/pods",
-                query={
-                    "fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-                },
-                on_event=self._pod_event,
-                watch_timeout_s=watch_timeout_s,
-                name="pods",
-            )
+        self.pods = Informer(
+            self._rest(),
+            "/api/v1/pods",
+            query={"fieldSelector": BOUND_PODS},
+            on_event=self._pod_event,
+            watch_timeout_s=watch_timeout_s,
+            name="pods",
         )
+        self.informers += [self.nodes, self.pods]
 
     def _rest(self) -> Rest:
         base = self.cluster.rest
@@ -1784,6 +1915,25 @@ class ClusterWatcher:
             )
             thread.start()
             self._threads.append(thread)
+
+    def objects(self) -> tuple[dict[str, list[Obj]], list[Obj], list[Obj]]:
+        """What the informers hold now: objects per managed kind, nodes, bound pods."""
+        by_kind: dict[str, list[Obj]] = {}
+        for (kind, _namespace), informer in self.job_informers.items():
+            by_kind.setdefault(kind, []).extend(informer.snapshot())
+        return by_kind, self.nodes.snapshot(), self.pods.snapshot()
+
+    def put(self, kind: str, obj: Obj) -> None:
+        """Write-through of an object a write of ours returned."""
+        namespace = str(dig(obj, "metadata", "namespace") or "")
+        informer = self.job_informers.get((kind, namespace)) or self.job_informers.get((kind, ""))
+        if informer is not None:
+            informer.put(obj)
+
+    def failing_for(self) -> float:
+        """Seconds the longest-failing informer has been failing (0 when all are well)."""
+        since = [i.failing_since for i in self.informers if i.failing_since is not None]
+        return time.monotonic() - min(since) if since else 0.0
 
     def wait_synced(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

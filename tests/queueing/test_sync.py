@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from queueing import actions
 from queueing.choices import Phase
 from queueing.cluster.base import JobRequest
-from queueing.models import SimJob, Workload
+from queueing.models import AuditEvent, SimJob, Workload, WorkloadEvent
 from queueing.sync import sync_cluster
 from tests.builders import submit
 
@@ -138,3 +139,81 @@ def test_cancelling_the_workload_removes_the_job(world):
     actions.cancel_workload(actions.Actor.system(), workload)
     sync_cluster(world.cluster, now=world.clock())
     assert not Workload.objects.filter(phase__in=[Phase.PENDING]).exists()
+
+
+def test_new_jobs_are_registered_in_one_insert_with_their_timeline_and_audit(
+    world, django_assert_max_num_queries
+):
+    for i in range(30):
+        world.cluster.create_job(
+            JobRequest(
+                namespace="team-a",
+                name=f"batch-{i}",
+                pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+            )
+        )
+    with django_assert_max_num_queries(40):  # not one round of queries per job
+        report = sync_cluster(world.cluster, now=world.clock())
+    assert report.registered == 30
+    workloads = Workload.objects.filter(name__startswith="batch-")
+    assert workloads.count() == 30
+    assert (
+        WorkloadEvent.objects.filter(workload__in=workloads, to_phase=Phase.PENDING).count() == 30
+    )
+    assert AuditEvent.objects.filter(action="workload.submit", source="cluster").count() >= 30
+
+
+def test_a_job_colliding_with_a_live_workload_does_not_stop_the_others(world):
+    """A live workload still holds the name of a job that was replaced: the new job cannot
+    be registered until the old workload ends, and the jobs beside it are not held up."""
+    old = submit(world, "dup")
+    Workload.objects.filter(pk=old.pk).update(object_uid="the-deleted-one")
+    world.cluster.create_job(
+        JobRequest(
+            namespace="team-a",
+            name="fresh",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+    report = sync_cluster(world.cluster, now=world.clock())
+    assert report.registered == 1
+    assert Workload.objects.filter(name="fresh").exists()
+    assert any("team-a/dup" in line and "already exists" in line for line in report.unplaced)
+    assert Workload.objects.filter(name="dup").count() == 1
+
+
+class LaggingView:
+    """The simulated cluster, seen through a view that may lag (as a watch cache may):
+    ``fresh`` says what a fresh read of the API server would."""
+
+    views_may_lag = True
+
+    def __init__(self, inner, fresh):
+        self.inner, self.fresh = inner, fresh
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def fresh_job(self, ref):
+        return self.fresh(ref)
+
+
+def test_a_lagging_view_gives_quota_back_only_after_a_fresh_read_confirms(world):
+    workload = submit(world, "victim")
+    admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())  # re-admits: the job runs
+    Workload.objects.filter(pk=workload.pk).update(phase=Phase.PREEMPTED)
+    sync_cluster(world.cluster, now=world.clock.advance(1))  # the suspend call
+    assert SimJob.objects.get(name="victim").suspended
+
+    def still_running(ref):
+        return replace(job_of(ref), suspended=False, state="Running", active=1)
+
+    def job_of(ref):
+        return next(j for j in world.cluster.jobs() if j.ref.uid == ref.uid)
+
+    sync_cluster(LaggingView(world.cluster, still_running), now=world.clock.advance(1))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.PREEMPTED  # not confirmed
+
+    sync_cluster(LaggingView(world.cluster, job_of), now=world.clock.advance(1))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.PENDING

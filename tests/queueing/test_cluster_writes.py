@@ -1,0 +1,142 @@
+"""A cycle's cluster writes go out several at a time, each round behind the fence; and
+live notifications from sync code reuse one event loop per process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from queueing import events, state
+from queueing.cluster.base import ClusterError
+from queueing.lease import Fence, LeaseLost
+
+ROW = {
+    "kind": "Job",
+    "api_version": "batch/v1",
+    "namespace": "team-a",
+    "name": "job",
+    "object_uid": "u",
+}
+
+
+class Wide:
+    """A cluster that takes ``write_concurrency`` writes at once."""
+
+    def __init__(self, width: int) -> None:
+        self.write_concurrency = width
+
+
+class Recorder:
+    def __init__(self, fail: frozenset[int] = frozenset()) -> None:
+        self.lock = threading.Lock()
+        self.threads: list[str] = []
+        self.calls: list[int] = []
+        self.fail = fail
+        self.inside = 0
+        self.most_inside = 0
+
+    def call(self, i: int) -> Any:
+        def do(ref: Any) -> None:
+            with self.lock:
+                self.calls.append(i)
+                self.threads.append(threading.current_thread().name)
+                self.inside += 1
+                self.most_inside = max(self.most_inside, self.inside)
+            try:
+                threading.Event().wait(0.02)  # a round trip
+                if i in self.fail:
+                    raise ClusterError("the API server said no")
+            finally:
+                with self.lock:
+                    self.inside -= 1
+
+        return do
+
+
+def test_writes_go_out_concurrently_and_each_failure_is_reported():
+    recorder = Recorder(fail=frozenset({3, 7}))
+    report = state.ApplyReport()
+    calls = [({**ROW, "name": f"job-{i}"}, recorder.call(i)) for i in range(10)]
+    state._cluster_calls(report, calls, Fence(None), Wide(4))  # type: ignore[arg-type]
+    assert sorted(recorder.calls) == list(range(10))
+    assert all(name.startswith("kq-write") for name in recorder.threads)
+    assert 1 < recorder.most_inside <= 4
+    assert len(report.errors) == 2
+    assert {e.split(":")[0] for e in report.errors} == {"team-a/job-3", "team-a/job-7"}
+
+
+def test_one_write_at_a_time_for_a_cluster_that_says_nothing():
+    recorder = Recorder()
+    report = state.ApplyReport()
+    calls = [(ROW, recorder.call(i)) for i in range(3)]
+    state._cluster_calls(report, calls, Fence(None), object())  # type: ignore[arg-type]
+    assert recorder.calls == [0, 1, 2]
+    assert set(recorder.threads) == {threading.current_thread().name}
+
+
+class LosingFence(Fence):
+    """The lease is lost after ``rounds`` checks."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__(None)
+        self.rounds = rounds
+
+    def check(self) -> None:
+        if self.rounds == 0:
+            raise LeaseLost("the lease expired")
+        self.rounds -= 1
+
+
+def test_a_lost_lease_stops_the_writes_between_rounds():
+    recorder = Recorder()
+    report = state.ApplyReport()
+    calls = [(ROW, recorder.call(i)) for i in range(10)]
+    state._cluster_calls(report, calls, LosingFence(2), Wide(3))  # type: ignore[arg-type]
+    assert sorted(recorder.calls) == [0, 1, 2, 3, 4, 5]  # two rounds of three
+    assert report.errors == ["the lease expired"]
+
+
+class CrossProcessLayer:
+    """Stands for the Redis layer: records the loop each send ran on."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any, asyncio.AbstractEventLoop]] = []
+
+    async def group_send(self, group: str, message: Any) -> None:
+        self.sent.append((group, message, asyncio.get_running_loop()))
+
+
+def test_sends_from_sync_code_share_one_long_lived_loop(monkeypatch: pytest.MonkeyPatch):
+    layer = CrossProcessLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(events, "_sender", events._SenderLoop())
+    events.send(7, {"type": "changed"})
+    events.send(8, {"type": "changed"})
+    groups = [group for group, _, _ in layer.sent]
+    assert groups == ["tenant.7", "tenant.all", "tenant.8", "tenant.all"]
+    loops = {id(loop) for _, _, loop in layer.sent}
+    assert len(loops) == 1  # one loop, so the layer keeps one connection
+
+
+def test_a_forked_process_starts_a_loop_of_its_own(monkeypatch: pytest.MonkeyPatch):
+    sender = events._SenderLoop()
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    async def where() -> None:
+        seen.append(asyncio.get_running_loop())
+
+    sender.run(where, 5)
+    monkeypatch.setattr(events.os, "getpid", lambda: -1)
+    sender.run(where, 5)
+    assert seen[0] is not seen[1]
+
+
+def test_only_a_cross_process_layer_goes_through_the_loop():
+    from channels.layers import InMemoryChannelLayer
+
+    layer = InMemoryChannelLayer()
+    assert not events._cross_process(layer)
+    assert events._cross_process(CrossProcessLayer())
