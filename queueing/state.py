@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -104,7 +105,6 @@ WORKLOAD_FIELDS = (
     "eta_p50",
     "eta_p90",
     "reason",
-    "explanation",
 )
 
 
@@ -398,31 +398,78 @@ def _eta_changed(old: datetime | None, new: datetime | None, now: datetime) -> b
     return abs((new - old).total_seconds()) > tolerance
 
 
-def _annotations(result: CycleResult, index: SnapshotIndex) -> list[tuple[int, dict[str, Any]]]:
-    """Per waiting workload, the stored fields that changed: position, ETA, reason."""
-    changed: list[tuple[int, dict[str, Any]]] = []
+# Annotations (position, ETA, reason, explanation of waiting workloads) are compared
+# and rewritten every cycle while that is cheap. Once a full pass costs more than
+# ANNOTATE_CHEAP_S, it runs at most ANNOTATE_SHARE of the time (per tree, per process);
+# the cycles between refresh only the first ANNOTATE_FRONT of each queue and workloads
+# that have no position yet: what people look at first, and what is new.
+ANNOTATE_CHEAP_S = 0.2
+ANNOTATE_SHARE = 0.1
+ANNOTATE_FRONT = 20
+_full_annotations: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in s)
+
+
+def _full_annotation_due(root: str) -> bool:
+    last = _full_annotations.get(root)
+    if last is None:
+        return True
+    at, cost = last
+    return cost <= ANNOTATE_CHEAP_S or time.monotonic() - at >= cost / ANNOTATE_SHARE
+
+
+def _annotations(
+    result: CycleResult, index: SnapshotIndex, *, full: bool = True
+) -> list[tuple[int, dict[str, Any]]]:
+    """Per waiting workload, the stored fields that changed: position, ETA, reason.
+
+    ``full=False`` looks only at the front of each queue and at new workloads."""
     admitted = {a.workload_id for a in result.admissions}
+    candidates: list[tuple[int, Mapping[str, Any], Mapping[str, Any]]] = []
     for workload_id, row in index.rows.items():
         if row["phase"] not in WAITING_PHASES or workload_id in admitted:
             continue
         position = result.positions.get(workload_id)
-        eta = result.etas.get(workload_id)
-        explanation = result.explanations.get(workload_id)
-        new: dict[str, Any] = {
-            "position": position.in_queue if position else None,
-            "global_position": position.global_ if position else None,
-            "eta_p50": from_epoch(eta.p50) if eta else None,
-            "eta_p90": from_epoch(eta.p90) if eta else None,
-            "reason": explanation.sentence()[:500] if explanation else "",
-            "explanation": explanation.to_dict() if explanation else None,
-        }
         if (
-            new["position"] != row["position"]
-            or new["global_position"] != row["global_position"]
-            or new["reason"] != row["reason"]
-            or new["explanation"] != row["explanation"]
-            or _eta_changed(row["eta_p50"], new["eta_p50"], index.now)
-            or _eta_changed(row["eta_p90"], new["eta_p90"], index.now)
+            not full
+            and row["position"] is not None
+            and (position is None or position.in_queue > ANNOTATE_FRONT)
+        ):
+            continue
+        eta = result.etas.get(workload_id)
+        candidates.append(
+            (
+                workload_id,
+                row,
+                {
+                    "position": position.in_queue if position else None,
+                    "global_position": position.global_ if position else None,
+                    "eta_p50": from_epoch(eta.p50) if eta else None,
+                    "eta_p90": from_epoch(eta.p90) if eta else None,
+                },
+            )
+        )
+    # The stored explanations, read only for the rows looked at (JSON is not cheap).
+    if len(candidates) > 2_000:  # most of the tree: select it by tree, not a huge IN list
+        looked_at = Workload.objects.filter(
+            phase__in=WAITING_PHASES, quota_id__in=list(index.quota_ids.values())
+        )
+    else:
+        looked_at = Workload.objects.filter(id__in=[c[0] for c in candidates])
+    stored = dict(looked_at.values_list("id", "explanation")) if candidates else {}
+    changed: list[tuple[int, dict[str, Any]]] = []
+    for workload_id, before, fields in candidates:
+        new = dict(fields)
+        explanation = result.explanations.get(workload_id)
+        as_dict = explanation.to_dict() if explanation else None
+        new["reason"] = as_dict["sentence"][:500] if as_dict else ""
+        new["explanation"] = as_dict
+        if (
+            new["position"] != before["position"]
+            or new["global_position"] != before["global_position"]
+            or new["reason"] != before["reason"]
+            or new["explanation"] != stored.get(workload_id)
+            or _eta_changed(before["eta_p50"], new["eta_p50"], index.now)
+            or _eta_changed(before["eta_p90"], new["eta_p90"], index.now)
         ):
             changed.append((workload_id, new))
     return changed
@@ -646,8 +693,15 @@ def apply(
             ).update(nominated=True)
 
         WorkloadEvent.objects.bulk_create(timeline)
-        annotations = _annotations(result, index)
+        full = _full_annotation_due(index.root)
+        annotating = time.perf_counter()
+        annotations = _annotations(result, index, full=full)
         report.annotated = _write_annotations(annotations, now)
+        if full:
+            _full_annotations[index.root] = (
+                time.monotonic(),
+                time.perf_counter() - annotating,
+            )
         _charge_ledgers(result, index, snapshot.config)
         quota_changes = _store_quota_state(result, index)
         _sample_usage(result, index)

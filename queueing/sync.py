@@ -111,6 +111,14 @@ class Repair:
     missing_ok: bool = False  # a vanished job is no error (the next sync cancels it)
 
 
+@dataclass(frozen=True)
+class Checks:
+    """What the sync confirms before it gives quota back or cancels (see sync_cluster)."""
+
+    stopped: Callable[[JobInfo], bool]
+    gone: Callable[[JobRef], bool]
+
+
 def _repair(cluster: Cluster, repairs: list[Repair], report: SyncReport, fence: Fence) -> None:
     for repair in repairs:
         fence.check()
@@ -168,6 +176,19 @@ def sync_cluster(
             return False
         return bool(fresh.suspended and fresh.active == 0)
 
+    def gone(ref: JobRef) -> bool:
+        """The job is not in the view; with a view that may lag, a fresh read agrees."""
+        if not lagging:
+            return True
+        try:
+            cluster.fresh_job(ref)  # type: ignore[attr-defined]
+        except JobNotFound:
+            return True
+        except ClusterError:
+            return False
+        return False
+
+    checks = Checks(stopped=stopped, gone=gone)
     active = list(
         Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
     )
@@ -187,7 +208,7 @@ def sync_cluster(
                         job = None  # same name, another object: ours was deleted
                 if job is not None:
                     seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
-                _reconcile(workload, job, now, repairs, moves, stopped)
+                _reconcile(workload, job, now, repairs, moves, checks)
             for move in actions.transition_many(moves):
                 if move.to_phase == Phase.CANCELLED:
                     report.cancelled += 1
@@ -233,13 +254,15 @@ def _reconcile(
     now: datetime,
     repairs: list[Repair],
     moves: list[actions.Move],
-    stopped: Callable[[JobInfo], bool],
+    checks: Checks,
 ) -> None:
     """What one workload needs: transitions go to ``moves``, cluster calls to ``repairs``."""
     ref = actions.workload_ref(workload)
     expect = (workload.phase,)
     if job is None:
         if workload.created_at and now - workload.created_at < MISSING_GRACE:
+            return
+        if not checks.gone(ref):
             return
         moves.append(
             actions.Move(
@@ -294,7 +317,7 @@ def _reconcile(
             )
         return
     if phase == Phase.RUNNING:
-        if stopped(job):
+        if checks.stopped(job):
             moves.append(
                 _requeue(workload, now, reason="Suspended", message="Suspended outside the queue.")
             )
@@ -302,7 +325,7 @@ def _reconcile(
     if phase == Phase.PREEMPTED:
         if not job.suspended:
             repairs.append(Repair("suspend", ref, what))
-        elif stopped(job):
+        elif checks.stopped(job):
             moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 
 

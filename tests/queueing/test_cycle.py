@@ -175,3 +175,31 @@ def test_a_second_tenant_borrows_idle_capacity(world):
     tick(cluster=world.cluster, now=world.clock())
     # team-a is idle: team-b may use all 16 cpu (its max)
     assert Workload.objects.filter(quota=quota_b, phase=Phase.ADMITTED).count() == 4
+
+
+def test_between_costly_full_passes_only_the_front_of_a_queue_is_re_annotated(world, monkeypatch):
+    import time
+
+    for i in range(4):
+        submit(world, f"run{i}", cpu="4", runtime=3600)  # the quota is full
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    for i in range(30):
+        submit(world, f"wait{i:02d}", cpu="4", runtime=60)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock.advance(1))
+
+    def position(name: str) -> int | None:
+        return Workload.objects.get(name=name).position
+
+    assert [position(f"wait{i:02d}") for i in (0, 19, 29)] == [1, 20, 30]
+
+    # A full pass just cost a minute: the next cycles look at the front and the new.
+    monkeypatch.setitem(state._full_annotations, "cluster", (time.monotonic(), 60.0))
+    submit(world, "urgent", cpu="4", runtime=60, priority=10)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock.advance(1))
+    assert position("urgent") == 1
+    assert position("wait00") == 2  # the front moves at once
+    assert position("wait29") == 30  # the back waits for the next full pass
+
+    monkeypatch.setitem(state._full_annotations, "cluster", (time.monotonic() - 3600, 60.0))
+    cycle_root("cluster", cluster=world.cluster, now=world.clock.advance(1))
+    assert position("wait29") == 31

@@ -9,7 +9,7 @@ import pytest
 
 from queueing import actions
 from queueing.choices import Phase
-from queueing.cluster.base import JobRequest
+from queueing.cluster.base import JobNotFound, JobRequest
 from queueing.models import AuditEvent, SimJob, Workload, WorkloadEvent
 from queueing.sync import sync_cluster
 from tests.builders import submit
@@ -217,3 +217,27 @@ def test_a_lagging_view_gives_quota_back_only_after_a_fresh_read_confirms(world)
 
     sync_cluster(LaggingView(world.cluster, job_of), now=world.clock.advance(1))
     assert Workload.objects.get(pk=workload.pk).phase == Phase.PENDING
+
+
+def test_a_lagging_view_cancels_only_what_a_fresh_read_cannot_find(world):
+    workload = submit(world, "unseen")
+    job = SimJob.objects.get(name="unseen")
+    Workload.objects.filter(pk=workload.pk).update(created_at=world.clock())
+
+    class Blind(LaggingView):
+        def jobs(self):  # the cache has not seen the job yet
+            return [j for j in self.inner.jobs() if j.ref.name != "unseen"]
+
+    def fresh(ref):
+        return next(j for j in world.cluster.jobs() if j.ref.uid == ref.uid)
+
+    sync_cluster(Blind(world.cluster, fresh), now=world.clock.advance(60))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.PENDING  # it does exist
+
+    job.delete()
+
+    def missing(ref):
+        raise JobNotFound("gone")
+
+    sync_cluster(Blind(world.cluster, missing), now=world.clock.advance(1))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.CANCELLED
