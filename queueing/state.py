@@ -23,7 +23,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from queueing import events
@@ -120,6 +121,8 @@ class SnapshotIndex:
     queue_names: dict[int, str]
     ledgers: dict[str, tuple[dict[str, float], datetime | None]]
     now: datetime
+    #: Competing workloads left out of a heads-only snapshot (``head``), not in ``rows``.
+    unlisted: int = 0
 
 
 def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mapping[str, Any]]:
@@ -201,11 +204,18 @@ def build_snapshot(
     nodes: Sequence[NodeInfo],
     now: datetime | None = None,
     config: EngineConfig | None = None,
+    head: int | None = None,
 ) -> tuple[Snapshot, SnapshotIndex]:
     """Read the database into a Snapshot of the tree under ``root`` (None: every tree).
 
     A fixed number of queries: quotas, queues, live workloads, other trees' holdings,
     ledgers, runtime history.
+
+    ``head``: list only the first ``head`` competing workloads of each queue (in the
+    engine's queue order) and give the rest as ``unlisted_demand``; waiting workloads
+    that do not compete yet (Backoff until later) are left out. The admissions are
+    those of a full snapshot while no queue admits past its head (see the engine's
+    ``Snapshot``); positions and ETAs cover the listed heads only.
     """
     now = now or timezone.now()
     config = config or engine_config()
@@ -234,12 +244,44 @@ def build_snapshot(
     )
     queue_names = {q["id"]: q["name"] for q in queue_rows}
 
-    rows = {
-        row["id"]: row
-        for row in Workload.objects.filter(
-            phase__in=[*WAITING_PHASES, *HOLDING_PHASES], quota_id__in=list(quota_ids.values())
-        ).values(*WORKLOAD_FIELDS)
-    }
+    in_tree = Workload.objects.filter(quota_id__in=list(quota_ids.values()))
+    unlisted_demand: dict[str, dict[str, int]] = {}
+    unlisted = 0
+    if head is None:
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=[*WAITING_PHASES, *HOLDING_PHASES]).values(
+                *WORKLOAD_FIELDS
+            )
+        }
+    else:
+        competing = (
+            Q(phase=Phase.PENDING)
+            | Q(phase=Phase.BACKOFF, requeue_at__isnull=True)
+            | Q(phase=Phase.BACKOFF, requeue_at__lte=now)
+        )
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=HOLDING_PHASES).values(*WORKLOAD_FIELDS)
+        }
+        ranked = in_tree.filter(competing).annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("queue_id")],
+                order_by=[F("priority").desc(), F("queue_order_at").asc(), F("id").asc()],
+            )
+        )
+        for row in ranked.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
+            rows[row["id"]] = row
+        for workload_id, quota_id, request in in_tree.filter(competing).values_list(
+            "id", "quota_id", "total_request"
+        ):
+            if workload_id in rows:
+                continue
+            unlisted += 1
+            bucket = unlisted_demand.setdefault(id_to_quota[quota_id], {})
+            for resource, amount in (request or {}).items():
+                bucket[resource] = bucket.get(resource, 0) + int(amount)
     # Nodes are shared between trees: what other trees hold is not free for this one.
     elsewhere: dict[str, dict[str, int]] = defaultdict(dict)
     if root is not None:
@@ -307,6 +349,7 @@ def build_snapshot(
             queue_names[qid]: value for qid, value in history.items() if qid in queue_names
         },
         config=config,
+        unlisted_demand=unlisted_demand,
     )
     index = SnapshotIndex(
         root=root or "*",
@@ -317,6 +360,7 @@ def build_snapshot(
         queue_names=queue_names,
         ledgers=ledgers,
         now=now,
+        unlisted=unlisted,
     )
     return snapshot, index
 
@@ -398,23 +442,30 @@ def _eta_changed(old: datetime | None, new: datetime | None, now: datetime) -> b
     return abs((new - old).total_seconds()) > tolerance
 
 
-# Annotations (position, ETA, reason, explanation of waiting workloads) are compared
-# and rewritten every cycle while that is cheap. Once a full pass costs more than
-# ANNOTATE_CHEAP_S, it runs at most ANNOTATE_SHARE of the time (per tree, per process);
-# the cycles between refresh only the first ANNOTATE_FRONT of each queue and workloads
-# that have no position yet: what people look at first, and what is new.
-ANNOTATE_CHEAP_S = 0.2
-ANNOTATE_SHARE = 0.1
+# A full cycle reads every live workload of its tree and rewrites the annotations
+# (position, ETA, reason, explanation) of all waiting ones. While that is cheap every
+# cycle is full. Once a full cycle costs more than FULL_CYCLE_CHEAP_S, full cycles run
+# at most FULL_CYCLE_SHARE of the time (per tree, per process); the cycles between read
+# only the first HEAD_ROWS competing workloads of each queue (``build_snapshot(head=)``)
+# and re-annotate the first ANNOTATE_FRONT of each queue and the workloads that have no
+# position yet: what people look at first, and what is new.
+FULL_CYCLE_CHEAP_S = 0.25
+FULL_CYCLE_SHARE = 0.1
+HEAD_ROWS = 256
 ANNOTATE_FRONT = 20
-_full_annotations: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in s)
+_full_cycles: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in s)
 
 
-def _full_annotation_due(root: str) -> bool:
-    last = _full_annotations.get(root)
+def full_cycle_due(root: str) -> bool:
+    last = _full_cycles.get(root)
     if last is None:
         return True
     at, cost = last
-    return cost <= ANNOTATE_CHEAP_S or time.monotonic() - at >= cost / ANNOTATE_SHARE
+    return cost <= FULL_CYCLE_CHEAP_S or time.monotonic() - at >= cost / FULL_CYCLE_SHARE
+
+
+def full_cycle_done(root: str, cost_s: float) -> None:
+    _full_cycles[root] = (time.monotonic(), cost_s)
 
 
 def _annotations(
@@ -442,7 +493,12 @@ def _annotations(
                 row,
                 {
                     "position": position.in_queue if position else None,
-                    "global_position": position.global_ if position else None,
+                    # Across queues, a heads-only cycle cannot tell: the full one will.
+                    "global_position": (
+                        position.global_
+                        if position and (full or row["global_position"] is None)
+                        else row["global_position"]
+                    ),
                     "eta_p50": from_epoch(eta.p50) if eta else None,
                     "eta_p90": from_epoch(eta.p90) if eta else None,
                 },
@@ -589,6 +645,7 @@ def apply(
     cluster: Cluster,
     *,
     engine_ms: float = 0.0,
+    full: bool = True,
 ) -> ApplyReport:
     """Write the cycle's decisions, then make the cluster follow. See the module docstring."""
     now = index.now
@@ -693,15 +750,8 @@ def apply(
             ).update(nominated=True)
 
         WorkloadEvent.objects.bulk_create(timeline)
-        full = _full_annotation_due(index.root)
-        annotating = time.perf_counter()
         annotations = _annotations(result, index, full=full)
         report.annotated = _write_annotations(annotations, now)
-        if full:
-            _full_annotations[index.root] = (
-                time.monotonic(),
-                time.perf_counter() - annotating,
-            )
         _charge_ledgers(result, index, snapshot.config)
         quota_changes = _store_quota_state(result, index)
         _sample_usage(result, index)
@@ -716,13 +766,14 @@ def apply(
             preempted=len(report.preempted),
             requeued=len(report.requeued),
             pending=sum(1 for row in index.rows.values() if row["phase"] in WAITING_PHASES)
+            + index.unlisted
             - len(report.admitted),
             running=sum(1 for row in index.rows.values() if row["phase"] in HOLDING_PHASES)
             + len(report.admitted),
             conflicts=report.conflicts,
             token=lease.token if lease else 0,
             worker=lease.holder if lease else "",
-            stats={k: float(v) for k, v in result.stats.items()},
+            stats={**{k: float(v) for k, v in result.stats.items()}, "full": float(full)},
         )
         report.cycle_id = cycle.pk
         _publish(changed_ids, index, cycle.pk)

@@ -181,6 +181,12 @@ class Cycle:
                     self.inflight.setdefault(w.preempted_by, []).append(w)
             elif ph == BACKOFF:
                 self.backing_off.append(w)
+        for name, extra in snapshot.unlisted_demand.items():
+            qi = qindex.get(name)
+            if qi is not None:
+                d = own_pend[qi]
+                for k, v in extra.items():
+                    d[k] = d.get(k, 0) + int(v)
         t1 = perf_counter()
         # Step 2: runtime quota.
         own_demand = [dict(u) for u in own_used]

@@ -354,6 +354,11 @@ class Snapshot:
 
     ``ledger``: per quota, decayed consumed resource-seconds at ``now``.
     ``runtime_history``: per queue, observed (p50, p90) runtime in seconds.
+    ``unlisted_demand``: per quota, the requests of competing workloads left out of
+    ``workloads`` (a caller that lists only the head of each long queue). They count
+    towards the demand that runtime quotas are water-filled by, so the decisions about
+    the listed ones are those a full snapshot would give as long as the cycle does not
+    reach past the listed head of a queue.
     """
 
     now: float
@@ -364,6 +369,7 @@ class Snapshot:
     ledger: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     runtime_history: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     config: EngineConfig = field(default_factory=EngineConfig)
+    unlisted_demand: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 # -- decisions ------------------------------------------------------------------------

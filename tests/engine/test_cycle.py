@@ -585,3 +585,44 @@ def test_quota_explanation_names_preemptible_victims_and_borrowing_headroom() ->
     assert expl.victims == (2, 1)
     assert expl.borrowable == {CPU: 2}
     assert "preempting 2 workload(s)" in expl.sentence()
+
+
+def test_a_snapshot_listing_only_the_heads_decides_as_the_full_one():
+    """Long queues listed only to their heads, the rest given as unlisted demand: the
+    runtime quotas, and so the admissions, are those of the full snapshot."""
+    quotas = [
+        quota("root", min=res_cpu(40), max=res_cpu(40)),
+        quota("a", "root", min=res_cpu(10), max=res_cpu(40), weight=res_cpu(1)),
+        quota("b", "root", min=res_cpu(10), max=res_cpu(40), weight=res_cpu(3)),
+    ]
+    nodes = [node("n1", res_cpu(64))]
+    waiting = [workload(i, "a" if i % 2 else "b", req=res_cpu(2)) for i in range(1, 201)]
+    full = run_cycle(snapshot(quotas=quotas, nodes=nodes, workloads=waiting))
+
+    heads = {q: [w for w in waiting if w.quota == q] for q in ("a", "b")}
+
+    def listed_to(n: int) -> tuple[list[WorkloadSpec], dict[str, dict[str, int]]]:
+        listed = [w for ws in heads.values() for w in ws[:n]]
+        unlisted = {q: {"cpu": 2000 * len(ws[n:])} for q, ws in heads.items()}
+        return listed, unlisted
+
+    listed, unlisted = listed_to(20)  # deeper than this cycle reaches
+    partial = run_cycle(
+        snapshot(quotas=quotas, nodes=nodes, workloads=listed, unlisted_demand=unlisted)
+    )
+    assert partial.runtime_quota == full.runtime_quota
+    assert [a.workload_id for a in partial.admissions] == [a.workload_id for a in full.admissions]
+
+    listed, unlisted = listed_to(3)  # shallower: fewer admissions, the same runtime quotas
+    short = run_cycle(
+        snapshot(quotas=quotas, nodes=nodes, workloads=listed, unlisted_demand=unlisted)
+    )
+    assert short.runtime_quota == full.runtime_quota
+    assert {a.workload_id for a in short.admissions} <= {a.workload_id for a in full.admissions}
+    # Without the unlisted demand, the runtime quotas would differ.
+    naive = run_cycle(snapshot(quotas=quotas, nodes=nodes, workloads=listed))
+    assert naive.runtime_quota != full.runtime_quota
+
+
+def res_cpu(n: int) -> dict[str, int]:
+    return {"cpu": n * 1000}

@@ -193,13 +193,52 @@ def test_between_costly_full_passes_only_the_front_of_a_queue_is_re_annotated(wo
     assert [position(f"wait{i:02d}") for i in (0, 19, 29)] == [1, 20, 30]
 
     # A full pass just cost a minute: the next cycles look at the front and the new.
-    monkeypatch.setitem(state._full_annotations, "cluster", (time.monotonic(), 60.0))
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
     submit(world, "urgent", cpu="4", runtime=60, priority=10)
     cycle_root("cluster", cluster=world.cluster, now=world.clock.advance(1))
     assert position("urgent") == 1
     assert position("wait00") == 2  # the front moves at once
     assert position("wait29") == 30  # the back waits for the next full pass
 
-    monkeypatch.setitem(state._full_annotations, "cluster", (time.monotonic() - 3600, 60.0))
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic() - 3600, 60.0))
     cycle_root("cluster", cluster=world.cluster, now=world.clock.advance(1))
     assert position("wait29") == 31
+
+
+def test_a_heads_only_snapshot_lists_the_front_of_each_queue_and_counts_the_rest(world):
+    for i in range(4):
+        submit(world, f"run{i}", cpu="4", runtime=3600)
+    tick(cluster=world.cluster, now=world.clock())
+    for i in range(10):
+        submit(world, f"low{i}", cpu="1", runtime=60)
+    urgent = submit(world, "urgent", cpu="2", runtime=60, priority=5)
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock(), head=3
+    )
+    waiting = [w for w in snapshot.workloads if w.phase == Phase.PENDING]
+    # The head in the engine's queue order: priority first, then time, then id.
+    assert {w.name for w in waiting} == {"urgent", "low0", "low1"}
+    assert sum(1 for w in snapshot.workloads if w.phase in ("Admitted", "Running")) == 4
+    assert index.unlisted == 8
+    assert dict(snapshot.unlisted_demand) == {"team-a-q": {"cpu": 8000}}
+    assert urgent.pk in index.rows
+
+    full_snapshot, _ = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    assert run_cycle(snapshot).runtime_quota == run_cycle(full_snapshot).runtime_quota
+
+
+def test_a_heads_only_cycle_records_every_pending_workload(world, monkeypatch):
+    import time
+
+    for i in range(4):
+        submit(world, f"run{i}", cpu="4", runtime=3600)
+    for i in range(300):
+        submit(world, f"w{i:03d}", cpu="1", runtime=60)
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    run = CycleRun.objects.get(pk=report.cycle_id)
+    assert run.stats["full"] == 0.0
+    assert run.pending == 304 - len(report.admitted)  # 48 of them were not listed
