@@ -253,6 +253,8 @@ KQ_JOB_IMAGE = env.str("KQ_JOB_IMAGE", default="busybox:1.36")
 # every tick; and send a cycle's admissions and preemptions this many at a time.
 KQ_KUBE_WATCH_CACHE = _bool("KQ_KUBE_WATCH_CACHE", False)
 KQ_KUBE_WRITE_CONCURRENCY = _int("KQ_KUBE_WRITE_CONCURRENCY", 8, 1)
+# With the watch cache, syncs between full ones look only at the jobs that changed.
+KQ_FULL_SYNC_S = _float("KQ_FULL_SYNC_S", 30.0, 0.0)
 KQ_KUBE_TIMEOUT_S = _float("KQ_KUBE_TIMEOUT_S", 10.0, 0.5)
 KQ_KUBE_RETRY_S = _float("KQ_KUBE_RETRY_S", 10.0, 0.0)
 if KQ_KUBE_TIMEOUT_S + KQ_KUBE_RETRY_S >= KQ_CYCLE_LEASE_S:

@@ -457,11 +457,17 @@ _full_cycles: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in
 
 
 def full_cycle_due(root: str) -> bool:
+    """Whether the next cycle of ``root`` should be full. The trees of a process share
+    one budget: each comes round again once all of their full cycles together fit in
+    FULL_CYCLE_SHARE of the time since."""
     last = _full_cycles.get(root)
     if last is None:
         return True
     at, cost = last
-    return cost <= FULL_CYCLE_CHEAP_S or time.monotonic() - at >= cost / FULL_CYCLE_SHARE
+    if cost <= FULL_CYCLE_CHEAP_S:
+        return True
+    together = sum(c for _, c in _full_cycles.values())
+    return time.monotonic() - at >= together / FULL_CYCLE_SHARE
 
 
 def full_cycle_done(root: str, cost_s: float) -> None:

@@ -18,6 +18,8 @@ With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -61,6 +63,7 @@ class SyncReport:
     resuspended: int = 0
     cancelled: int = 0
     mirrored: int = 0
+    incremental: bool = False  # only the jobs changed since the last sync were looked at
     unplaced: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -72,6 +75,7 @@ class SyncReport:
             "resuspended": self.resuspended,
             "cancelled": self.cancelled,
             "mirrored": self.mirrored,
+            "incremental": self.incremental,
             "unplaced": self.unplaced[:20],
             "errors": self.errors[:20],
         }
@@ -155,12 +159,60 @@ def sync_cluster(
     fence = Fence(lease)
     now = now or timezone.now()
     report = SyncReport()
-    cluster.tick(now)
-    jobs = cluster.jobs()
-    by_uid = {job.ref.uid: job for job in jobs if job.ref.uid}
-    by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
-    seen: set[tuple[str, str, str]] = set()
+    checks = _checks(cluster)
 
+    # With a watch cache, a sync between full ones looks only at the jobs that changed
+    # since this process's last sync (and at their workloads).
+    journal = getattr(cluster, "changed_jobs", None)
+    mark = _marks.get(cluster) if journal is not None else None
+    keys = None
+    if journal is not None and mark is not None and time.monotonic() < mark[1]:
+        cursor, keys = journal(mark[0])
+        if keys is not None:
+            try:
+                infos = cluster.job_infos(keys)  # type: ignore[attr-defined]
+            except ClusterError:  # the cache went away meanwhile: a full sync instead
+                keys = None
+        if keys is not None:
+            report.incremental = True
+            names = {name for _, _, name in keys}
+            namespaces = {namespace for _, namespace, _ in keys}
+            active = [
+                w
+                for w in Workload.objects.filter(
+                    phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces
+                )
+                .only(*SYNC_FIELDS)
+                .order_by("id")
+                if (w.kind, w.namespace, w.name) in keys
+            ]
+            jobs = [job for job in infos.values() if job is not None]
+            _sync_jobs(cluster, jobs, active, now, report, fence, checks)
+            _marks[cluster] = (cursor, mark[1])
+    if keys is None:
+        cursor = journal(None)[0] if journal is not None else 0
+        cluster.tick(now)
+        active = list(
+            Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
+        )
+        _sync_jobs(cluster, cluster.jobs(), active, now, report, fence, checks)
+        if journal is not None:
+            _marks[cluster] = (cursor, time.monotonic() + settings.KQ_FULL_SYNC_S)
+
+    if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
+        try:
+            report.mirrored = mirror_queue_units(cluster, now)
+        except ClusterError as exc:
+            report.errors.append(f"QueueUnit mirroring: {exc}")
+    return report
+
+
+# Per cluster adapter of this process: (journal cursor of its last sync, monotonic time
+# the next full sync is due).
+_marks: weakref.WeakKeyDictionary[Any, tuple[int, float]] = weakref.WeakKeyDictionary()
+
+
+def _checks(cluster: Cluster) -> Checks:
     lagging = bool(getattr(cluster, "views_may_lag", False))
 
     def stopped(job: JobInfo) -> bool:
@@ -188,10 +240,23 @@ def sync_cluster(
             return False
         return False
 
-    checks = Checks(stopped=stopped, gone=gone)
-    active = list(
-        Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
-    )
+    return Checks(stopped=stopped, gone=gone)
+
+
+def _sync_jobs(
+    cluster: Cluster,
+    jobs: Sequence[JobInfo],
+    active: Sequence[Workload],
+    now: datetime,
+    report: SyncReport,
+    fence: Fence,
+    checks: Checks,
+) -> None:
+    """Reconcile ``active`` workloads with ``jobs`` (a workload whose job is not among
+    them has none), then register the jobs no workload stands for."""
+    by_uid = {job.ref.uid: job for job in jobs if job.ref.uid}
+    by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
+    seen: set[tuple[str, str, str]] = set()
     for start in range(0, len(active), CHUNK):
         repairs: list[Repair] = []
         moves: list[actions.Move] = []
@@ -226,13 +291,6 @@ def sync_cluster(
         with transaction.atomic():
             _register_all(new[start : start + CHUNK], report, repairs)
         _repair(cluster, repairs, report, fence)
-
-    if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
-        try:
-            report.mirrored = mirror_queue_units(cluster, now)
-        except ClusterError as exc:
-            report.errors.append(f"QueueUnit mirroring: {exc}")
-    return report
 
 
 def mirror_queue_units(cluster: QueueUnitMirror, now: datetime) -> int:

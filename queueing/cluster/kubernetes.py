@@ -1001,6 +1001,47 @@ class KubernetesCluster:
             return None
         return self._watcher
 
+    def changed_jobs(self, cursor: int | None) -> tuple[int, set[tuple[str, str, str]] | None]:
+        """The watch cache's journal: (a new cursor, the (kind, namespace, name) of every
+        job that changed after ``cursor``). The set is None when the caller must look at
+        everything: no cursor yet, or the cache is off or not trustworthy now."""
+        with self._lock:
+            watcher = self._watching()
+        if watcher is None or self.mirror:  # QueueUnit hints come with full views only
+            return 0, None
+        seq, keys = watcher.changed_since(cursor if cursor is not None else 0)
+        return seq, (keys if cursor is not None else None)
+
+    def job_infos(
+        self, keys: set[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], JobInfo | None]:
+        """The managed jobs among ``keys`` as the cache holds them (None: gone, or not the
+        queue's). Their uids join the managed set that node usage is counted with."""
+        with self._lock:
+            watcher = self._watching()
+            if watcher is None:
+                raise ClusterError("the watch cache is not available", retryable=True)
+            priorities = self._priority_classes()
+            found: dict[tuple[str, str, str], JobInfo | None] = {}
+            for key in keys:
+                kind = KINDS.get(key[0])
+                obj = watcher.find(*key) if kind is not None else None
+                found[key] = None
+                if kind is None or obj is None:
+                    continue
+                meta = obj.get("metadata") or {}
+                labels = dict(meta.get("labels") or {})
+                annotations = dict(meta.get("annotations") or {})
+                owned = _controller(obj) is not None and not compat.first_label(
+                    labels, compat.QUEUE_LABELS + compat.QUOTA_LABELS
+                )
+                if owned or not compat.is_managed(labels, annotations, kind.is_suspended(obj)):
+                    continue
+                info = self._job_info(kind, obj, labels, annotations, priorities)
+                found[key] = info
+                self._ownership[0].add(info.ref.uid)
+            return found
+
     def stop_watching(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
@@ -1825,6 +1866,10 @@ class ClusterWatcher:
         self.stop_event = threading.Event()
         self.informers: list[Informer] = []
         self.job_informers: dict[tuple[str, str], Informer] = {}  # (kind, namespace)
+        # The journal: (kind, namespace, name) of every job event -> its sequence number.
+        self.changed_at: dict[tuple[str, str, str], int] = {}
+        self.seq = 0
+        self._journal_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         # Every watch holds a connection open: a pool of their own, one per informer.
         streams = len(cluster.kinds) * len(cluster._scopes()) + 2
@@ -1871,9 +1916,20 @@ class ClusterWatcher:
             on_error=base.on_error,
         )
 
+    def changed_since(self, cursor: int) -> tuple[int, set[tuple[str, str, str]]]:
+        """(the current sequence number, the jobs changed after ``cursor``)."""
+        with self._journal_lock:
+            seq = self.seq
+            items = list(self.changed_at.items())
+        return seq, {key for key, at in items if at > cursor}
+
     def _job_event(self, kind: Kind) -> Handler:
         def handle(type_: str, obj: Obj, old: Obj | None) -> None:
             meta = obj.get("metadata") or {}
+            key = (kind.kind, str(meta.get("namespace") or ""), str(meta.get("name")))
+            with self._journal_lock:
+                self.seq += 1
+                self.changed_at[key] = self.seq
             labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
             if not compat.is_managed(labels, annotations, kind.is_suspended(obj)) and (
                 old is None or not kind.is_suspended(old)
@@ -1922,6 +1978,13 @@ class ClusterWatcher:
         for (kind, _namespace), informer in self.job_informers.items():
             by_kind.setdefault(kind, []).extend(informer.snapshot())
         return by_kind, self.nodes.snapshot(), self.pods.snapshot()
+
+    def find(self, kind: str, namespace: str, name: str) -> Obj | None:
+        informer = self.job_informers.get((kind, namespace)) or self.job_informers.get((kind, ""))
+        if informer is None:
+            return None
+        with informer._lock:
+            return informer.objects.get(f"{namespace}/{name}")
 
     def put(self, kind: str, obj: Obj) -> None:
         """Write-through of an object a write of ours returned."""

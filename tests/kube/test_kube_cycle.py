@@ -321,3 +321,63 @@ def test_queue_units_are_read_and_mirrored(fake: FakeKube, use_cluster: Callable
     assert units["fresh-job"]["status"]["phase"] == "Succeed"
     assert units["fresh-job"]["spec"]["consumerRef"]["name"] == "fresh"
     assert Queue.objects.filter(name="team-a-batch").exists()
+
+
+@pytest.fixture
+def cached_world(
+    fake: FakeKube, api_errors: ApiErrors, use_cluster: Callable[[Any], None]
+) -> Iterator[KubeWorld]:
+    """The world with the watch cache on: syncs between full ones are incremental."""
+    cluster = make_adapter(fake.url, api_errors, namespaces=["team-a", "team-b"], watch_cache=True)
+    use_cluster(cluster)
+    yield build_world(fake, cluster)
+    cluster.stop_watching()
+    cluster.api.close()
+
+
+def test_with_the_watch_cache_jobs_are_admitted_run_and_free_their_quota(
+    cached_world: KubeWorld,
+):
+    world = cached_world
+    for i in range(6):
+        world.submit(f"w{i}", cpu="4", runtime=30)
+    first = tick(cluster=world.cluster)
+    assert first.admitted == 4
+    assert first.sync["incremental"] is False  # the first sync of a process is full
+    reports = []
+    world.tick_until(
+        lambda: (
+            reports.append(tick(cluster=world.cluster).sync)
+            or set(world.phases().values()) == {Phase.SUCCEEDED}
+        )
+    )
+    assert any(r["incremental"] for r in reports)
+    entries = world.fake.log_entries()
+    assert set(unsuspend_counts(entries).values()) == {1}
+    assert_no_overrun(entries)
+
+
+def test_an_incremental_sync_registers_new_jobs_and_cancels_deleted_ones(
+    cached_world: KubeWorld,
+):
+    world = cached_world
+    kept = world.submit("kept", cpu="1", runtime=600)
+    tick(cluster=world.cluster)  # full
+    world.fake.create(
+        "jobs",
+        job_manifest("applied", labels={compat.QUOTA_LABEL: "team-a-q"}, runtime=600),
+        "team-a",
+    )
+    world.fake.store.delete("jobs", "team-a", "kept")
+    Workload.objects.filter(pk=kept.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+
+    def settled() -> bool:
+        report = tick(cluster=world.cluster).sync
+        phases = world.phases()
+        return (
+            report["incremental"]
+            and phases.get("applied") is not None
+            and phases["kept"] == Phase.CANCELLED
+        )
+
+    world.tick_until(settled)
