@@ -198,6 +198,25 @@ def _runtime_history(queue_ids: Iterable[int]) -> dict[int, tuple[float, float]]
     return out
 
 
+HISTORY_TTL_S = 30.0
+_history: dict[frozenset[int], tuple[float, dict[int, tuple[float, float]]]] = {}
+
+
+def _runtime_history_cached(
+    queue_ids: Iterable[int], *, fresh: bool
+) -> dict[int, tuple[float, float]]:
+    """Full cycles read the runtime history afresh; heads-only cycles reuse what a cycle
+    of this process read in the last HISTORY_TTL_S (it is the same for every tree)."""
+    key = frozenset(queue_ids)
+    hit = _history.get(key)
+    if not fresh and hit is not None and time.monotonic() - hit[0] < HISTORY_TTL_S:
+        return hit[1]
+    value = _runtime_history(key)
+    _history.clear()
+    _history[key] = (time.monotonic(), value)
+    return value
+
+
 def build_snapshot(
     root: str | None,
     *,
@@ -300,7 +319,7 @@ def build_snapshot(
         quota_id__in=list(quota_ids.values())
     ).values_list("quota_id", "usage", "updated_at"):
         ledgers[id_to_quota[quota_id]] = (dict(usage), updated)
-    history = _runtime_history(queue_names)
+    history = _runtime_history_cached(queue_names, fresh=head is None)
 
     used_queue_ids = {row["queue_id"] for row in rows.values()}
     snapshot = Snapshot(
@@ -451,7 +470,7 @@ def _eta_changed(old: datetime | None, new: datetime | None, now: datetime) -> b
 # position yet: what people look at first, and what is new.
 FULL_CYCLE_CHEAP_S = 0.25
 FULL_CYCLE_SHARE = 0.1
-HEAD_ROWS = 256
+HEAD_ROWS = 128
 ANNOTATE_FRONT = 20
 _full_cycles: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in s)
 
