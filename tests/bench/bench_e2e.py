@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -443,6 +444,9 @@ def kueue_baseline_e2e() -> dict[str, Any]:
     interval = os.environ.get("KQ_BENCH_E2E_INTERVAL_S", "1")
     deadline_s = float(os.environ.get("KQ_BENCH_E2E_DEADLINE_S", "600"))
     plan = schedule(scale)
+    # SIGTERM (a timeout, a Ctrl-C'd make) unwinds like an exception: every child is
+    # stopped and the scratch database dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="kq-bench-e2e-"))
     logs = tmp / "logs"
     logs.mkdir()

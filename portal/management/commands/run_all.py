@@ -83,7 +83,8 @@ class Command(BaseCommand):
             ),
             (
                 "worker",
-                f"{python} -m celery -A portal worker --loglevel INFO --concurrency 2 --without-gossip --without-mingle",
+                # Kubernetes mode: workers read the cluster from informers of their own.
+                f"env KQ_KUBE_WATCH_CACHE=1 {python} -m celery -A portal worker --loglevel INFO --concurrency 2 --without-gossip --without-mingle",
             ),
             (
                 "beat",
