@@ -186,7 +186,10 @@ def holds_a_lease(pid: int) -> bool:
     ).exists()
 
 
-def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path):
+@pytest.mark.parametrize("cache", ["listing", "watch-cache"])
+def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cache: str):
+    """Both ways workers read the cluster: a fresh list per sync, and the watch cache
+    with its incremental syncs (what deploy/ and make run give workers)."""
     rng = random.Random(2026)
     started = time.monotonic()
     chaos = Chaos()
@@ -224,6 +227,8 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path):
             KQ_KUBE_RETRY_S="1.5",
             KQ_KUBE_TIMEOUT_S="2",
             KQ_DEMO_TRICKLE="0",
+            KQ_KUBE_WATCH_CACHE="1" if cache == "watch-cache" else "0",
+            KQ_FULL_SYNC_S="5",
             LOG_LEVEL="WARNING",
         )
         beat = subprocess.Popen(
@@ -341,5 +346,6 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path):
             for k, v in peak_usage(admitted_timeline(entries, by_quota)).items()
         },
         "duration_s": round(elapsed, 1),
+        "cache": cache,
     }
     print("\nchaos:", json.dumps(figures))
