@@ -1917,11 +1917,16 @@ class ClusterWatcher:
         )
 
     def changed_since(self, cursor: int) -> tuple[int, set[tuple[str, str, str]]]:
-        """(the current sequence number, the jobs changed after ``cursor``)."""
+        """(the current sequence number, the jobs changed after ``cursor``).
+
+        The journal has one reader (the sync of this process), whose cursors only move
+        on: what it has been given is dropped, so the journal holds only what is new."""
         with self._journal_lock:
             seq = self.seq
-            items = list(self.changed_at.items())
-        return seq, {key for key, at in items if at > cursor}
+            changed = {key for key, at in self.changed_at.items() if at > cursor}
+            if cursor:
+                self.changed_at = {key: self.changed_at[key] for key in changed}
+        return seq, changed
 
     def _job_event(self, kind: Kind) -> Handler:
         def handle(type_: str, obj: Obj, old: Obj | None) -> None:

@@ -121,3 +121,23 @@ def test_nodes_come_from_the_informers_with_what_unmanaged_pods_use(
         if r.get("verb") == "list" and str(r.get("resource")).startswith("pods")
     )
     assert pod_lists == 1  # the informer's first list; the rest came by watch
+
+
+def test_the_journal_gives_each_change_once_and_forgets_what_it_gave(
+    fake: FakeKube, cached: KubernetesCluster
+):
+    fake.create("jobs", job_manifest("one"), "team-a")
+    cursor, everything = cached.changed_jobs(None)
+    assert everything is None  # no cursor yet: look at everything
+    fake.create("jobs", job_manifest("two"), "team-a")
+    key = ("Job", "team-a", "two")
+    wait_until(lambda: key in (cached.changed_jobs(cursor)[1] or ()), timeout=10, interval=0.02)
+    later, changed = cached.changed_jobs(cursor)
+    assert changed == {key}
+    info = cached.job_infos(changed)[key]
+    assert info is not None
+    assert info.suspended
+    assert cached.changed_jobs(later)[1] == set()
+    watcher = cached._watcher
+    assert watcher is not None
+    assert key not in watcher.changed_at
