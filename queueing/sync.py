@@ -190,7 +190,7 @@ def sync_cluster(
             _sync_jobs(cluster, jobs, active, now, report, fence, checks)
             _marks[cluster] = (cursor, mark[1])
     if keys is None:
-        cursor = journal(None)[0] if journal is not None else 0
+        cursor = journal(None)[0] if journal is not None else (0, 0)
         cluster.tick(now)
         active = list(
             Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
@@ -209,7 +209,7 @@ def sync_cluster(
 
 # Per cluster adapter of this process: (journal cursor of its last sync, monotonic time
 # the next full sync is due).
-_marks: weakref.WeakKeyDictionary[Any, tuple[int, float]] = weakref.WeakKeyDictionary()
+_marks: weakref.WeakKeyDictionary[Any, tuple[Any, float]] = weakref.WeakKeyDictionary()
 
 
 def _checks(cluster: Cluster) -> Checks:

@@ -843,6 +843,7 @@ class KubernetesCluster:
         self.watch_cache = watch_cache
         self._watcher: ClusterWatcher | None = None
         self._watcher_pid = 0
+        self._watch_epoch = 0
         self._infos: dict[str, tuple[str, JobInfo]] = {}  # uid -> (resourceVersion, info)
         # Of the last view: managed job uids, batch Job -> controller uid, RayClusters.
         self._ownership: tuple[set[str], dict[str, str], set[tuple[str, str]]] = (
@@ -990,6 +991,7 @@ class KubernetesCluster:
         if self._watcher is None or self._watcher_pid != os.getpid():
             # A forked worker inherits no threads: it starts informers of its own.
             self._watcher = ClusterWatcher(self, lambda reason: None)
+            self._watch_epoch += 1  # cursors of the journal of earlier informers are void
             self._watcher_pid = os.getpid()
             self._watcher.start()
         if not self._watcher.wait_synced(CACHE_SYNC_TIMEOUT_S):
@@ -1001,16 +1003,22 @@ class KubernetesCluster:
             return None
         return self._watcher
 
-    def changed_jobs(self, cursor: int | None) -> tuple[int, set[tuple[str, str, str]] | None]:
+    def changed_jobs(
+        self, cursor: tuple[int, int] | None
+    ) -> tuple[tuple[int, int], set[tuple[str, str, str]] | None]:
         """The watch cache's journal: (a new cursor, the (kind, namespace, name) of every
         job that changed after ``cursor``). The set is None when the caller must look at
-        everything: no cursor yet, or the cache is off or not trustworthy now."""
+        everything: no cursor yet, a cursor of informers since replaced (a forked or
+        restarted process), or the cache is off or not trustworthy now."""
         with self._lock:
             watcher = self._watching()
         if watcher is None or self.mirror:  # QueueUnit hints come with full views only
-            return 0, None
-        seq, keys = watcher.changed_since(cursor if cursor is not None else 0)
-        return seq, (keys if cursor is not None else None)
+            return (0, 0), None
+        epoch = self._watch_epoch
+        if cursor is None or cursor[0] != epoch:
+            return (epoch, watcher.changed_since(0)[0]), None
+        seq, keys = watcher.changed_since(cursor[1])
+        return (epoch, seq), keys
 
     def job_infos(
         self, keys: set[tuple[str, str, str]]

@@ -141,3 +141,14 @@ def test_the_journal_gives_each_change_once_and_forgets_what_it_gave(
     watcher = cached._watcher
     assert watcher is not None
     assert key not in watcher.changed_at
+
+
+def test_a_cursor_of_replaced_informers_means_look_at_everything(
+    fake: FakeKube, cached: KubernetesCluster
+):
+    cursor, _ = cached.changed_jobs(None)
+    assert cached.changed_jobs(cursor)[1] == set()
+    cached.stop_watching()  # as a forked or restarted process starts informers anew
+    fresh_cursor, keys = cached.changed_jobs(cursor)
+    assert keys is None
+    assert cached.changed_jobs(fresh_cursor)[1] == set()
