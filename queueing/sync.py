@@ -12,6 +12,14 @@ that the next sync does not put right:
 - waiting but the job was unsuspended behind the queue's back -> suspend it;
 - the job is gone -> Cancelled.
 
+Database writes go in transactions of CHUNK workloads (one commit, one live
+notification each); the cluster calls a chunk needs are made after its commit. New jobs
+are registered with one insert per chunk.
+
+With an adapter that may lag (the watch cache, docs/kubernetes.md), giving quota back
+and cancelling are confirmed by a fresh read, and the syncs between full ones (at least
+every ``KQ_FULL_SYNC_S``) look only at the jobs the adapter's journal says changed.
+
 With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits.
 """
 
