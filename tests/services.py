@@ -113,3 +113,37 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+def celery_worker_argv(name: str, *, loglevel: str = "WARNING") -> list[str]:
+    """A solo-pool Celery worker of the product (one task at a time, as tests count)."""
+    return [
+        "-m",
+        "celery",
+        "-A",
+        "portal",
+        "worker",
+        "--pool",
+        "solo",
+        "--loglevel",
+        loglevel,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-n",
+        f"{name}@%h",
+    ]
+
+
+def celery_beat_argv(schedule: Path, *, loglevel: str = "WARNING") -> list[str]:
+    return [
+        "-m",
+        "celery",
+        "-A",
+        "portal",
+        "beat",
+        "--loglevel",
+        loglevel,
+        "--schedule",
+        str(schedule),
+    ]

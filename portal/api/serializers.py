@@ -225,6 +225,22 @@ class MembershipSerializer(StrictModelSerializer):
 # --- quotas ----------------------------------------------------------------------------------
 
 
+def new_quota_arguments(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What creating (or previewing) a quota takes from validated data; the tenant
+    defaults to the parent's."""
+    parent = data.get("parent")
+    return {
+        "name": data["name"],
+        "tenant": data.get("tenant", parent.tenant if parent is not None else None),
+        "parent": parent,
+        "min": data.get("min"),
+        "max": data.get("max"),
+        "shared_weight": data.get("shared_weight"),
+        "allow_lent": data.get("allow_lent", True),
+        "namespaces": data.get("namespaces", ()),
+    }
+
+
 class QuotaSerializer(StrictModelSerializer):
     """A node of the elastic-quota tree. Amounts are Kubernetes quantities."""
 
@@ -298,22 +314,13 @@ class QuotaSerializer(StrictModelSerializer):
         return sorted(child.name for child in quota.children.all())
 
     def create(self, validated_data: dict[str, Any]) -> Quota:
-        parent = validated_data.get("parent")
-        tenant = validated_data.get("tenant", parent.tenant if parent is not None else None)
         if "default_queue" in validated_data:
             raise serializers.ValidationError(
                 {"default_queue": ["A new quota gets a default queue of its own."]}
             )
         return actions.create_quota(
             actor_of(self),
-            name=validated_data["name"],
-            tenant=tenant,
-            parent=parent,
-            min=validated_data.get("min"),
-            max=validated_data.get("max"),
-            shared_weight=validated_data.get("shared_weight"),
-            allow_lent=validated_data.get("allow_lent", True),
-            namespaces=validated_data.get("namespaces", ()),
+            **new_quota_arguments(validated_data),
             default_queue_policy=validated_data.get("default_queue_policy", Policy.PRIORITY),
         )
 

@@ -826,20 +826,9 @@ class PreviewView(APIView):
         serializer.is_valid(raise_exception=True)
         new = serializer.validated_data.get("new")
         if new is not None:
-            parent = new["parent"]
-            tenant = new.get("tenant", parent.tenant)
-            if not may_create_quota(request.user, parent, new):
+            if not may_create_quota(request.user, new["parent"], new):
                 raise exceptions.PermissionDenied("You may not create a quota there.")
-            preview = whatif.preview_quota_create(
-                name=new["name"],
-                tenant=tenant,
-                parent=parent,
-                min=new.get("min"),
-                max=new.get("max"),
-                shared_weight=new.get("shared_weight"),
-                allow_lent=new.get("allow_lent", True),
-                namespaces=new.get("namespaces", ()),
-            ).as_dict()
+            preview = whatif.preview_quota_create(**s.new_quota_arguments(new)).as_dict()
             return Response(filter_preview(preview, request.user, new=new["name"]))
         quota = serializer.validated_data["quota"]
         if not access.can_edit_quota(request.user, quota):

@@ -54,7 +54,7 @@ from tests.bench.bench_api import drop_database, scratch_database
 from tests.fakekube.audit import Entry, admitted_timeline, by_namespace
 from tests.fakekube.client import FakeKubeProcess, RemoteFakeKube, write_kubeconfig
 from tests.fakekube.runner import RUNTIME_ANNOTATION
-from tests.services import embedded_redis, port_open
+from tests.services import celery_beat_argv, celery_worker_argv, embedded_redis, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -451,36 +451,9 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         procs.run("-c", "from tests.bench.bench_e2e import seed_database; seed_database()")
         seed_cluster(fake.url)
         control = RemoteFakeKube(fake.url)
-        procs.start(
-            "beat",
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "beat",
-            "--loglevel",
-            "WARNING",
-            "--schedule",
-            str(tmp / "beat-schedule"),
-        )
+        procs.start("beat", *celery_beat_argv(tmp / "beat-schedule"))
         for i in range(workers):
-            procs.start(
-                f"worker-{i}",
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                env["LOG_LEVEL"],
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                f"e2e{i}@%h",
-            )
+            procs.start(f"worker-{i}", *celery_worker_argv(f"e2e{i}", loglevel=env["LOG_LEVEL"]))
         procs.start("watch", "manage.py", "watch_cluster", "--debounce", "0.05")
         _wait_for_readiness(control, deadline=60)
         since = time.time()

@@ -38,7 +38,15 @@ from tests.fakekube import (
     write_kubeconfig,
 )
 from tests.kube.conftest import ApiErrors, make_adapter
-from tests.services import PYTHON, ROOT, child_env, redis_url, wait_until
+from tests.services import (
+    PYTHON,
+    ROOT,
+    celery_beat_argv,
+    celery_worker_argv,
+    child_env,
+    redis_url,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -65,23 +73,7 @@ class Worker:
         self.starts += 1
         log = (self.logs / f"worker-{self.index}-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "WARNING",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                f"chaos{self.index}-{self.starts}@%h",
-            ],
+            [PYTHON, *celery_worker_argv(f"chaos{self.index}-{self.starts}")],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -232,18 +224,7 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cach
             LOG_LEVEL="WARNING",
         )
         beat = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "beat",
-                "--loglevel",
-                "WARNING",
-                "--schedule",
-                str(tmp_path / "beat-schedule"),
-            ],
+            [PYTHON, *celery_beat_argv(tmp_path / "beat-schedule")],
             cwd=ROOT,
             env=env,
             stdout=(tmp_path / "beat.log").open("wb"),
