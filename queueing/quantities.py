@@ -28,6 +28,10 @@ _BINARY = [("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2*
 _DECIMAL = [("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)]
 
 
+# Kubernetes keeps a quantity's value in 64 bits (in its canonical unit here).
+MAX_AMOUNT = 2**63 - 1
+
+
 class QuantityError(ValueError):
     """A quantity or resource map that cannot be parsed; the message is for people."""
 
@@ -57,12 +61,16 @@ def parse_amount(resource: str, value: Any) -> int:
         raise QuantityError(f"{resource}: {text!r} is not a Kubernetes quantity.") from exc
     if not isinstance(amount, Decimal):
         amount = Decimal(str(amount))
+    if not amount.is_finite():  # "NaN", "Infinity": Decimal parses them, Kubernetes does not
+        raise QuantityError(f"{resource}: {text!r} is not a Kubernetes quantity.")
     if amount < 0:
         raise QuantityError(f"{resource}: {text} is negative; amounts must be 0 or more.")
     scaled = amount * 1000 if resource in MILLI_RESOURCES else amount
     if scaled != scaled.to_integral_value():
         unit = "1m" if resource in MILLI_RESOURCES else "1"
         raise QuantityError(f"{resource}: {text} is finer than the smallest unit ({unit}).")
+    if scaled > MAX_AMOUNT:
+        raise QuantityError(f"{resource}: {text} is more than a Kubernetes quantity can hold.")
     return int(scaled)
 
 

@@ -227,3 +227,20 @@ def test_every_tenant_quota_gets_a_default_queue(tree):
     assert tree["leaf"].default_queue is not None
     assert tree["leaf"].default_queue.name == "team-dev"
     assert tree["root"].default_queue is None
+
+
+@pytest.mark.parametrize(
+    "text", ["NaN", "nan", "Infinity", "-Infinity", "sNaN", "9223372036854775808", "1e40", "10E"]
+)
+def test_what_decimal_parses_but_kubernetes_refuses_is_a_clear_error(text):
+    from queueing.quantities import QuantityError, parse_amount
+
+    with pytest.raises(QuantityError) as caught:
+        parse_amount("nvidia.com/gpu", text)
+    assert "nvidia.com/gpu" in str(caught.value)
+
+
+def test_the_largest_kubernetes_quantity_is_accepted():
+    from queueing.quantities import MAX_AMOUNT, parse_amount
+
+    assert parse_amount("memory", str(MAX_AMOUNT)) == MAX_AMOUNT

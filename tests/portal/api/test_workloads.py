@@ -214,3 +214,13 @@ def test_list_rows_are_exactly_what_the_serializer_renders(api: ApiWorld) -> Non
     for workload in Workload.objects.select_related("tenant", "quota", "queue", "submitted_by"):
         expected = WorkloadSerializer(workload, context={"request": request}).data
         assert listed[workload.pk] == dict(expected)
+
+
+@pytest.mark.parametrize("amount", ["NaN", "Infinity", "8014417431962914339684352"])
+def test_a_quantity_no_kubernetes_object_could_hold_is_a_400(api: ApiWorld, amount: str) -> None:
+    """Found by the schemathesis run: "NaN" used to end in a 500."""
+    before = Workload.objects.count()
+    data = {"name": "odd", "queue": "team-a-train", "pod_sets": [{"requests": {"cpu": amount}}]}
+    response = api.call("member", "post", URL, data)
+    assert response.status_code == 400, response.json()
+    assert Workload.objects.count() == before
