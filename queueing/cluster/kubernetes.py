@@ -844,6 +844,7 @@ class KubernetesCluster:
         self._watcher: ClusterWatcher | None = None
         self._watcher_pid = 0
         self._watch_epoch = 0
+        self._watch_started = 0.0
         self._infos: dict[str, tuple[str, JobInfo]] = {}  # uid -> (resourceVersion, info)
         # Of the last view: managed job uids, batch Job -> controller uid, RayClusters.
         self._ownership: tuple[set[str], dict[str, str], set[tuple[str, str]]] = (
@@ -993,8 +994,12 @@ class KubernetesCluster:
             self._watcher = ClusterWatcher(self, lambda reason: None)
             self._watch_epoch += 1  # cursors of the journal of earlier informers are void
             self._watcher_pid = os.getpid()
+            self._watch_started = time.monotonic()
             self._watcher.start()
-        if not self._watcher.wait_synced(CACHE_SYNC_TIMEOUT_S):
+        # The first reads wait for the informers' first lists; later ones never block on
+        # an informer that cannot list (RBAC, a missing CRD's kind): they list instead.
+        patience = CACHE_SYNC_TIMEOUT_S - (time.monotonic() - self._watch_started)
+        if not self._watcher.wait_synced(max(0.0, patience)):
             log.warning("the watch cache has not synced yet; listing the cluster instead")
             return None
         failing = self._watcher.failing_for()
@@ -1708,9 +1713,12 @@ class Informer:
         on_event: Handler | None = None,
         watch_timeout_s: int = 300,
         name: str = "",
+        optional: bool = False,
     ) -> None:
         self.rest = rest
         self.path = path
+        #: A collection that may not be served at all (a custom kind without its CRD).
+        self.optional = optional
         self.query = dict(query or {})
         self.on_event = on_event
         self.watch_timeout_s = watch_timeout_s
@@ -1836,6 +1844,16 @@ class Informer:
             except ApiCallError as err:
                 if stop.is_set():
                     return  # we closed the stream ourselves
+                if err.status == 404 and self.optional:
+                    # A kind the cluster does not serve (no CRD): an empty collection,
+                    # not a failure; looked for again every ABSENT_KIND_RETRY_S.
+                    log.info("%s is not served by this cluster (no CRD)", self.name)
+                    with self._lock:
+                        self.objects, self.resource_version = {}, ""
+                    self.failing_since = None
+                    self.synced.set()
+                    stop.wait(ABSENT_KIND_RETRY_S)
+                    continue
                 self.rest.count("watch", err)
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
@@ -1894,6 +1912,7 @@ class ClusterWatcher:
                     on_event=self._job_event(kind),
                     watch_timeout_s=watch_timeout_s,
                     name=f"{kind.kind}@{namespace or '*'}",
+                    optional=kind.kind != "Job",
                 )
                 self.informers.append(informer)
                 self.job_informers[(kind.kind, namespace or "")] = informer

@@ -5,7 +5,7 @@ with a fresh read, and lists again when a watch has been failing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -152,3 +152,27 @@ def test_a_cursor_of_replaced_informers_means_look_at_everything(
     fresh_cursor, keys = cached.changed_jobs(cursor)
     assert keys is None
     assert cached.changed_jobs(fresh_cursor)[1] == set()
+
+
+def test_a_kind_without_its_crd_does_not_keep_the_cache_from_being_used(
+    fake_kube_factory: Callable[..., FakeKube],
+):
+    fake = fake_kube_factory()
+    fake.registry._types = {k: v for k, v in fake.registry._types.items() if v.kind != "JobSet"}
+    fake.add_namespace("team-a")
+    cluster = make_adapter(
+        fake.url, namespaces=["team-a"], kinds=["Job", "JobSet"], watch_cache=True
+    )
+    try:
+        fake.create("jobs", job_manifest("plain"), "team-a")
+        started = time.monotonic()
+        cluster.refresh()
+        assert time.monotonic() - started < 10  # no wait for a collection that is not there
+        assert cluster._watching() is not None
+        assert [j.ref.name for j in cluster.jobs()] == ["plain"]
+        lists = job_lists(fake)
+        cluster.refresh()
+        assert job_lists(fake) == lists  # read from the cache, not listed
+    finally:
+        cluster.stop_watching()
+        cluster.api.close()
