@@ -272,20 +272,20 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
         if parent is None and not cluster_admin:
             form.add_error("parent", "Choose the quota this one divides.")
         else:
-            owner = data.get("tenant") if tenants is not None else tenant
             maps = formset.maps()
+            proposed = {
+                "name": data["name"],
+                "tenant": data.get("tenant") if tenants is not None else tenant,
+                "parent": parent,
+                "allow_lent": data["allow_lent"],
+                "namespaces": data["namespaces"],
+                "min": maps["min"],
+                "max": maps["max"],
+                "shared_weight": maps["shared_weight"],
+            }
             if request.POST.get("action") == "preview" and parent is not None:
                 try:
-                    preview = whatif.preview_quota_create(
-                        name=data["name"],
-                        tenant=owner,
-                        parent=parent,
-                        allow_lent=data["allow_lent"],
-                        namespaces=data["namespaces"],
-                        min=maps["min"],
-                        max=maps["max"],
-                        shared_weight=maps["shared_weight"],
-                    )
+                    preview = whatif.preview_quota_create(**proposed)
                 except ValidationError as exc:
                     apply_validation_error(form, exc)
                 except ActionError as exc:
@@ -295,17 +295,7 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                     return render(request, "portal/quota_form.html", context)
                 return render(request, "portal/quota_form.html", context, status=400)
             try:
-                created = actions.create_quota(
-                    Actor.of(request.user, Source.UI),
-                    name=data["name"],
-                    tenant=owner,
-                    parent=parent,
-                    allow_lent=data["allow_lent"],
-                    namespaces=data["namespaces"],
-                    min=maps["min"],
-                    max=maps["max"],
-                    shared_weight=maps["shared_weight"],
-                )
+                created = actions.create_quota(Actor.of(request.user, Source.UI), **proposed)
             except ValidationError as exc:
                 apply_validation_error(form, exc)
             except ActionError as exc:
