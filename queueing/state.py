@@ -865,7 +865,7 @@ def _cluster_calls(
     report: ApplyReport,
     calls: Sequence[tuple[Mapping[str, Any], Any]],
     fence: Fence,
-    cluster: Cluster,
+    cluster: object,
 ) -> None:
     """Make the calls, ``write_concurrency`` of the cluster at a time (an API server takes
     concurrent writes; the simulated cluster writes its own rows, one at a time).

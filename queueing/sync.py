@@ -45,8 +45,10 @@ from queueing.cluster.base import (
     FAILED,
     RUNNING,
     SUCCEEDED,
+    ChangeJournal,
     Cluster,
     ClusterError,
+    FreshReads,
     JobInfo,
     JobNotFound,
     JobRef,
@@ -171,14 +173,14 @@ def sync_cluster(
 
     # With a watch cache, a sync between full ones looks only at the jobs that changed
     # since this process's last sync (and at their workloads).
-    journal = getattr(cluster, "changed_jobs", None)
+    journal = cluster if isinstance(cluster, ChangeJournal) else None
     mark = _marks.get(cluster) if journal is not None else None
     keys = None
     if journal is not None and mark is not None and time.monotonic() < mark[1]:
-        cursor, keys = journal(mark[0])
+        cursor, keys = journal.changed_jobs(mark[0])
         if keys is not None:
             try:
-                infos = cluster.job_infos(keys)  # type: ignore[attr-defined]
+                infos = journal.job_infos(keys)
             except ClusterError:  # the cache went away meanwhile: a full sync instead
                 keys = None
         if keys is not None:
@@ -198,7 +200,7 @@ def sync_cluster(
             _sync_jobs(cluster, jobs, active, now, report, fence, checks)
             _marks[cluster] = (cursor, mark[1])
     if keys is None:
-        cursor = journal(None)[0] if journal is not None else (0, 0)
+        cursor = journal.changed_jobs(None)[0] if journal is not None else (0, 0)
         cluster.tick(now)
         active = list(
             Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
@@ -221,27 +223,27 @@ _marks: weakref.WeakKeyDictionary[Any, tuple[Any, float]] = weakref.WeakKeyDicti
 
 
 def _checks(cluster: Cluster) -> Checks:
-    lagging = bool(getattr(cluster, "views_may_lag", False))
+    fresh = cluster if isinstance(cluster, FreshReads) and cluster.views_may_lag else None
 
     def stopped(job: JobInfo) -> bool:
         """The job is suspended with nothing running, so its quota can be given back. A
         view that may lag (a watch cache) is confirmed by a fresh read first."""
         if not (job.suspended and job.active == 0):
             return False
-        if not lagging:
+        if fresh is None:
             return True
         try:
-            fresh = cluster.fresh_job(job.ref)  # type: ignore[attr-defined]
+            now = fresh.fresh_job(job.ref)
         except ClusterError:  # gone or unreadable: a later sync decides
             return False
-        return bool(fresh.suspended and fresh.active == 0)
+        return bool(now.suspended and now.active == 0)
 
     def gone(ref: JobRef) -> bool:
         """The job is not in the view; with a view that may lag, a fresh read agrees."""
-        if not lagging:
+        if fresh is None:
             return True
         try:
-            cluster.fresh_job(ref)  # type: ignore[attr-defined]
+            fresh.fresh_job(ref)
         except JobNotFound:
             return True
         except ClusterError:

@@ -138,3 +138,32 @@ class QueueUnitMirror(Protocol):
     def mirror_queue_units(self, phases: Mapping[tuple[str, str, str], tuple[str, str]]) -> int:
         """(kind, namespace, name) of a job -> (kube-queue phase, message); returns writes."""
         ...
+
+
+@runtime_checkable
+class FreshReads(Protocol):
+    """Adapters whose view may lag behind the cluster (a watch cache): the sync confirms
+    with ``fresh_job`` before it gives quota back or cancels a workload."""
+
+    views_may_lag: bool
+
+    def fresh_job(self, ref: JobRef) -> JobInfo:
+        """The job as the cluster has it now, not as the view does; JobNotFound if gone."""
+        ...
+
+
+JobKey = tuple[str, str, str]  # (kind, namespace, name)
+
+
+@runtime_checkable
+class ChangeJournal(Protocol):
+    """Adapters that know which jobs changed since a cursor, so a sync between full ones
+    looks only at those."""
+
+    def changed_jobs(self, cursor: Any) -> tuple[Any, set[JobKey] | None]:
+        """(a new cursor, the jobs changed after ``cursor``); None: look at everything."""
+        ...
+
+    def job_infos(self, keys: set[JobKey]) -> dict[JobKey, JobInfo | None]:
+        """The managed jobs among ``keys`` (None: gone, or not the queue's)."""
+        ...

@@ -28,6 +28,7 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -51,6 +52,7 @@ from queueing.cluster.base import (
     SUSPENDED,
     ClusterError,
     JobInfo,
+    JobKey,
     JobNotFound,
     JobRef,
     JobRequest,
@@ -987,8 +989,6 @@ class KubernetesCluster:
         the cache is off or not trustworthy now (then the view is listed afresh)."""
         if not self.watch_cache:
             return None
-        import os
-
         if self._watcher is None or self._watcher_pid != os.getpid():
             # A forked worker inherits no threads: it starts informers of its own.
             self._watcher = ClusterWatcher(self, lambda reason: None)
@@ -1010,7 +1010,7 @@ class KubernetesCluster:
 
     def changed_jobs(
         self, cursor: tuple[int, int] | None
-    ) -> tuple[tuple[int, int], set[tuple[str, str, str]] | None]:
+    ) -> tuple[tuple[int, int], set[JobKey] | None]:
         """The watch cache's journal: (a new cursor, the (kind, namespace, name) of every
         job that changed after ``cursor``). The set is None when the caller must look at
         everything: no cursor yet, a cursor of informers since replaced (a forked or
@@ -1025,9 +1025,7 @@ class KubernetesCluster:
         seq, keys = watcher.changed_since(cursor[1])
         return (epoch, seq), keys
 
-    def job_infos(
-        self, keys: set[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], JobInfo | None]:
+    def job_infos(self, keys: set[JobKey]) -> dict[JobKey, JobInfo | None]:
         """The managed jobs among ``keys`` as the cache holds them (None: gone, or not the
         queue's). Their uids join the managed set that node usage is counted with."""
         with self._lock:
@@ -1035,7 +1033,7 @@ class KubernetesCluster:
             if watcher is None:
                 raise ClusterError("the watch cache is not available", retryable=True)
             priorities = self._priority_classes()
-            found: dict[tuple[str, str, str], JobInfo | None] = {}
+            found: dict[JobKey, JobInfo | None] = {}
             for key in keys:
                 kind = KINDS.get(key[0])
                 obj = watcher.find(*key) if kind is not None else None
@@ -1509,7 +1507,7 @@ class KubernetesCluster:
 
     # --- kube-queue QueueUnits ---------------------------------------------------------------
 
-    def mirror_queue_units(self, phases: Mapping[tuple[str, str, str], tuple[str, str]]) -> int:
+    def mirror_queue_units(self, phases: Mapping[JobKey, tuple[str, str]]) -> int:
         """Write kube-queue phases into QueueUnits so ``kubectl get queueunits`` keeps
         working: ``phases`` maps (kind, namespace, name) of a job to (phase, message).
         Creates the QueueUnit of a managed job that has none. Returns objects written."""
@@ -1742,6 +1740,11 @@ class Informer:
         with self._lock:
             return list(self.objects.values())
 
+    def get(self, key: str) -> Obj | None:
+        """One object by ``namespace/name``."""
+        with self._lock:
+            return self.objects.get(key)
+
     def put(self, obj: Obj) -> None:
         """Write-through: an object as a write of ours returned it, so that this process
         reads its own writes before the watch brings them. An older copy never replaces
@@ -1893,7 +1896,7 @@ class ClusterWatcher:
         self.informers: list[Informer] = []
         self.job_informers: dict[tuple[str, str], Informer] = {}  # (kind, namespace)
         # The journal: (kind, namespace, name) of every job event -> its sequence number.
-        self.changed_at: dict[tuple[str, str, str], int] = {}
+        self.changed_at: dict[JobKey, int] = {}
         self.seq = 0
         self._journal_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -1943,7 +1946,7 @@ class ClusterWatcher:
             on_error=base.on_error,
         )
 
-    def changed_since(self, cursor: int) -> tuple[int, set[tuple[str, str, str]]]:
+    def changed_since(self, cursor: int) -> tuple[int, set[JobKey]]:
         """(the current sequence number, the jobs changed after ``cursor``).
 
         The journal has one reader (the sync of this process), whose cursors only move
@@ -2013,10 +2016,7 @@ class ClusterWatcher:
 
     def find(self, kind: str, namespace: str, name: str) -> Obj | None:
         informer = self.job_informers.get((kind, namespace)) or self.job_informers.get((kind, ""))
-        if informer is None:
-            return None
-        with informer._lock:
-            return informer.objects.get(f"{namespace}/{name}")
+        return informer.get(f"{namespace}/{name}") if informer is not None else None
 
     def put(self, kind: str, obj: Obj) -> None:
         """Write-through of an object a write of ours returned."""

@@ -60,7 +60,7 @@ def test_writes_go_out_concurrently_and_each_failure_is_reported():
     recorder = Recorder(fail=frozenset({3, 7}))
     report = state.ApplyReport()
     calls = [({**ROW, "name": f"job-{i}"}, recorder.call(i)) for i in range(10)]
-    state._cluster_calls(report, calls, Fence(None), Wide(4))  # type: ignore[arg-type]
+    state._cluster_calls(report, calls, Fence(None), Wide(4))
     assert sorted(recorder.calls) == list(range(10))
     assert all(name.startswith("kq-write") for name in recorder.threads)
     assert 1 < recorder.most_inside <= 4
@@ -72,7 +72,7 @@ def test_one_write_at_a_time_for_a_cluster_that_says_nothing():
     recorder = Recorder()
     report = state.ApplyReport()
     calls = [(ROW, recorder.call(i)) for i in range(3)]
-    state._cluster_calls(report, calls, Fence(None), object())  # type: ignore[arg-type]
+    state._cluster_calls(report, calls, Fence(None), object())
     assert recorder.calls == [0, 1, 2]
     assert set(recorder.threads) == {threading.current_thread().name}
 
@@ -94,7 +94,7 @@ def test_a_lost_lease_stops_the_writes_between_rounds():
     recorder = Recorder()
     report = state.ApplyReport()
     calls = [(ROW, recorder.call(i)) for i in range(10)]
-    state._cluster_calls(report, calls, LosingFence(2), Wide(3))  # type: ignore[arg-type]
+    state._cluster_calls(report, calls, LosingFence(2), Wide(3))
     assert sorted(recorder.calls) == [0, 1, 2, 3, 4, 5]  # two rounds of three
     assert report.errors == ["the lease expired"]
 
