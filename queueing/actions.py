@@ -565,6 +565,23 @@ def delete_queue(actor: Actor, queue: Queue, *, expected_version: int | None = N
     queue.delete()
 
 
+@transaction.atomic
+def set_kube_ref(actor: Actor, obj: Quota | Queue, kube_ref: str) -> None:
+    """Record the Kubernetes object a quota or queue mirrors ("" : managed here again)."""
+    model = type(obj)
+    current = model.objects.select_for_update().get(pk=obj.pk)
+    if current.kube_ref == kube_ref:
+        return
+    before = snapshot_of(current)
+    model.objects.filter(pk=current.pk).update(
+        kube_ref=kube_ref, version=F("version") + 1, updated_at=timezone.now()
+    )
+    current.refresh_from_db()
+    obj.kube_ref, obj.version = current.kube_ref, current.version
+    kind = "quota" if isinstance(current, Quota) else "queue"
+    audit(actor, f"{kind}.update", current, before=before, after=snapshot_of(current))
+
+
 # --- workloads -----------------------------------------------------------------------
 
 

@@ -78,6 +78,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         ),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, has_status=False),
+    ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
     ResourceType(
         "batch",
         "v1",
@@ -103,6 +104,8 @@ CUSTOM: tuple[ResourceType, ...] = (
     _custom("ray.io/v1", "rayjobs", "RayJob", "spec.suspend"),
     _custom("kubeflow.org/v1", "pytorchjobs", "PyTorchJob", "spec.runPolicy.suspend"),
     _custom("kubeflow.org/v1", "tfjobs", "TFJob", "spec.runPolicy.suspend"),
+    _custom("kubeflow.org/v2beta1", "mpijobs", "MPIJob", "spec.runPolicy.suspend"),
+    _custom("trainer.kubeflow.org/v1alpha1", "trainjobs", "TrainJob", "spec.suspend"),
     _custom("scheduling.x-k8s.io/v1alpha1", "queues", "Queue"),
     _custom("scheduling.x-k8s.io/v1alpha1", "queueunits", "QueueUnit"),
     _custom("scheduling.sigs.k8s.io/v1alpha1", "elasticquotas", "ElasticQuota"),

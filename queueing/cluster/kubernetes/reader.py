@@ -411,7 +411,9 @@ def job_info(
             )
     except QuantityError as exc:
         pod_sets, message = [], f"Its pod requests cannot be read: {exc}"
-    priority_class = kind.priority_class(obj)
+    priority_class = (
+        kind.priority_class(obj) or compat.annotation(annotations, compat.PRIORITY_CLASS_KEY) or ""
+    )
     priority = priorities.get(priority_class) if priority_class else None
     if priority is None:
         for template in kind.templates(obj):
