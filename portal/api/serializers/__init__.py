@@ -67,7 +67,7 @@ from portal.api.serializers.workloads import (
     WorkloadSerializer,
     WorkloadSubmitSerializer,
     render_pod_sets,
-    workload_row,
+    workload_list_row,
 )
 
 __all__ = [
@@ -114,5 +114,5 @@ __all__ = [
     "quotas_of",
     "render_pod_sets",
     "tenants_of",
-    "workload_row",
+    "workload_list_row",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -23,6 +22,7 @@ from queueing.choices import (
     Phase,
     priority_band,
 )
+from queueing.events import iso
 from queueing.models import (
     Workload,
     WorkloadEvent,
@@ -146,15 +146,7 @@ _TIMES = (
 )
 
 
-def _iso(value: datetime | None) -> str | None:
-    """As DRF's DateTimeField renders it (UTC as "Z")."""
-    if value is None:
-        return None
-    text = value.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
+def workload_list_row(values: Mapping[str, Any]) -> dict[str, Any]:
     """WorkloadSerializer's output, from ``.values(*WORKLOAD_ROW_VALUES)``.
 
     The list endpoint renders thousands of rows a second; DRF's field-by-field rendering
@@ -163,7 +155,7 @@ def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
     """
     row = {name: values[name] for name in WorkloadSerializer.Meta.fields if name in values}
     for name in _TIMES:
-        row[name] = _iso(values[name])
+        row[name] = iso(values[name])
     row["tenant"] = values["tenant__name"]
     row["quota"] = values["quota__name"]
     row["queue"] = values["queue__name"]

@@ -87,7 +87,7 @@ class WorkloadViewSet(
             offset,
             count,
         )
-        return self.get_paginated_response([s.workload_row(values) for values in page])
+        return self.get_paginated_response([s.workload_list_row(values) for values in page])
 
     def get_serializer_class(self) -> type[BaseSerializer]:
         if self.action == "create":
