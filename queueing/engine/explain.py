@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.cycle import (
+from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NODES,
     F_POLICY,
@@ -52,7 +52,7 @@ from queueing.engine.types import (
 )
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = ["explain_all"]
 

@@ -49,13 +49,13 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.cycle import F_NODES
+from queueing.engine.cyclestate import F_NODES, QueueState, order_key
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle, QueueState
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = ["forecast", "positions"]
 
@@ -70,10 +70,6 @@ _CLOCK_EVERY = 64
 #: (time, sequence, quota index, workload, what it holds per node index or None to
 #: read it from the workload's assignment at release).
 Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
-
-
-def _order_key(w: WorkloadSpec) -> tuple[int, float, int]:
-    return (-w.priority, w.queue_order_at, w.id)
 
 
 def positions(cy: Cycle) -> dict[int, Position]:
@@ -109,7 +105,7 @@ def positions(cy: Cycle) -> dict[int, Position]:
                 env = key
             keyed.append((env, n, wid))
     keyed.sort()
-    first.sort(key=_order_key)
+    first.sort(key=order_key)
     order = [w.id for w in first]
     order.extend(wid for _, _, wid in keyed)
     return {wid: Position(in_queue[wid], g) for g, wid in enumerate(order, 1)}
@@ -286,13 +282,11 @@ class _Simulation:
             )
         admitted = cy.admitted_ids
         states = {q.spec.name: q for q in cy.queues}
-        from queueing.engine.cycle import QueueState
-
         for name in sorted(set(states) | set(back)):
             state = states.get(name) or QueueState(-1, cy.queue_specs[name], [])
             ws = state.cands  # admitted ones are skipped as the window fills
             if name in back:
-                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=_order_key)
+                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(_SimQueue(len(self.queues), state, ws))
 
     def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:

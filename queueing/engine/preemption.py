@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = [
     "MAX_EXAMINED",
