@@ -34,8 +34,10 @@ from time import perf_counter
 from typing import Any
 
 from queueing.engine import backoff
+from queueing.engine.aging import aging_fraction
 from queueing.engine.cyclestate import (
     F_DEPTH,
+    F_NEVER,
     F_NODES,
     F_POLICY,
     F_QUOTA,
@@ -220,8 +222,12 @@ class Cycle(CycleState):
                         if shape not in failed_shapes:
                             break
                         fail[wid] = (F_NODES, shape)
+                    if self.set_aside_on_nodes(w):
+                        pos += 1
+                        continue
                 if block_all or (intelligent and w.priority >= threshold):
                     blocked.setdefault(qi, wid)
+                    self.starving(q, w, qi, c)
                 pos += 1
             q.pos = pos
             if pos < limit:
@@ -286,7 +292,9 @@ class Cycle(CycleState):
                     fail[wid] = (F_NODES, shape)
             else:
                 fail[wid] = (F_QUOTA, c)
-            if not ok:
+            if not ok and c < 0 and self.set_aside_on_nodes(w):
+                ok = True  # inadmissible: neither preempts nor blocks
+            elif not ok:
                 if preemption_on and self._may_preempt(q, w, qi):
                     found = find_victims(self, w, qi, q.spec)
                     if found is not None:
@@ -295,6 +303,8 @@ class Cycle(CycleState):
                         self.preempt_failed.add((-1 if c < 0 else qi, w.priority, self.shape(w)))
                 if q.blocks(w):
                     q.blocked.setdefault(qi, wid)
+                    if fail.get(wid, (F_WAITING,))[0] != F_WAITING:
+                        self.starving(q, w, qi, c)
             q.pos += 1
             # The queue's next candidate goes straight on when it still leads.
             nxt = entry_for(q)
@@ -304,6 +314,46 @@ class Cycle(CycleState):
                 entry = heapreplace(heap, nxt)
             else:
                 entry = nxt
+
+    def set_aside_on_nodes(self, w: WorkloadSpec) -> bool:
+        """Whether ``w``'s gang cannot place even on empty eligible nodes (set aside)."""
+        shape = self.shape(w)
+        why = self._never_nodes.get(shape, "")
+        if why == "":
+            why = self.nodes.never_fits(self.reqs(w))
+            self._never_nodes[shape] = why
+        if why is None:
+            return False
+        self.fail[w.id] = (F_NEVER, why)
+        return True
+
+    def starving(self, q: QueueState, w: WorkloadSpec, qi: int, c: int) -> None:
+        """A head past its aging bound that fits its quota but not the nodes drains them.
+
+        Smaller work would otherwise keep taking every freed slot of its scarcest
+        resource, so a large gang never finds room at once: for the rest of the cycle
+        that resource on the nodes it may use is held back for it (a backfill
+        reservation). Only a strict-order head, whose queue waits for it anyway.
+        """
+        if c >= 0 or aging_fraction(q.spec, w, self.now) < 1.0 or w.id in self.draining:
+            return
+        reqs = self.reqs(w)
+        if not reqs:
+            return
+        ps = max(reqs, key=lambda p: (self.nodes._size(p), p.name))
+        prim = self.nodes.primary(ps.elig, ps.req)
+        if prim is None:
+            return
+        take: dict[int, dict[str, int]] = {}
+        free = self.nodes.free
+        for i in self.nodes.eligible(ps.elig):
+            f = free[i].get(prim, 0)
+            if f > 0:
+                take[i] = {prim: f}
+        self.draining[w.id] = prim
+        if take:
+            self.nodes.commit(take)
+            self.drained.append(take)
 
     def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
         """One victim search per queue and quota per cycle, for its first failing head."""

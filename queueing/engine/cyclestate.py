@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from queueing.engine.aging import aged_claims
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
 from queueing.engine.quota import QuotaTree
@@ -129,11 +130,17 @@ class CycleState:
         self.backing_off: list[WorkloadSpec] = []
         #: Competing workloads that name an unknown queue or quota.
         self.unknown: list[tuple[WorkloadSpec, str]] = []
+        #: Competing workloads that can never fit as specified (beyond a max on their
+        #: chain or the schedulable cluster): set aside with the limit they exceed, they
+        #: neither compete, nor count as demand, nor block a strict-order queue.
+        self.never: list[tuple[WorkloadSpec, int, str, str, Resources]] = []
         per_queue: dict[str, list[WorkloadSpec]] = {}
         self.quota_of: dict[int, int] = {}
         self.nominated_in: set[int] = set()
         queue_specs = self.queue_specs
         quota_of = self.quota_of
+        caps: list[dict[str, int] | None] = [None] * nq
+        capacity = nodes.capacity
         for w in snapshot.workloads:
             ph = w.phase
             if ph == PENDING or (ph == BACKOFF and (w.requeue_at is None or w.requeue_at <= now)):
@@ -143,6 +150,17 @@ class CycleState:
                         f"unknown quota {w.quota!r}" if qi is None else f"unknown queue {w.queue!r}"
                     )
                     self.unknown.append((w, what))
+                    continue
+                ccap = caps[qi]
+                if ccap is None:
+                    ccap = caps[qi] = self._chain_cap(qi, capacity)
+                for k, v in w._request._d.items():
+                    if v > ccap.get(k, 0):
+                        self._set_aside(w, qi, k, capacity)
+                        break
+                else:
+                    k = ""
+                if k:
                     continue
                 quota_of[w.id] = qi
                 lst = per_queue.get(w.queue)
@@ -177,7 +195,13 @@ class CycleState:
                 for k, v in extra.items():
                     d[k] = d.get(k, 0) + int(v)
         t1 = perf_counter()
-        # Step 2: runtime quota.
+        # Queues in name order; candidates in queue order.
+        self.queues: list[QueueState] = []
+        for name in sorted(per_queue):
+            cands = per_queue[name]
+            cands.sort(key=order_key)
+            self.queues.append(QueueState(len(self.queues), queue_specs[name], cands))
+        # Step 2: runtime quota, with the aged claims of long-waiting heads.
         own_demand = [dict(u) for u in own_used]
         for i, p in enumerate(own_pend):
             if p:
@@ -186,7 +210,23 @@ class CycleState:
                     d[k] = d.get(k, 0) + v
         #: Per quota, usage plus competing requests of workloads attached directly to it.
         self.own_demand = own_demand
-        self.runtime, self.demand = tree.runtime(own_demand, nodes.capacity)
+        #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
+        frozen: set[int] = set()
+        for wid in (*self.nominated_in, *self.inflight):
+            pq = quota_of.get(wid)
+            if pq is not None:
+                par = tree.parent[pq]
+                frozen.update(tree.children[par] if par >= 0 else (pq,))
+        self.claims = aged_claims(
+            tree, [(q.spec, q.cands) for q in self.queues], quota_of, own_used, now, frozen
+        )
+        self.runtime, self.demand = tree.runtime(own_demand, nodes.capacity, self.claims)
+        #: Runtime quota without aged claims. Preemption judges borrowing by it: aging
+        #: takes back what siblings borrow as their work ends, it never evicts (a claim
+        #: lapses once its head is admitted, and eviction by it would ping-pong).
+        self.runtime_base = (
+            self.runtime if self.claims is None else tree.runtime(own_demand, nodes.capacity)[0]
+        )
         #: Subtree usage of holding workloads plus this cycle's admissions.
         self.used: list[dict[str, int]] = tree.subtree_sums(own_used)
         #: ``used`` plus capacity reserved for waiting preemptors (fit checks use this).
@@ -198,6 +238,16 @@ class CycleState:
                 if lim.get(k, 0) > cap:
                     lim[k] = cap
             self.limit.append(lim)
+        #: ``limit`` without aged claims: what preemption decides by (see runtime_base).
+        self.limit_base = self.limit
+        if self.claims is not None:
+            self.limit_base = []
+            for i in range(nq):
+                lim = dict(self.runtime_base[i])
+                for k, cap in tree.maxes[i].items():
+                    if lim.get(k, 0) > cap:
+                        lim[k] = cap
+                self.limit_base.append(lim)
         ledger = snapshot.ledger
         self.fair = FairShare(
             cfg.fair_share_mode,
@@ -209,12 +259,6 @@ class CycleState:
             [ledger.get(name, {}) for name in tree.names],
             tree.fair_weight,
         )
-        # Queues in name order; candidates in queue order.
-        self.queues: list[QueueState] = []
-        for name in sorted(per_queue):
-            cands = per_queue[name]
-            cands.sort(key=order_key)
-            self.queues.append(QueueState(len(self.queues), queue_specs[name], cands))
         # Decisions and bookkeeping.
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -235,12 +279,38 @@ class CycleState:
         self._load_version = 0
         self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
         self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
+        #: Aged strict-order heads holding back their scarcest resource: id -> resource.
+        self.draining: dict[int, str] = {}
+        #: What the drains took from the nodes (the forecast gives it back).
+        self.drained: list[dict[int, dict[str, int]]] = []
+        self._never_nodes: dict[ShapeKey, str | None] = {}
         self._reqs: dict[int, tuple[PodSetReq, ...]] = {}
         self._shape: dict[int, ShapeKey] = {}
         self.stats["index_s"] = t1 - t0
         self.stats["runtime_quota_s"] = perf_counter() - t1
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _chain_cap(self, qi: int, capacity: Mapping[str, int]) -> dict[str, int]:
+        """The most any workload of quota ``qi`` could ever get, per resource."""
+        cap = dict(capacity)
+        maxes = self.tree.maxes
+        for c in self.tree.chains[qi]:
+            for k, m in maxes[c].items():
+                if m < cap.get(k, 0):
+                    cap[k] = m
+        return cap
+
+    def _set_aside(self, w: WorkloadSpec, qi: int, k: str, capacity: Mapping[str, int]) -> None:
+        """Record ``w`` as inadmissible: it asks more ``k`` than its chain or the cluster."""
+        v = w._request._d[k]
+        tree = self.tree
+        for c in tree.chains[qi]:
+            m = tree.maxes[c].get(k)
+            if m is not None and v > m and m <= capacity.get(k, 0):
+                self.never.append((w, c, "max", k, Resources.from_raw({k: v - m})))
+                return
+        self.never.append((w, -1, "cluster", k, Resources.from_raw({k: v - capacity.get(k, 0)})))
 
     def _prep(self, w: WorkloadSpec) -> None:
         pod_sets = w.pod_sets

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.cyclestate import F_NODES, QueueState, order_key
+from queueing.engine.cyclestate import F_NEVER, F_NODES, QueueState, order_key
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
@@ -78,6 +78,7 @@ def positions(cy: Cycle) -> dict[int, Position]:
     waiting = cy.waiting
     quota_of = cy.quota_of
     score = cy.fair.score
+    fail = cy.fail
     cache: dict[tuple[int, object], float] = {}
     in_queue: dict[int, int] = {}
     first: list[WorkloadSpec] = []
@@ -90,6 +91,9 @@ def positions(cy: Cycle) -> dict[int, Position]:
             wid = w.id
             if wid in admitted:
                 continue
+            f = fail.get(wid)
+            if f is not None and f[0] == F_NEVER:
+                continue  # set aside: it does not compete
             n += 1
             in_queue[wid] = n
             if wid in waiting:
@@ -314,6 +318,9 @@ class _Simulation:
             w = ws[i]
             sq.nxt += 1
             if w.id in admitted:
+                continue
+            f0 = fail.get(w.id)
+            if f0 is not None and f0[0] == F_NEVER:
                 continue
             sq.window += 1
             qi = quota_of.get(w.id)
