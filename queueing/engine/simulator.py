@@ -156,7 +156,7 @@ def simulate(
     *,
     cycle_interval_s: float = 1.0,
     cycle: str = "interval",
-    debounce_s: float = 0.05,
+    debounce_s: float = 0.02,
     config: EngineConfig | None = None,
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queueing.engine.scenarios import SCENARIOS
@@ -37,10 +38,12 @@ class Command(BaseCommand):
             help="virtual seconds between cycles (default 1.0)",
         )
         parser.add_argument(
-            "--debounce",
+            "--debounce-ms",
             type=float,
-            default=0.05,
-            help="on-event: virtual seconds from an event to the cycle it wakes (default 0.05)",
+            # The real cycler's debounce (queueing.wake), so that virtual time matches it.
+            default=float(getattr(settings, "KQ_WAKE_DEBOUNCE_MS", 20)),
+            help="on-event: milliseconds from an event to the cycle it wakes "
+            "(default: KQ_WAKE_DEBOUNCE_MS, 20)",
         )
         parser.add_argument(
             "--fair-share-mode",
@@ -59,8 +62,8 @@ class Command(BaseCommand):
         interval = options["cycle_interval"]
         if interval <= 0:
             raise CommandError("--cycle-interval must be positive.")
-        if options["debounce"] < 0:
-            raise CommandError("--debounce must not be negative.")
+        if options["debounce_ms"] < 0:
+            raise CommandError("--debounce-ms must not be negative.")
         scenario = SCENARIOS[options["scenario"]]()
         config = EngineConfig(
             fair_share_mode=options["fair_share_mode"], preempt_grace_s=options["preempt_grace"]
@@ -69,7 +72,7 @@ class Command(BaseCommand):
             scenario,
             cycle_interval_s=interval,
             cycle=options["cycle"],
-            debounce_s=options["debounce"],
+            debounce_s=options["debounce_ms"] / 1000,
             config=config,
         )
         data = result.to_dict()
