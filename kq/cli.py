@@ -237,11 +237,15 @@ def cmd_submit(ctx: Context) -> Exit:
     if args.file:
         manifest = read_manifest(args.file)
         body["manifest"] = manifest
-        metadata = manifest.get("metadata") or {}
-        body["name"] = args.name or metadata.get("name")
-        namespace = args.namespace or metadata.get("namespace")
-        if namespace:
-            body["namespace"] = namespace
+        # Names on the command line win: one manifest can be submitted many times.
+        metadata = manifest.setdefault("metadata", {})
+        if args.name:
+            metadata["name"] = args.name
+        if args.namespace:
+            metadata["namespace"] = args.namespace
+        body["name"] = metadata.get("name")
+        if metadata.get("namespace"):
+            body["namespace"] = metadata["namespace"]
     else:
         if not args.pod_set:
             raise KqError(
