@@ -80,9 +80,7 @@ def parse_amount(resource: str, value: Any) -> int:
     if not text:
         raise QuantityError(f"{resource}: an empty value is not a quantity.")
     if not is_quantity(text):
-        raise QuantityError(
-            f"{resource}: {text!r} is not a Kubernetes quantity (like 500m, 4Gi, 2 or 1e3)."
-        )
+        raise QuantityError(f"{resource}: {text!r} is not a Kubernetes quantity.")
     try:
         amount = parse_quantity(text)
     except (ValueError, InvalidOperation, TypeError) as exc:
