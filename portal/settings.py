@@ -249,7 +249,7 @@ KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
 KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
 # Kinds the Kubernetes adapter manages; a kind whose CRD is not installed is skipped.
-KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob")
+KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob", "MPIJob", "TrainJob")
 KQ_KINDS = env.list("KQ_KINDS", default=list(KQ_KINDS_ALL))
 _unknown_kinds = sorted(set(KQ_KINDS) - set(KQ_KINDS_ALL))
 if _unknown_kinds:

@@ -79,6 +79,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, has_status=False),
     ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
+    ResourceType("", "v1", "secrets", "Secret", True, has_status=False),
     ResourceType(
         "batch",
         "v1",
@@ -89,6 +90,14 @@ BUILTIN: tuple[ResourceType, ...] = (
         suspend_path=("spec", "suspend"),
     ),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, False),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        has_status=False,
+    ),
 )
 
 
