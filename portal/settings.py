@@ -235,6 +235,8 @@ KQ_CLUSTER = _choice("KQ_CLUSTER", "simulated", ("simulated", "kubernetes"))
 KQ_NAMESPACES = env.list("KQ_NAMESPACES", default=[])
 KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
 KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
+# Kubernetes Events on managed jobs (queued, admitted, preempted, why pending).
+KQ_KUBE_EVENTS = _bool("KQ_KUBE_EVENTS", True)
 # Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
 KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)

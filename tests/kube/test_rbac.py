@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from queueing.cluster.base import JobRequest
+from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
 from queueing.kubequeue import read_objects
 from tests.fakekube import FakeKube, FaultSpec
@@ -95,6 +96,9 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
         cluster.admit(ref, node_selector={"koord-queue/pool": "a"})
         cluster.suspend(ref)
     cluster.mirror_queue_units({("Job", "team-a", "job"): ("Dequeued", "")})
+    story = KubeEvent(refs[0], "Queued", "Queued in queue q of quota team-a.")
+    cluster.record_events([story, story])  # created, then bumped
+    KubernetesCluster(cluster.api).record_events([story])  # another recorder: 409, get, patch
     read_objects(cluster)
     watcher = ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1)
     watcher.start()
