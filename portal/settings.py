@@ -237,6 +237,8 @@ KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
 KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
 # Kubernetes Events on managed jobs (queued, admitted, preempted, why pending).
 KQ_KUBE_EVENTS = _bool("KQ_KUBE_EVENTS", True)
+# Runtime quota written back to ElasticQuotas at most this often per quota.
+KQ_QUOTA_WRITEBACK_S = _float("KQ_QUOTA_WRITEBACK_S", 10.0, 0.0)
 # Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
 KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)

@@ -38,7 +38,7 @@ from queueing.models import Workload, WorkloadEvent
 log = logging.getLogger(__name__)
 
 CURSOR_KEY = "kq:kube-events:cursor"
-BUDGET = 100
+BUDGET = 50
 STALE = timedelta(minutes=10)
 _explained: dict[int, str] = {}  # workload id -> explanation kind last told (this process)
 _since: dict[str, datetime] = {}  # "pending" -> when waiting workloads were last looked at

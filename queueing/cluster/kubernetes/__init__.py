@@ -185,3 +185,8 @@ class KubernetesCluster:
 
     def record_events(self, events: Iterable[KubeEvent]) -> int:
         return self.event_recorder.record(events)
+
+    def patch_annotations(
+        self, resource: tuple[str, str, str], namespace: str, name: str, values: dict[str, str]
+    ) -> None:
+        self.writer.patch_annotations(resource, namespace, name, values)

@@ -7,7 +7,9 @@ Deduplicated and rate-limited as client-go's event correlator does it:
   ``lastTimestamp`` grow; its name is derived from those four, so a recorder restarted
   elsewhere finds and bumps it (409 on create, then a read and a patch);
 - each object gets at most ``burst`` Events, then one more per ``refill_s``: a job whose
-  explanation changes every cycle cannot flood the namespace.
+  explanation changes every cycle cannot flood the namespace;
+- each request is tried once (no retry waits inside the sync): an Event lost to an API
+  error is logged, never a reason for the sync to slow down.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes.client import MERGE_PATCH, ApiCallError, Obj, Rest
@@ -127,9 +130,9 @@ class EventRecorder:
                 if err.status != 409:
                     raise
             # Another recorder (or this one before a restart) made it: read its count.
-            current = self.rest.call("get", "GET", f"{path}/{name}")
+            current = self._once("get", "GET", f"{path}/{name}")
             count = int(current.get("count") or 1)
-        self.rest.call(
+        self._once(
             "patch",
             "PATCH",
             f"{path}/{name}",
@@ -137,3 +140,11 @@ class EventRecorder:
             content_type=MERGE_PATCH,
         )
         self._counts[name] = count + 1
+
+    def _once(self, verb: str, method: str, path: str, **kw: Any) -> Any:
+        """One try: an Event is not worth a retry's wait inside the sync."""
+        try:
+            return self.rest.once(method, path, **kw)
+        except ApiCallError as err:
+            self.rest.count(verb, err)
+            raise
