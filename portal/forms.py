@@ -1,9 +1,9 @@
 """Forms parse what people type; queueing.actions validate, save and audit.
 
-A form never saves a model. Quantities are checked cell by cell here so an error sits
-next to the number that caused it, then passed to the action exactly as typed; the
-action's own ValidationError (which names fields and numbers) is attached back to the
-form with apply_validation_error.
+A form never saves a model. Quantities are parsed cell by cell here, once, so an error
+sits next to the number that caused it; the action receives canonical ``Amounts`` and
+does not parse them again. The action's own ValidationError (which names fields and
+numbers) is attached back to the form with apply_validation_error.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from django.utils.crypto import salted_hmac
 from queueing.choices import Policy, ReclaimPolicy, Role, Source, WithinQuotaPreemption
 from queueing.models import Queue, Quota, Tenant
 from queueing.quantities import QuantityError, format_amount, parse_amount, validate_resource_name
+from queueing.validation import Amounts
 
 FIELD_LABELS = {
     "min": "Min (guaranteed)",
@@ -133,16 +134,15 @@ class ResourceRowForm(forms.Form):
         except QuantityError as exc:
             self.add_error("resource", str(exc))
             return data
+        data["resource"] = name
         for key, text in values.items():
+            data[key] = None
             if not text:
                 continue
             try:
-                parse_amount(name, text)
+                data[key] = parse_amount(name, text)
             except QuantityError as exc:
-                label = {"min": "min", "max": "max", "weight": "weight"}[key]
-                self.add_error(key, f"{label} {exc}")
-        data["resource"] = name
-        data.update(values)
+                self.add_error(key, f"{key} {exc}")
         return data
 
 
@@ -159,16 +159,16 @@ class BaseResourceFormSet(forms.BaseFormSet):
                 form.add_error("resource", f"{name} is listed twice.")
             seen.add(name)
 
-    def maps(self) -> dict[str, dict[str, str]]:
-        """The typed quantities as the action takes them: {"min": {...}, "max": ..., ...}."""
-        out: dict[str, dict[str, str]] = {"min": {}, "max": {}, "shared_weight": {}}
+    def maps(self) -> dict[str, Amounts]:
+        """The parsed amounts as the action takes them: {"min": {...}, "max": ..., ...}."""
+        out = {"min": Amounts(), "max": Amounts(), "shared_weight": Amounts()}
         for form in self.forms:
             data = form.cleaned_data
             name = data.get("resource")
             if not name:
                 continue
             for key, target in (("min", "min"), ("max", "max"), ("weight", "shared_weight")):
-                if data.get(key):
+                if data.get(key) is not None:
                     out[target][name] = data[key]
         return out
 
