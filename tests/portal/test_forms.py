@@ -264,5 +264,6 @@ def test_a_saved_edit_parses_each_typed_quantity_once(site, monkeypatch):
         edit_url(site), data | {"action": "save", "preview_digest": digest_of(preview)}
     )
     assert response.status_code == 302
-    assert len(calls) == len(set(calls)) and ("cpu", "12500m") in calls
+    assert len(calls) == len(set(calls))
+    assert ("cpu", "12500m") in calls
     assert Quota.objects.get(pk=site.quota.pk).max["cpu"] == 12_500
