@@ -177,7 +177,3 @@ def resources_or_error(errors: Errors, name: str, values: Any) -> dict[str, int]
 def publish(tenant_id: int | None, payload: dict[str, Any]) -> None:
     """Announce a change once the transaction commits (docs/events.md, portal/event_schema)."""
     events.publish_on_commit(tenant_id, payload)
-
-
-def now_iso() -> str:
-    return events.iso(timezone.now())
