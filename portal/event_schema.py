@@ -272,9 +272,13 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
     },
     "error": {
         "type": "object",
-        "required": ["type", "message"],
+        "required": ["type", "code", "message"],
         "additionalProperties": False,
-        "properties": {"type": {"const": "error"}, "message": {"type": "string"}},
+        "properties": {
+            "type": {"const": "error"},
+            "code": {"enum": ["invalid", "too_large", "rate"]},
+            "message": {"type": "string"},
+        },
     },
 }
 

@@ -214,6 +214,12 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
         batch.queues.setdefault(int(tenant_id), set()).add(int(queue_id))
         batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
     transaction.on_commit(batch.flush)
+    if cycle_id is None:
+        # Not the cycle's own writes: what changed may change a decision (docs/realtime.md).
+        from queueing import wake
+
+        ids = [int(workload_id) for _, _, workload_id in items]
+        transaction.on_commit(lambda: wake.wake_workloads(ids))
 
 
 # --- configuration messages: the rows actions changed ---------------------------------

@@ -51,7 +51,14 @@ class QuotaViewSet(
             access.visible_quotas(self.request.user)
             .select_related("tenant", "parent", "default_queue")
             .prefetch_related(
-                Prefetch("children", queryset=Quota.objects.only("id", "name", "parent_id"))
+                # Children the caller may see: a cluster-owned node must not name the top
+                # quotas of other tenants (those are 404 to this caller).
+                Prefetch(
+                    "children",
+                    queryset=access.visible_quotas(self.request.user).only(
+                        "id", "name", "parent_id"
+                    ),
+                )
             )
         )
 
