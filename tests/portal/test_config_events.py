@@ -147,3 +147,22 @@ def test_an_edit_that_fails_publishes_nothing(monkeypatch, django_capture_on_com
         actions.update_quota(SYSTEM, root, expected_version=1, max={"cpu": "14"})
     assert sent == []
     assert Quota.objects.get(pk=root.pk).max == {"cpu": 12_000}  # millicores
+
+
+@pytest.mark.django_db
+def test_a_rolled_back_notification_does_not_ride_with_the_next(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """The batch of a transaction that rolled back is not reused by the next one, even
+    while other callbacks are pending (found when these tests ran before others)."""
+    from django.db import transaction
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "send", lambda tenant_id, payload: sent.append(payload))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        events.notify_changes([(1, 1, 1)])
+        raise RuntimeError("abort")
+    with django_capture_on_commit_callbacks(execute=True):
+        transaction.on_commit(lambda: None)  # someone else's, pending
+        events.notify_changes([(1, 1, 2)])
+    assert [payload["workloads"] for payload in sent] == [[2]]
