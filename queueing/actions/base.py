@@ -108,7 +108,7 @@ def snapshot_of(obj: Model) -> dict[str, Any]:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return events.iso(value)
     return value
 
 
