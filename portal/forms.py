@@ -55,31 +55,44 @@ def apply_validation_error(form: forms.Form, exc: ValidationError) -> None:
 # --- queues --------------------------------------------------------------------------
 
 
+def _default(name: str) -> Any:
+    """A queue setting's default: the model's, the one place defaults live (the API's
+    serializer takes them from the model too)."""
+    return Queue._meta.get_field(name).get_default()
+
+
 class QueueForm(forms.Form):
     """A queue's policy. ``version`` carries optimistic concurrency."""
 
     name = forms.CharField(max_length=63, help_text="A Kubernetes name; it cannot change later.")
-    policy = forms.ChoiceField(choices=Policy.choices)
-    priority = forms.IntegerField(initial=0, help_text="Higher queues are considered first.")
+    policy = forms.ChoiceField(choices=Policy.choices, initial=_default("policy"))
+    priority = forms.IntegerField(
+        initial=_default("priority"), help_text="Higher queues are considered first."
+    )
     priority_threshold = forms.IntegerField(
-        initial=0, help_text="Intelligent: workloads at or above this priority block the queue."
+        initial=_default("priority_threshold"),
+        help_text="Intelligent: workloads at or above this priority block the queue.",
     )
     max_depth = forms.IntegerField(
-        min_value=0, initial=0, help_text="How far the cycle looks past the head; 0 = no limit."
+        min_value=0,
+        initial=_default("max_depth"),
+        help_text="How far the cycle looks past the head; 0 = no limit.",
     )
     preempt_within_quota = forms.ChoiceField(
-        choices=WithinQuotaPreemption.choices, initial=WithinQuotaPreemption.LOWER_PRIORITY
+        choices=WithinQuotaPreemption.choices, initial=_default("preempt_within_quota")
     )
-    reclaim = forms.ChoiceField(choices=ReclaimPolicy.choices, initial=ReclaimPolicy.ANY)
+    reclaim = forms.ChoiceField(choices=ReclaimPolicy.choices, initial=_default("reclaim"))
     admission_timeout_s = forms.IntegerField(
         min_value=1,
         required=False,
         label="Admission timeout (s)",
         help_text="Requeue an admitted workload that has not started after this long; blank = never.",
     )
-    backoff_base_s = forms.FloatField(label="Backoff base (s)", initial=10.0)
-    backoff_max_s = forms.FloatField(label="Backoff max (s)", initial=600.0)
-    backoff_jitter = forms.FloatField(label="Backoff jitter (0 to 1)", initial=0.1)
+    backoff_base_s = forms.FloatField(label="Backoff base (s)", initial=_default("backoff_base_s"))
+    backoff_max_s = forms.FloatField(label="Backoff max (s)", initial=_default("backoff_max_s"))
+    backoff_jitter = forms.FloatField(
+        label="Backoff jitter (0 to 1)", initial=_default("backoff_jitter")
+    )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args: Any, instance: Queue | None = None, **kwargs: Any) -> None:

@@ -267,3 +267,12 @@ def test_a_saved_edit_parses_each_typed_quantity_once(site, monkeypatch):
     assert len(calls) == len(set(calls))
     assert ("cpu", "12500m") in calls
     assert Quota.objects.get(pk=site.quota.pk).max["cpu"] == 12_500
+
+
+def test_a_new_queue_form_shows_the_defaults_a_queue_gets(site):
+    from portal.forms import QUEUE_FIELDS, QueueForm
+
+    queue = actions.create_queue(SYSTEM, tenant=site.tenant, name="plain")
+    form = QueueForm()
+    shown = {name: form.fields[name].initial for name in QUEUE_FIELDS}
+    assert shown == {name: getattr(queue, name) for name in QUEUE_FIELDS}
