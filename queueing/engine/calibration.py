@@ -1,0 +1,252 @@
+"""ETA calibration: learning the forecast's error, and measuring its promises.
+
+**Learning.** The forward simulation (:mod:`.forecast`) assumes runtimes and a world
+without surprises; what breaks it -- higher-priority arrivals, runtimes that end early
+or late, preemption, quotas shifting -- shows in its error. :class:`Residuals` keeps
+the error of recent forecasts, each ``(actual wait - predicted wait) / max(predicted
+wait, floor)`` for a workload at its first forecast, and hands the engine the median
+and an *upper confidence bound* of the 0.9 quantile, as QBETS does for batch-queue
+waits (Nurmi, Brevik and Wolski, "QBETS: Queue Bounds Estimation from Time Series",
+2007): with ``n`` observations, the ``k``-th smallest is an upper bound on the 0.9
+quantile at confidence ``c`` when ``P(Binomial(n, 0.9) < k) >= c``. The bound is
+nonparametric: it holds whatever the error's distribution, which is what makes a p90
+honest. The caller (the simulator, or the database side) feeds admitted workloads in
+and passes :meth:`Residuals.quantiles` as ``Snapshot.eta_residuals``; only past
+admissions are used, so nothing peeks at the future.
+
+**Measuring.** :class:`EtaRecorder` records, at each cycle, every waiting workload's
+predicted p50/p90 and its explanation, and when it was admitted; :meth:`metrics`
+gives the figures of the ``eta_calibration`` benchmark. :func:`contradictions` checks
+that an explanation's sentence agrees with its own fields.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from queueing.engine.types import (
+    EXPLAIN_NEVER,
+    EXPLAIN_POLICY,
+    EXPLAIN_QUOTA,
+    CycleResult,
+    Explanation,
+    Snapshot,
+    covers,
+    fmt,
+)
+
+__all__ = [
+    "EtaRecorder",
+    "Residuals",
+    "contradictions",
+    "qbets_index",
+]
+
+#: Waits shorter than this are measured against it (a relative error of a 1-second
+#: forecast says nothing).
+FLOOR_S = 10.0
+
+
+def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
+    """The 1-based order statistic that bounds quantile ``q`` from above at ``confidence``.
+
+    The smallest ``k`` with ``P(Binomial(n, q) < k) >= confidence``; None when ``n`` is
+    too small for any observation to be such a bound.
+    """
+    cdf = 0.0
+    for k in range(n + 1):
+        # P(X = k) for X ~ Binomial(n, q)
+        cdf += math.comb(n, k) * q**k * (1 - q) ** (n - k)
+        if cdf >= confidence:
+            return k + 1 if k + 1 <= n else None
+    return None
+
+
+class Residuals:
+    """The recent errors of first forecasts, and their quantiles for the engine."""
+
+    def __init__(self, window: int = 200, confidence: float = 0.9, minimum: int = 20) -> None:
+        self.errors: deque[float] = deque(maxlen=window)
+        self.confidence = confidence
+        self.minimum = minimum
+
+    def add(self, predicted_wait_s: float, actual_wait_s: float) -> None:
+        """One admitted workload: its first forecast wait and the wait it had."""
+        predicted = max(0.0, predicted_wait_s)
+        self.errors.append((actual_wait_s - predicted) / max(predicted, FLOOR_S))
+
+    def quantiles(self) -> tuple[float, float] | None:
+        """(median, QBETS upper bound of the 0.9 quantile) of the errors, or None."""
+        n = len(self.errors)
+        if n < self.minimum:
+            return None
+        ordered = sorted(self.errors)
+        k = qbets_index(n, 0.9, self.confidence)
+        upper = ordered[-1] if k is None else ordered[k - 1]
+        return statistics.median(ordered), upper
+
+
+@dataclass(slots=True)
+class _Track:
+    first_t: float
+    first_p50: float | None
+    first_p90: float | None
+    last_p50: float | None = None
+    last_t: float = 0.0
+    admitted_at: float | None = None
+    flips: int = 0
+    steps: int = 0
+    # (t, p50) of every observation, to judge flips once the admission is known.
+    series: list[tuple[float, float | None]] = field(default_factory=list)
+
+
+class EtaRecorder:
+    """Predictions at every cycle against what then happened (virtual time)."""
+
+    def __init__(self) -> None:
+        self.tracks: dict[int, _Track] = {}
+        self.observations = 0
+        self.present = 0
+        self.inversions = 0
+        self.contradictions = 0
+        self.contradiction_examples: list[str] = []
+        self.residuals = Residuals()
+
+    def observe(self, snap: Snapshot, result: CycleResult) -> None:
+        """Record one cycle: every workload left waiting, and the admissions."""
+        now = snap.now
+        for a in result.admissions:
+            tr = self.tracks.get(a.workload_id)
+            if tr is not None and tr.admitted_at is None:
+                tr.admitted_at = now
+                if tr.first_p50 is not None:
+                    self.residuals.add(tr.first_p50 - tr.first_t, now - tr.first_t)
+        names = {w.id: w.name for w in snap.workloads}
+        for wid, e in result.explanations.items():
+            eta = result.etas.get(wid)
+            self.observations += 1
+            has_eta = eta is not None and eta.p50 is not None and eta.p90 is not None
+            if has_eta or (eta is not None and eta.reason) or e.kind == EXPLAIN_NEVER:
+                self.present += 1
+            elif e.kind in ("backoff", "unknown-queue"):
+                self.present += 1  # waiting for a named time, or refused with a reason
+            bad = contradictions(e, names, result)
+            if bad:
+                self.contradictions += 1
+                if len(self.contradiction_examples) < 5:
+                    self.contradiction_examples.append(f"{bad}: {e.sentence()}")
+            if eta is None or e.kind == EXPLAIN_NEVER:
+                continue
+            tr = self.tracks.get(wid)
+            if tr is None:
+                tr = self.tracks[wid] = _Track(now, eta.p50, eta.p90)
+            tr.series.append((now, eta.p50))
+        self.inversions += block_inversions(snap, result)
+
+    def metrics(self) -> dict[str, float]:
+        """The benchmark's figures over the workloads admitted during the run."""
+        done = [t for t in self.tracks.values() if t.admitted_at is not None]
+        firsts: list[tuple[float, float, float, float]] = [
+            (t.first_t, t.first_p50, t.first_p90, t.admitted_at)
+            for t in done
+            if t.first_p50 is not None and t.first_p90 is not None and t.admitted_at is not None
+        ]
+        p90_ok = sum(1 for _, _, p90, at in firsts if at <= p90 + 1e-6)
+        p50_ok = sum(1 for _, p50, _, at in firsts if at <= p50 + 1e-6)
+        rel = [abs((at - t0) - (p50 - t0)) / max(at - t0, FLOOR_S) for t0, p50, _, at in firsts]
+        steps = flips = 0
+        for t in done:
+            prev: float | None = None
+            for at, p50 in t.series:
+                if p50 is not None and prev is not None:
+                    steps += 1
+                    remaining = max((t.admitted_at or at) - at, FLOOR_S)
+                    if abs(p50 - prev) > 2 * remaining:
+                        flips += 1
+                prev = p50 if p50 is not None else prev
+        n = len(firsts)
+        return {
+            "observations": self.observations,
+            "admitted_tracked": n,
+            "presence_pct": round(100.0 * self.present / max(1, self.observations), 2),
+            "p90_coverage_pct": round(100.0 * p90_ok / max(1, n), 2),
+            "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
+            "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
+            "flips_pct": round(100.0 * flips / max(1, steps), 3),
+            "block_inversions": self.inversions,
+            "contradictions": self.contradictions,
+        }
+
+
+def block_inversions(snap: Snapshot, result: CycleResult) -> int:
+    """In strict-order queues, per quota, a later position with an earlier p50."""
+    blocking = {q.name for q in snap.queues if q.blocking}
+    if not blocking:
+        return 0
+    rows: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for w in snap.workloads:
+        if w.queue not in blocking:
+            continue
+        pos = result.positions.get(w.id)
+        eta = result.etas.get(w.id)
+        if pos is None or eta is None or eta.p50 is None:
+            continue
+        rows.setdefault((w.queue, w.quota), []).append((pos.in_queue, eta.p50))
+    bad = 0
+    for row in rows.values():
+        row.sort()
+        latest = -math.inf
+        for _, p50 in row:
+            if p50 < latest - 1e-6:
+                bad += 1
+            latest = max(latest, p50)
+    return bad
+
+
+_ID_RE = re.compile(r"\bworkload \d+\b|#\d+")
+_AHEAD_RE = re.compile(r"(\d+) workloads? ahead")
+
+
+def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult) -> str:
+    """Why ``e``'s sentence disagrees with its own fields, or "" when it agrees.
+
+    Checked: a "short by X" never comes with an offer to borrow at least X of the same
+    resource; listed victims free at least the shortfall, or the sentence says they do
+    not; workloads are named, never numbered; the count ahead is the true one (it
+    agrees with the position); amounts are printed in people's units.
+    """
+    text = e.sentence()
+    if _ID_RE.search(text):
+        return "names a workload by id"
+    for wid, wname in zip(e.victims, e.victim_names, strict=False):
+        if names.get(wid, wname) != wname:
+            return "victim name is not the victim's"
+    if e.blocked_by is not None and e.kind == EXPLAIN_POLICY:
+        if e.blocked_by_name != names.get(e.blocked_by, e.blocked_by_name):
+            return "blocking head misnamed"
+        if e.blocked_by_name and e.blocked_by_name not in text:
+            return "blocking head not named"
+    m = _AHEAD_RE.search(text)
+    pos = result.positions.get(e.workload_id)
+    if m is not None and int(m.group(1)) != e.waiting_ahead:
+        return "count ahead differs from its field"
+    if pos is not None and e.waiting_ahead != pos.in_queue - 1:
+        return "count ahead differs from the position"
+    if e.kind == EXPLAIN_QUOTA:
+        short = e.shortfall
+        if "could borrow" in text:
+            for k, v in e.borrowable.items():
+                if v >= short.get(k, 0) > 0 and fmt({k: v}) in text.split("could borrow")[1]:
+                    return "short by X yet could borrow >= X"
+        if e.victims:
+            enough = covers(e.victims_free, short)
+            if enough != ("would free it" in text):
+                return "victims said to free the shortfall but do not (or the reverse)"
+        if fmt(short) not in text:
+            return "shortfall not printed in people's units"
+    return ""
