@@ -22,6 +22,8 @@ that an explanation's sentence agrees with its own fields.
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import math
 import re
 import statistics
@@ -34,6 +36,7 @@ from queueing.engine.types import (
     EXPLAIN_POLICY,
     EXPLAIN_QUOTA,
     CycleResult,
+    Eta,
     Explanation,
     Snapshot,
     covers,
@@ -106,9 +109,20 @@ class _Track:
 
 
 class EtaRecorder:
-    """Predictions at every cycle against what then happened (virtual time)."""
+    """Predictions at every cycle against what then happened (virtual time).
 
-    def __init__(self) -> None:
+    As a simulator observer (:class:`~.simulator.CycleObserver`) it also plays the
+    database side's memory: it passes back the previous ETAs, the measured residuals
+    and, from workloads that have finished by now, each queue's ratio of actual to
+    declared runtime. ``runtimes``: the actual runtime of each workload id.
+    """
+
+    def __init__(self, runtimes: Mapping[int, float] | None = None, calibrate: bool = True) -> None:
+        self.runtimes = dict(runtimes or {})
+        self.calibrate = calibrate
+        self.previous: Mapping[int, Eta] = {}
+        self.started: list[tuple[float, str, float, float]] = []  # (end, queue, actual, declared)
+        self.ratios: dict[str, list[float]] = {}
         self.tracks: dict[int, _Track] = {}
         self.observations = 0
         self.present = 0
@@ -116,6 +130,43 @@ class EtaRecorder:
         self.contradictions = 0
         self.contradiction_examples: list[str] = []
         self.residuals = Residuals()
+
+    def before(self, snap: Snapshot) -> Snapshot:
+        """The snapshot with what the database side would remember."""
+        now = snap.now
+        while self.started and self.started[0][0] <= now:
+            _, queue, actual, declared = heapq.heappop(self.started)
+            self.ratios.setdefault(queue, []).append(actual / declared)
+        ratio = {}
+        for queue, xs in self.ratios.items():
+            recent = sorted(xs[-200:])
+            if len(recent) >= 5:
+                ratio[queue] = (
+                    recent[len(recent) // 2],
+                    recent[min(len(recent) - 1, int(0.9 * len(recent)))],
+                )
+        if not self.calibrate:
+            return dataclasses.replace(snap, previous_etas=self.previous)
+        return dataclasses.replace(
+            snap,
+            previous_etas=self.previous,
+            eta_residuals=self.residuals.quantiles(),
+            runtime_ratio=ratio,
+        )
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None:
+        """Record the cycle and remember its ETAs for the next one."""
+        self.observe(snap, result)
+        self.previous = result.etas
+        by_id = {w.id: w for w in snap.workloads}
+        for a in result.admissions:
+            w = by_id[a.workload_id]
+            actual = self.runtimes.get(w.id)
+            if actual is not None and w.expected_runtime_s:
+                heapq.heappush(
+                    self.started,
+                    (snap.now + actual, w.queue, actual, w.expected_runtime_s),
+                )
 
     def observe(self, snap: Snapshot, result: CycleResult) -> None:
         """Record one cycle: every workload left waiting, and the admissions."""

@@ -27,12 +27,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 from queueing.engine import ledger as ledger_mod
 from queueing.engine.cycle import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
+    CycleResult,
     EngineConfig,
     NodeSpec,
     QueueSpec,
@@ -41,7 +42,19 @@ from queueing.engine.types import (
     WorkloadSpec,
 )
 
-__all__ = ["Arrival", "Scenario", "SimResult", "simulate"]
+__all__ = ["Arrival", "CycleObserver", "Scenario", "SimResult", "simulate"]
+
+
+class CycleObserver(Protocol):
+    """Watches every cycle of a simulated run (e.g. :class:`~.calibration.EtaRecorder`).
+
+    ``before`` may return an amended snapshot (what the database side would add from
+    its memory: earlier ETAs, measured errors); ``after`` sees the decisions.
+    """
+
+    def before(self, snap: Snapshot) -> Snapshot: ...
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +125,14 @@ def simulate(
     config: EngineConfig | None = None,
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,
+    observer: CycleObserver | None = None,
 ) -> SimResult:
     """Run ``scenario`` through the engine in virtual time and measure it.
 
     ``epoch`` is added to virtual times to make snapshot clocks look like epoch
-    seconds; results are reported relative to the start (t = 0).
+    seconds; results are reported relative to the start (t = 0). With an
+    ``observer`` the cycles also forecast (positions, ETAs), and the observer sees
+    each snapshot and result.
     """
     wall0 = perf_counter()
     cfg = config or EngineConfig()
@@ -224,9 +240,13 @@ def simulate(
             ledger=ledger,
             config=cfg,
         )
+        if observer is not None:
+            snap = observer.before(snap)
         c0 = perf_counter()
-        result = run_cycle(snap, forecast=False)
+        result = run_cycle(snap, forecast=observer is not None)
         engine_times.append(perf_counter() - c0)
+        if observer is not None:
+            observer.after(snap, result)
         cycles += 1
         # Apply.
         nominated = set(result.nominations)
@@ -255,6 +275,11 @@ def simulate(
             # Still holding (usage counted) until the eviction is confirmed.
             preempted[w.id] = dataclasses.replace(w, phase="Preempted", preempted_by=p.preemptor_id)
             evictions += 1
+        # Set aside as inadmissible (never fits as specified): out of the run, as a
+        # user would delete it; it would wait for ever otherwise.
+        for wid, e in result.explanations.items():
+            if e.kind == "never-fits" and wid in pending:
+                del pending[wid]
         for wid, w in list(pending.items()):
             flag = wid in nominated
             if w.nominated != flag:
