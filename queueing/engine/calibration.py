@@ -73,7 +73,11 @@ def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
 class Residuals:
     """The recent errors of first forecasts, and their quantiles for the engine."""
 
-    def __init__(self, window: int = 200, confidence: float = 0.9, minimum: int = 20) -> None:
+    #: Until ``minimum`` admissions are measured: the median is the forecast itself
+    #: and the p90 twice the predicted wait (a prior, replaced by measurement).
+    PRIOR = (0.0, 1.0)
+
+    def __init__(self, window: int = 300, confidence: float = 0.95, minimum: int = 10) -> None:
         self.errors: deque[float] = deque(maxlen=window)
         self.confidence = confidence
         self.minimum = minimum
@@ -83,11 +87,11 @@ class Residuals:
         predicted = max(0.0, predicted_wait_s)
         self.errors.append((actual_wait_s - predicted) / max(predicted, FLOOR_S))
 
-    def quantiles(self) -> tuple[float, float] | None:
-        """(median, QBETS upper bound of the 0.9 quantile) of the errors, or None."""
+    def quantiles(self) -> tuple[float, float]:
+        """(median, QBETS upper bound of the 0.9 quantile) of the errors (or the prior)."""
         n = len(self.errors)
         if n < self.minimum:
-            return None
+            return self.PRIOR
         ordered = sorted(self.errors)
         k = qbets_index(n, 0.9, self.confidence)
         upper = ordered[-1] if k is None else ordered[k - 1]

@@ -94,15 +94,18 @@ def check_cycle(snap: Snapshot, result: CycleResult) -> list[str]:
                         f"{tree.mins[c].get(k, 0)} but gets a runtime quota of "
                         f"{rt[c].get(k, 0)} while {name} has room"
                     )
-    admitted_in = set()
+    # Per chain node, the resources admissions of this cycle added to it.
+    admitted_in: dict[int, set[str]] = {}
     by_id = {w.id: w for w in snap.workloads}
     for a in result.admissions:
         w = by_id.get(a.workload_id)
         if w is not None and w.quota in tree.index:
-            admitted_in.update(tree.chains[tree.index[w.quota]])
-    for i in admitted_in:
-        for k, mx in tree.maxes[i].items():
-            if used[i].get(k, 0) > mx:
+            for c in tree.chains[tree.index[w.quota]]:
+                admitted_in.setdefault(c, set()).update(k for k, v in w.request.items() if v)
+    for i, resources in admitted_in.items():
+        for k in resources:
+            mx = tree.maxes[i].get(k)
+            if mx is not None and used[i].get(k, 0) > mx:
                 problems.append(
                     f"an admission took {names[i]} to {used[i].get(k, 0)} {k}, past its max {mx}"
                 )

@@ -373,10 +373,11 @@ def demo_world(
     minutes: float = 15.0,
     *,
     seed: int = 7,
-    every_s: float = 4.0,
+    every_s: float = 5.0,
     usage: tuple[float, float] = (0.4, 1.0),
 ) -> Scenario:
-    """The demo world with its trickle: 1-3 jobs every ``every_s`` for ``minutes``.
+    """The demo world with its trickle: 1-3 jobs every ``every_s`` (the demo's beat) for
+    ``minutes``.
 
     Runtimes vary around their estimates: a job declares ``expected_runtime_s`` (a
     limit) and actually runs a uniform ``usage`` fraction of it. Both cases of the
