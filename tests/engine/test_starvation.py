@@ -101,7 +101,8 @@ def admitted_at(scenario: Scenario, ids: tuple[int, ...]) -> dict[int, float]:
                 e = result.explanations.get(wid)
                 if e is not None and e.kind == "never-fits":
                     seen.setdefault(-wid, snap.now - EPOCH)
-                    assert "128 cpu" in e.sentence() and "120 cpu" in e.sentence()
+                    assert "128 cpu" in e.sentence()
+                    assert "120 cpu" in e.sentence()
 
     simulate(
         scenario,
