@@ -47,6 +47,7 @@ __all__ = [
     "EtaRecorder",
     "Residuals",
     "contradictions",
+    "eta_classes",
     "qbets_index",
 ]
 
@@ -70,42 +71,69 @@ def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
     return None
 
 
+def eta_classes(queue: str, priority: int) -> tuple[str, str, str]:
+    """The strata a workload's forecast error is pooled in, finest first.
+
+    Its queue and priority (to the hundred), its priority band (Koordinator's bands are
+    a thousand wide), everything. What breaks a forecast differs by class -- work of a
+    low band is overtaken by arrivals of higher bands, a high band is not -- so the
+    error is learnt per class, as QBETS learns per job size; a class with too few
+    observations falls back to the next.
+    """
+    return (f"q/{queue}/{priority // 100}", f"b/{priority // 1000}", "")
+
+
 class Residuals:
-    """The recent errors of first forecasts, and their quantiles for the engine."""
+    """The recent errors of first forecasts, per class, and their quantiles."""
 
     #: Until ``minimum`` admissions are measured: the median is the forecast itself
     #: and the p90 twice the predicted wait (a prior, replaced by measurement).
     PRIOR = (0.0, 1.0)
 
     def __init__(self, window: int = 300, confidence: float = 0.95, minimum: int = 10) -> None:
-        self.errors: deque[float] = deque(maxlen=window)
+        self.window = window
+        self.errors: dict[str, deque[float]] = {}
         self.confidence = confidence
         self.minimum = minimum
 
-    def add(self, predicted_wait_s: float, actual_wait_s: float) -> None:
+    def add(self, keys: tuple[str, ...], predicted_wait_s: float, actual_wait_s: float) -> None:
         """One admitted workload: its first forecast wait and the wait it had."""
         predicted = max(0.0, predicted_wait_s)
-        self.errors.append((actual_wait_s - predicted) / max(predicted, FLOOR_S))
+        e = (actual_wait_s - predicted) / max(predicted, FLOOR_S)
+        for key in keys:
+            got = self.errors.get(key)
+            if got is None:
+                got = self.errors[key] = deque(maxlen=self.window)
+            got.append(e)
 
-    def quantiles(self) -> tuple[float, float]:
-        """(median, QBETS upper bound of the 0.9 quantile) of the errors (or the prior)."""
-        n = len(self.errors)
-        if n < self.minimum:
-            return self.PRIOR
-        ordered = sorted(self.errors)
-        k = qbets_index(n, 0.9, self.confidence)
-        upper = ordered[-1] if k is None else ordered[k - 1]
-        return statistics.median(ordered), upper
+    def quantiles(self) -> dict[str, tuple[float, float]]:
+        """Per class with enough observations (and "" always, or the prior): the median
+        and the QBETS upper bound of the 0.9 quantile of the errors."""
+        out: dict[str, tuple[float, float]] = {}
+        for key, errors in self.errors.items():
+            n = len(errors)
+            if n < self.minimum:
+                continue
+            ordered = sorted(errors)
+            k = qbets_index(n, 0.9, self.confidence)
+            upper = ordered[-1] if k is None else ordered[k - 1]
+            out[key] = (statistics.median(ordered), upper)
+        out.setdefault("", self.PRIOR)
+        return out
 
 
 @dataclass(slots=True)
 class _Track:
+    workload_id: int
     first_t: float
     first_p50: float | None
     first_p90: float | None
     last_p50: float | None = None
     last_t: float = 0.0
     admitted_at: float | None = None
+    #: The uncalibrated forecast (the simulation's start time): errors are learnt on it.
+    raw_p50: float | None = None
+    classes: tuple[str, ...] = ("",)
     flips: int = 0
     steps: int = 0
     # (t, p50) of every observation, to judge flips once the admission is known.
@@ -127,7 +155,9 @@ class EtaRecorder:
         self.previous: Mapping[int, Eta] = {}
         self.started: list[tuple[float, str, float, float]] = []  # (end, queue, actual, declared)
         self.ratios: dict[str, list[float]] = {}
+        #: The current wait of each waiting workload; ``done``: waits that ended.
         self.tracks: dict[int, _Track] = {}
+        self.done: list[_Track] = []
         self.observations = 0
         self.present = 0
         self.inversions = 0
@@ -176,11 +206,14 @@ class EtaRecorder:
         """Record one cycle: every workload left waiting, and the admissions."""
         now = snap.now
         for a in result.admissions:
-            tr = self.tracks.get(a.workload_id)
-            if tr is not None and tr.admitted_at is None:
+            # A wait ends at admission; an evicted workload's next wait is a new one.
+            tr = self.tracks.pop(a.workload_id, None)
+            if tr is not None:
                 tr.admitted_at = now
-                if tr.first_p50 is not None:
-                    self.residuals.add(tr.first_p50 - tr.first_t, now - tr.first_t)
+                self.done.append(tr)
+                if tr.raw_p50 is not None:
+                    self.residuals.add(tr.classes, tr.raw_p50 - tr.first_t, now - tr.first_t)
+        by_id = {w.id: w for w in snap.workloads}
         names = {w.id: w.name for w in snap.workloads}
         for wid, e in result.explanations.items():
             eta = result.etas.get(wid)
@@ -199,13 +232,21 @@ class EtaRecorder:
                 continue
             tr = self.tracks.get(wid)
             if tr is None:
-                tr = self.tracks[wid] = _Track(now, eta.p50, eta.p90)
+                w = by_id.get(wid)
+                tr = self.tracks[wid] = _Track(
+                    wid,
+                    now,
+                    eta.p50,
+                    eta.p90,
+                    raw_p50=eta.forecast,
+                    classes=eta_classes(w.queue, w.priority) if w is not None else ("",),
+                )
             tr.series.append((now, eta.p50))
         self.inversions += block_inversions(snap, result)
 
     def metrics(self) -> dict[str, float]:
         """The benchmark's figures over the workloads admitted during the run."""
-        done = [t for t in self.tracks.values() if t.admitted_at is not None]
+        done = self.done
         firsts: list[tuple[float, float, float, float]] = [
             (t.first_t, t.first_p50, t.first_p90, t.admitted_at)
             for t in done

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.calibration import FLOOR_S
+from queueing.engine.calibration import FLOOR_S, eta_classes
 from queueing.engine.types import Eta, Position
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = ["finish_etas"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
-TOLERANCE = 0.1
+TOLERANCE = 0.25
 
 
 def finish_etas(
@@ -56,16 +56,27 @@ def finish_etas(
         if out_of_time
         else f"not admitted within the forecast horizon ({horizon_h:g} h)"
     )
+    classes: dict[int, tuple[str, ...]] = {}
+    if res:
+        for q in cy.queues:
+            for cw in q.cands:
+                if cw.id in pos:
+                    classes[cw.id] = eta_classes(cw.queue, cw.priority)
     raw: dict[int, tuple[float, float]] = {}
     for wid in pos:
         a = p50.get(wid)
         if a is None:
             continue
         d = max(0.0, a - now)
-        if res is not None:
+        err = None
+        for key in classes.get(wid, ()):
+            err = res.get(key)
+            if err is not None:
+                break
+        if err is not None:
             s = max(d, FLOOR_S)
-            lo = now + max(0.0, d + s * res[0])
-            hi = now + max(0.0, d + s * res[1])
+            lo = now + max(0.0, d + s * err[0])
+            hi = now + max(0.0, d + s * err[1])
         else:
             lo = a
             hi = p90.get(wid, a)
@@ -78,19 +89,24 @@ def finish_etas(
             etas[wid] = Eta(None, None, reason=no_eta)
             continue
         lo, hi = got
+        sim = p50.get(wid)
         old = prev.get(wid)
         if old is None or old.p50 is None or old.p90 is None:
-            etas[wid] = Eta(lo, hi, moved="first")
+            etas[wid] = Eta(lo, hi, moved="first", forecast=sim)
             continue
         if old.p50 < now:
-            etas[wid] = Eta(lo, hi, moved="overdue", delta_s=lo - old.p50)
+            etas[wid] = Eta(lo, hi, moved="overdue", delta_s=lo - old.p50, forecast=sim)
             continue
         tol = max(MIN_TOLERANCE_S, TOLERANCE * (old.p50 - now))
         if abs(lo - old.p50) <= tol and abs(hi - old.p90) <= max(tol, TOLERANCE * (old.p90 - now)):
-            etas[wid] = Eta(old.p50, old.p90, moved="kept")
+            etas[wid] = Eta(old.p50, old.p90, moved="kept", forecast=sim)
         else:
             etas[wid] = Eta(
-                lo, hi, moved="earlier" if lo < old.p50 else "later", delta_s=lo - old.p50
+                lo,
+                hi,
+                moved="earlier" if lo < old.p50 else "later",
+                delta_s=lo - old.p50,
+                forecast=sim,
             )
     # Hysteresis may keep an old value behind a moved one: order again.
     kept: dict[int, tuple[float, float]] = {
@@ -100,7 +116,7 @@ def finish_etas(
         for w, (lo, hi) in kept.items():
             e = etas[w]
             if (lo, hi) != (e.p50, e.p90):
-                etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s)
+                etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
 
 

@@ -123,7 +123,7 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     t1 = perf_counter()
     budget = max(0.0, cy.config.eta_budget_s)
     p50_events, p90_events = _holding_events(cy)
-    calibrated = cy.snapshot.eta_residuals is not None
+    calibrated = bool(cy.snapshot.eta_residuals)
     sim50 = _Simulation(cy, 0, p50_events, deadline=t1 + (budget if calibrated else budget / 2))
     p50 = sim50.run()
     out_of_time = sim50.out_of_time

@@ -96,12 +96,12 @@ def check_cycle(snap: Snapshot, result: CycleResult) -> list[str]:
                     )
     # Per chain node, the resources admissions of this cycle added to it.
     admitted_in: dict[int, set[str]] = {}
-    by_id = {w.id: w for w in snap.workloads}
+    by_id = {x.id: x for x in snap.workloads}
     for a in result.admissions:
-        w = by_id.get(a.workload_id)
-        if w is not None and w.quota in tree.index:
-            for c in tree.chains[tree.index[w.quota]]:
-                admitted_in.setdefault(c, set()).update(k for k, v in w.request.items() if v)
+        got = by_id.get(a.workload_id)
+        if got is not None and got.quota in tree.index:
+            for c in tree.chains[tree.index[got.quota]]:
+                admitted_in.setdefault(c, set()).update(k for k, v in got.request.items() if v)
     for i, resources in admitted_in.items():
         for k in resources:
             mx = tree.maxes[i].get(k)

@@ -470,14 +470,15 @@ def demo_world(
     )
 
 
-def gpu_heavy(hours: float = 2.0, *, seed: int = 11) -> Scenario:
+def gpu_heavy(hours: float = 4.0, *, seed: int = 11, every_s: float = 70.0) -> Scenario:
     """A GPU cluster under pressure: gangs, priority bands, runtimes below their limits.
 
     16 nodes of 8 GPUs; a root with three teams (min 40 / 16 / 8 GPUs, max 96 / 64 /
     48) under a research department; queues of every policy with in-quota
-    preemption. Poisson arrivals (a job every 40 s on average) of 1-GPU jobs, 2 x 4
-    and 4 x 8 gangs in Koordinator's bands (koord-batch, koord-mid, koord-prod);
-    declared runtimes of 5 to 60 minutes, actual runtimes 30-100 % of them.
+    preemption. Poisson arrivals (a job every ``every_s`` on average: about 85 % of
+    the GPUs' capacity) of 1-GPU jobs, 2 x 4 and 4 x 8 gangs in Koordinator's bands
+    (koord-batch, koord-mid, koord-prod); declared runtimes of 5 to 60 minutes,
+    actual runtimes 30-100 % of them.
     """
     rng = random.Random(seed)
     nodes = tuple(
@@ -513,7 +514,7 @@ def gpu_heavy(hours: float = 2.0, *, seed: int = 11) -> Scenario:
     t = 0.0
     wid = 0
     while True:
-        t += rng.expovariate(1 / 40.0)
+        t += rng.expovariate(1 / every_s)
         if t > hours * 3600:
             break
         label, pods, gpus, (low, high), prios, _ = rng.choices(

@@ -384,10 +384,11 @@ class Snapshot:
     runtime_ratio: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     #: The ETAs published by the previous cycle (for hysteresis, see :class:`Eta`).
     previous_etas: Mapping[int, Eta] = field(default_factory=dict)
-    #: Measured error of earlier forecasts (see :mod:`.calibration`): the p50 and the
-    #: QBETS upper bound of the p90 of ``(actual wait - predicted wait) / max(predicted
-    #: wait, floor)`` over recently admitted workloads. None: not calibrated yet.
-    eta_residuals: tuple[float, float] | None = None
+    #: Measured error of earlier forecasts per class (see :mod:`.calibration`,
+    #: ``eta_classes``; "" pools all): the p50 and the QBETS upper bound of the p90 of
+    #: ``(actual wait - predicted wait) / max(predicted wait, floor)`` over recently
+    #: admitted workloads. Empty: not calibrated; the p90 comes from p90 runtimes.
+    eta_residuals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 # -- decisions ------------------------------------------------------------------------
@@ -489,6 +490,8 @@ class Eta:
     reason: str = ""
     moved: str = ""
     delta_s: float = 0.0
+    #: The simulation's own start time before calibration (what errors are learnt on).
+    forecast: float | None = None
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {
@@ -497,6 +500,7 @@ class Eta:
             "reason": self.reason,
             "moved": self.moved,
             "delta_s": self.delta_s,
+            "forecast": self.forecast,
         }
 
 
