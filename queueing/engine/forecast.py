@@ -442,12 +442,18 @@ class _Simulation:
             # Completions within RESOLUTION of the lead time are released together: a
             # 2 % error on "in two hours" buys one admission pass instead of dozens.
             window = t + RESOLUTION * (t - self.now)
+            tick = self.cy.config.cycle_interval_s
+            if tick > 0:
+                # Cycles run every ``tick``: what ends between two of them is admitted
+                # at the next one, all at once.
+                t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
+                window = max(window, t)
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
-                t = at
+                t = max(t, at)
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
                     for c in tree.chains[qi]:

@@ -349,6 +349,9 @@ class EngineConfig:
     #: runtime, else its queue's p50) is not preempted: waiting costs less than the
     #: work an eviction throws away. 0 disables the rule.
     preempt_grace_s: float = 60.0
+    #: How often cycles run (s), for the forecast: work that ends between two cycles is
+    #: admitted at the next one. 0: cycles run at every event (no rounding).
+    cycle_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fair_share_mode not in ("instant", "historical", "blended"):

@@ -66,7 +66,7 @@ def _run(scenario: Scenario, interval: float) -> dict[str, Any]:
     sim = simulate(
         scenario,
         cycle_interval_s=interval,
-        config=EngineConfig(),
+        config=EngineConfig(cycle_interval_s=interval),
         epoch=1_700_000_000.0,
         observer=watch,
     )
