@@ -44,6 +44,7 @@ from queueing.engine.types import (
 )
 
 __all__ = [
+    "ArrivalLoad",
     "EtaRecorder",
     "Residuals",
     "contradictions",
@@ -122,6 +123,72 @@ class Residuals:
         return out
 
 
+class ArrivalLoad:
+    """Offered load of recent arrivals per quota and priority (for the engine).
+
+    Each workload seen for the first time adds ``dominant share of what its quota could
+    ever use (its chain's maxes, the cluster) x expected runtime``; over the last
+    ``window_s`` that sums to a load (0.3 = work arriving at 30 % of that). Queue
+    order is priority first within a quota, so it is its own quota's higher-priority
+    arrivals that overtake a waiting workload; across quotas fair share decides.
+    """
+
+    def __init__(self, window_s: float = 300.0) -> None:
+        self.window_s = window_s
+        self.seen: set[int] = set()
+        self.recent: deque[tuple[float, str, int, float]] = deque()
+        self.start: float | None = None
+
+    def update(self, snap: Snapshot, ratio: Mapping[str, tuple[float, float]]) -> None:
+        """Count the workloads seen for the first time in ``snap``."""
+        now = snap.now
+        if self.start is None:
+            self.start = now
+        parent = {q.name: q.parent for q in snap.quotas}
+        maxes = {q.name: q.max for q in snap.quotas}
+        cap: dict[str, int] = {}
+        for n in snap.nodes:
+            if not n.unschedulable:
+                for k, v in n.allocatable.items():
+                    cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
+        caps: dict[str, dict[str, int]] = {}
+        for w in snap.workloads:
+            if w.id in self.seen or w.quota not in parent:
+                continue
+            self.seen.add(w.id)
+            # What the quota could ever use: every max on its chain, and the cluster.
+            qcap = caps.get(w.quota)
+            if qcap is None:
+                qcap = dict(cap)
+                at: str | None = w.quota
+                while at is not None:
+                    for k, m in maxes[at].items():
+                        if m < qcap.get(k, 0):
+                            qcap[k] = m
+                    at = parent[at]
+                caps[w.quota] = qcap
+            share = 0.0
+            for k, v in w.request.items():
+                c = qcap.get(k, 0)
+                if c > 0:
+                    share = max(share, v / c)
+            runtime = w.expected_runtime_s or 0.0
+            r = ratio.get(w.queue)
+            if r is not None:
+                runtime *= r[0]
+            self.recent.append((now, w.quota, w.priority, share * runtime))
+        while self.recent and self.recent[0][0] < now - self.window_s:
+            self.recent.popleft()
+
+    def load(self, now: float) -> dict[str, dict[int, float]]:
+        span = min(self.window_s, max(now - (self.start or now), 1.0))
+        out: dict[str, dict[int, float]] = {}
+        for _, root, prio, work in self.recent:
+            bands = out.setdefault(root, {})
+            bands[prio] = bands.get(prio, 0.0) + work / span
+        return out
+
+
 @dataclass(slots=True)
 class _Track:
     workload_id: int
@@ -164,6 +231,7 @@ class EtaRecorder:
         self.contradictions = 0
         self.contradiction_examples: list[str] = []
         self.residuals = Residuals()
+        self.arrivals = ArrivalLoad()
 
     def before(self, snap: Snapshot) -> Snapshot:
         """The snapshot with what the database side would remember."""
@@ -181,11 +249,13 @@ class EtaRecorder:
                 )
         if not self.calibrate:
             return dataclasses.replace(snap, previous_etas=self.previous)
+        self.arrivals.update(snap, ratio)
         return dataclasses.replace(
             snap,
             previous_etas=self.previous,
             eta_residuals=self.residuals.quantiles(),
             runtime_ratio=ratio,
+            arrival_load=self.arrivals.load(now),
         )
 
     def after(self, snap: Snapshot, result: CycleResult) -> None:

@@ -4,6 +4,11 @@ The simulation (:mod:`.forecast`) gives, per waiting workload, when it would sta
 if runtimes were their medians and nothing new arrived. Three corrections make that a
 promise one can hold the engine to:
 
+0. **Arrivals.** Work of higher priority arriving while a workload waits goes
+   before it: with ``Snapshot.arrival_load`` (offered load per root quota and
+   priority, from recent history) the simulated wait ``d`` is stretched to
+   ``d / (1 - load above its priority)`` -- the completion time of low-priority work
+   in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times.
 1. **Calibration.** With ``Snapshot.eta_residuals`` (the measured error of earlier
    forecasts, see :mod:`.calibration`), the predicted wait ``d`` becomes
    ``p50 = d + s * e50`` and ``p90 = d + s * e90`` with ``s = max(d, floor)``: the
@@ -35,6 +40,9 @@ __all__ = ["finish_etas"]
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
 TOLERANCE = 0.25
+#: Higher-priority arrivals stretch a wait at most this many times (a load at or above
+#: the capacity would stretch it without bound; calibration takes over from there).
+MAX_STRETCH = 10.0
 
 
 def finish_etas(
@@ -57,17 +65,33 @@ def finish_etas(
         else f"not admitted within the forecast horizon ({horizon_h:g} h)"
     )
     classes: dict[int, tuple[str, ...]] = {}
-    if res:
+    stretch: dict[int, float] = {}
+    load = snap.arrival_load
+    if res or load:
+        above_cache: dict[tuple[str, int], float] = {}
         for q in cy.queues:
             for cw in q.cands:
-                if cw.id in pos:
+                if cw.id not in pos:
+                    continue
+                if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
+                if load:
+                    lkey = (cw.quota, cw.priority)
+                    f = above_cache.get(lkey)
+                    if f is None:
+                        bands = load.get(cw.quota, {})
+                        above = sum(v for p, v in bands.items() if p > cw.priority)
+                        f = above_cache[lkey] = 1.0 / max(1.0 - above, 1.0 / MAX_STRETCH)
+                    stretch[cw.id] = f
+    model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}
     for wid in pos:
         a = p50.get(wid)
         if a is None:
             continue
-        d = max(0.0, a - now)
+        # Higher-priority arrivals during the wait stretch it (a busy period).
+        d = max(0.0, a - now) * stretch.get(wid, 1.0)
+        model[wid] = now + d
         err = None
         for key in classes.get(wid, ()):
             err = res.get(key)
@@ -78,8 +102,8 @@ def finish_etas(
             lo = now + max(0.0, d + s * err[0])
             hi = now + max(0.0, d + s * err[1])
         else:
-            lo = a
-            hi = p90.get(wid, a)
+            lo = now + d
+            hi = now + max(0.0, p90.get(wid, a) - now) * stretch.get(wid, 1.0)
         raw[wid] = (lo, max(hi, lo))
     _order(cy, raw)
     etas: dict[int, Eta] = {}
@@ -89,7 +113,7 @@ def finish_etas(
             etas[wid] = Eta(None, None, reason=no_eta)
             continue
         lo, hi = got
-        sim = p50.get(wid)
+        sim = model.get(wid)
         old = prev.get(wid)
         if old is None or old.p50 is None or old.p90 is None:
             etas[wid] = Eta(lo, hi, moved="first", forecast=sim)
