@@ -197,6 +197,20 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
         "additionalProperties": False,
         "properties": {"type": {"const": "error"}, "message": {"type": "string"}},
     },
+    # The cycle's node view changed (cluster admins' stream only); passed on as it is.
+    "nodes": {
+        "type": "object",
+        "required": ["type", "at", "key", "changed", "removed", "count"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "nodes"},
+            "at": _TIME,
+            "key": {"type": "string", "minLength": 8},
+            "changed": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 100},
+            "removed": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 100},
+            "count": {"type": "integer", "minimum": 1},
+        },
+    },
 }
 
 CLIENT_MESSAGES: dict[str, dict[str, Any]] = {
@@ -234,4 +248,5 @@ NOTIFICATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "quotas": SERVER_MESSAGES["quotas"],
+    "nodes": SERVER_MESSAGES["nodes"],
 }

@@ -18,6 +18,13 @@ Quota changes travel whole, as they are small:
     {"type": "quotas", "tenant": <id>, "cycle": <id or null>, "at": <iso8601>,
      "quotas": [{"id", "name", "runtime", "used", "min", "max"}...]}
 
+Node changes (the cycle's node view, queueing.nodeview) go to cluster admins only
+(``tenant.all``), as names:
+
+    {"type": "nodes", "at": <iso8601>, "key": <unique token>,
+     "changed": [<node name>...] or null, "removed": [<node name>...] or null,
+     "count": <number of nodes changed or removed>}
+
 The WebSocket consumers (portal.consumers) pull what each subscription shows from the
 database when a notification concerns it; docs/events.md describes the whole path.
 """
@@ -121,6 +128,45 @@ def publish_on_commit(tenant_id: int, payload: dict) -> None:
     transaction.on_commit(lambda: send(tenant_id, payload))
 
 
+def send_all(payload: dict) -> None:
+    """Deliver now to cluster admins only (``tenant.all``): cluster-wide news."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "kq.event", "payload": payload}
+
+    async def one() -> None:
+        await layer.group_send(ALL_GROUP, message)
+
+    try:
+        if _cross_process(layer):
+            _sender.run(one, SEND_TIMEOUT_S)
+        else:
+            async_to_sync(one)()
+    except Exception:  # the stream is best effort; the database is the truth
+        log.exception("could not publish a cluster-wide live event")
+
+
+def nodes_message(changed: Iterable[str], removed: Iterable[str]) -> dict[str, Any]:
+    """The ``nodes`` notification (see the module docstring)."""
+    names, gone = sorted(set(changed)), sorted(set(removed))
+    return {
+        "type": "nodes",
+        "at": timezone.now().isoformat(),
+        "key": secrets.token_hex(8),
+        "changed": names if len(names) <= MAX_IDS else None,
+        "removed": gone if len(gone) <= MAX_IDS else None,
+        "count": len(names) + len(gone),
+    }
+
+
+def notify_nodes(changed: Iterable[str], removed: Iterable[str]) -> None:
+    """Announce changed and removed nodes once the current transaction commits."""
+    payload = nodes_message(changed, removed)
+    if payload["count"]:
+        transaction.on_commit(lambda: send_all(payload))
+
+
 def changed_message(
     tenant_id: int, queues: Iterable[int], workloads: Iterable[int], *, cycle_id: int | None
 ) -> dict[str, Any]:
@@ -173,8 +219,14 @@ class _Batch:
 def _batch(cycle_id: int | None) -> _Batch:
     conn = transaction.get_connection()
     batch: _Batch | None = getattr(conn, "_kq_stream_batch", None)
-    # A batch no callback can flush any more belonged to a transaction that rolled back.
-    stale = batch is None or batch.sent or not conn.in_atomic_block or not conn.run_on_commit
+    # A batch no callback can flush any more belonged to a transaction that rolled back
+    # (other callbacks, e.g. the node view's, may still be pending: look for its own).
+    stale = (
+        batch is None
+        or batch.sent
+        or not conn.in_atomic_block
+        or not any(entry[1] == batch.flush for entry in conn.run_on_commit)
+    )
     if stale or (batch is not None and cycle_id is not None and batch.cycle_id != cycle_id):
         batch = _Batch(cycle_id=cycle_id)
         conn._kq_stream_batch = batch

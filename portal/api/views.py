@@ -28,10 +28,9 @@ from portal.api.pagination import Pagination
 from portal.api.permissions import TokenScope
 from portal.models import APIToken
 from portal.tokens import revoke_token
-from queueing import access, actions, whatif
+from queueing import access, actions, nodeview, whatif
 from queueing.actions import Actor, ConflictError
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase, Source
-from queueing.cluster import get_cluster
 from queueing.models import (
     AuditEvent,
     CycleRun,
@@ -677,7 +676,7 @@ class ClusterView(APIView):
 
     @extend_schema(responses=s.ClusterSerializer)
     def get(self, request: Request) -> Response:
-        nodes = get_cluster().nodes()
+        nodes = nodeview.read()  # the cycle's node view: the API never calls the cluster
         allocatable: dict[str, int] = {}
         reserved: dict[str, int] = {}
         for node in nodes:
