@@ -97,6 +97,8 @@ class SimResult:
     engine_mean_s: float
     engine_max_s: float
     wall_s: float
+    engine_p95_s: float = 0.0
+    admissions_per_cycle_max: int = 0
     queue_usage_pct: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +117,8 @@ class SimResult:
             "debounce_s": self.debounce_s,
             "engine_mean_s": round(self.engine_mean_s, 4),
             "engine_max_s": round(self.engine_max_s, 4),
+            "engine_p95_s": round(self.engine_p95_s, 4),
+            "admissions_per_cycle_max": self.admissions_per_cycle_max,
             "wall_s": round(self.wall_s, 2),
         }
 
@@ -194,6 +198,7 @@ def simulate(
     evictions = 0
     cycles = 0
     engine_times: list[float] = []
+    most_admitted = 0
     makespan = 0.0
     next_arrival = 0
     n_arrivals = len(arrivals)
@@ -307,6 +312,7 @@ def simulate(
         result = run_cycle(snap, forecast=False)
         engine_times.append(perf_counter() - c0)
         cycles += 1
+        most_admitted = max(most_admitted, len(result.admissions))
         # Apply.
         nominated = set(result.nominations)
         for adm in result.admissions:
@@ -376,6 +382,12 @@ def simulate(
         engine_max_s=max(engine_times, default=0.0),
         wall_s=perf_counter() - wall0,
         queue_usage_pct=queue_pct,
+        engine_p95_s=(
+            sorted(engine_times)[min(len(engine_times) - 1, round(0.95 * (len(engine_times) - 1)))]
+            if engine_times
+            else 0.0
+        ),
+        admissions_per_cycle_max=most_admitted,
     )
 
 
