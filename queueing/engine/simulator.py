@@ -97,9 +97,9 @@ class SimResult:
     engine_mean_s: float
     engine_max_s: float
     wall_s: float
+    queue_usage_pct: dict[str, float]
     engine_p95_s: float = 0.0
     admissions_per_cycle_max: int = 0
-    queue_usage_pct: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         r = 3
