@@ -7,7 +7,8 @@ Kubernetes mode used to list every managed kind through the adapter.
 
 ``persist`` compares a digest per node with the stored ones (one narrow query), writes
 only what changed, in bulk (one statement per kind of change), and announces the
-changed names to cluster admins after the commit (``queueing.events.notify_nodes``).
+changed rows to cluster admins after the commit (the ``nodes`` configuration message,
+docs/events.md).
 The view is as fresh as the last cycle; a node the cluster no longer lists is removed.
 """
 
@@ -98,7 +99,12 @@ def persist(nodes: Iterable[NodeInfo]) -> NodeChanges:
             ClusterNode.objects.filter(name__in=gone).delete()
             changes.removed = gone
         if changes:
-            events.notify_nodes([*changes.created, *changes.updated], changes.removed)
+            rows = [
+                {"name": name, **seen[name][0]} for name in (*changes.created, *changes.updated)
+            ]
+            events.publish_on_commit(
+                None, events.config_message("nodes", None, rows, removed=changes.removed)
+            )
     return changes
 
 

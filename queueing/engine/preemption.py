@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = [
     "MAX_EXAMINED",
@@ -117,7 +117,7 @@ class Preemptor:
             u = cy.used[c]
             if not u:
                 continue
-            rt = cy.runtime[c]
+            rt = cy.runtime_base[c]
             rel = self.releasing[c]
             inc = self.incoming[c]
             over = {k for k, v in u.items() if v - rel.get(k, 0) + inc.get(k, 0) > rt.get(k, 0)}
@@ -222,11 +222,11 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             if k in mx and amount > mx[k]:
                 return None  # never fits its own quota: nothing to win
     used = cy.used
-    runtime = cy.runtime
+    runtime = cy.runtime_base
     mins = tree.mins
     releasing = pre.releasing
     skip = cy.victim_ids
-    limit = cy.limit
+    limit = cy.limit_base
 
     incoming = pre.incoming
 
