@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from queueing import nodeview
 from queueing.actions import new_quota_proposal, quota_proposal
 from queueing.choices import WAITING_PHASES
-from queueing.cluster import get_cluster
 from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import CycleResult, QuotaNode, Snapshot
@@ -73,7 +73,7 @@ def preview_quota_change(
     """Predict the effect of editing ``quota``; raises ValidationError like update_quota."""
     proposal = quota_proposal(quota, {k: v for k, v in changes.items() if k != "version"})
     root = root_of(quota)
-    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    snapshot, index = build_snapshot(root.name, nodes=nodeview.read(), now=now)
     proposed = modified(snapshot, proposal)
     return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
 
@@ -104,7 +104,7 @@ def preview_quota_create(
         namespaces=namespaces,
     )
     root = root_of(parent)
-    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    snapshot, index = build_snapshot(root.name, nodes=nodeview.read(), now=now)
     added = QuotaNode(
         name=proposal.name,
         parent=parent.name,

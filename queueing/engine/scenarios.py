@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from queueing.engine.resources import Resources
 from queueing.engine.simulator import Arrival, Scenario
@@ -35,6 +35,7 @@ __all__ = [
     "SCENARIOS",
     "KueueClass",
     "kueue_baseline",
+    "kueue_baseline_10x",
     "kueue_baseline_classes",
     "synthetic_snapshot",
 ]
@@ -329,6 +330,13 @@ def kueue_baseline(
     )
 
 
+def kueue_baseline_10x() -> Scenario:
+    """Kueue's baseline ten times over: 50 cohorts (quota trees) of 6 ClusterQueues, 300
+    queues, 150,000 workloads on the same schedule -- the load of ``docs/scaling.md``."""
+    scenario = kueue_baseline(cohorts=50)
+    return replace(scenario, name="kueue-baseline-10x")
+
+
 #: Scenarios the ``simulate`` command knows, by name.
 SCENARIOS: dict[str, Callable[[], Scenario]] = {"kueue-baseline": kueue_baseline}
 
@@ -554,3 +562,4 @@ def gpu_heavy(hours: float = 4.0, *, seed: int = 11, every_s: float = 70.0) -> S
 
 SCENARIOS["demo"] = demo_world
 SCENARIOS["gpu-heavy"] = gpu_heavy
+SCENARIOS["kueue-baseline-10x"] = kueue_baseline_10x

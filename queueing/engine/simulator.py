@@ -119,6 +119,8 @@ class SimResult:
     engine_max_s: float
     wall_s: float
     queue_usage_pct: dict[str, float]
+    engine_p95_s: float = 0.0
+    admissions_per_cycle_max: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         r = 3
@@ -136,6 +138,8 @@ class SimResult:
             "debounce_s": self.debounce_s,
             "engine_mean_s": round(self.engine_mean_s, 4),
             "engine_max_s": round(self.engine_max_s, 4),
+            "engine_p95_s": round(self.engine_p95_s, 4),
+            "admissions_per_cycle_max": self.admissions_per_cycle_max,
             "wall_s": round(self.wall_s, 2),
         }
 
@@ -217,6 +221,7 @@ def simulate(
     evictions = 0
     cycles = 0
     engine_times: list[float] = []
+    most_admitted = 0
     makespan = 0.0
     next_arrival = 0
     n_arrivals = len(arrivals)
@@ -334,6 +339,7 @@ def simulate(
         if observer is not None:
             observer.after(snap, result)
         cycles += 1
+        most_admitted = max(most_admitted, len(result.admissions))
         # Apply.
         nominated = set(result.nominations)
         for adm in result.admissions:
@@ -408,6 +414,12 @@ def simulate(
         engine_max_s=max(engine_times, default=0.0),
         wall_s=perf_counter() - wall0,
         queue_usage_pct=queue_pct,
+        engine_p95_s=(
+            sorted(engine_times)[min(len(engine_times) - 1, round(0.95 * (len(engine_times) - 1)))]
+            if engine_times
+            else 0.0
+        ),
+        admissions_per_cycle_max=most_admitted,
     )
 
 
