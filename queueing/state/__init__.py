@@ -28,6 +28,7 @@ from queueing.state.snapshot import (
     from_epoch,
     roots,
     subtree,
+    tree_quota_ids,
 )
 
 __all__ = [
@@ -51,4 +52,5 @@ __all__ = [
     "roots",
     "run_calls",
     "subtree",
+    "tree_quota_ids",
 ]

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import events, wake
+from queueing import events, wake, world
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
 from queueing.engine.types import Admission, CycleResult, Snapshot
@@ -146,7 +146,7 @@ def apply(
         if result.nominations:
             Workload.objects.filter(
                 id__in=list(result.nominations), phase__in=WAITING_PHASES, nominated=False
-            ).update(nominated=True)
+            ).update(nominated=True, updated_at=now)
 
         # 5. What the waiting show: position, ETA, reason (one executemany).
         annotated = pending_annotations(result, index, full=full)
@@ -165,6 +165,8 @@ def apply(
         changed = {*report.admitted, *report.preempted, *report.requeued}
         changed.update(workload_id for workload_id, _ in annotated)
         _publish(changed, index, report.cycle_id)
+        # The tree's worlds (this process's and any other's) re-read what moved.
+        world.record_now_and_on_commit({index.root: [*changed, *result.nominations]})
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")

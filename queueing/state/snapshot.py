@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import F, Q, Window
@@ -39,6 +39,9 @@ from queueing.models import (
     UsageLedger,
     Workload,
 )
+
+if TYPE_CHECKING:
+    from queueing.world import TreeWorld
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,10 @@ WORKLOAD_FIELDS = (
 )
 
 
+# What a tree's world keeps of each row (queueing.world): the above and its total request.
+WORLD_FIELDS = (*WORKLOAD_FIELDS, "total_request")
+
+
 @dataclass
 class SnapshotIndex:
     """What apply() needs beside the snapshot: ids, owners and the stored annotations."""
@@ -126,6 +133,12 @@ def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mappi
         out.append(quota)
         stack.extend(children.get(quota["id"], ()))
     return out
+
+
+def tree_quota_ids(root: str) -> list[int]:
+    """The ids of the quotas under ``root`` (inclusive)."""
+    quotas = list(Quota.objects.values("id", "name", "parent_id"))
+    return [q["id"] for q in subtree(quotas, root)]
 
 
 def roots() -> list[str]:
@@ -210,6 +223,7 @@ def build_snapshot(
     now: datetime | None = None,
     config: EngineConfig | None = None,
     head: int | None = None,
+    world: TreeWorld | None = None,
 ) -> tuple[Snapshot, SnapshotIndex]:
     """Read the database into a Snapshot of the tree under ``root`` (None: every tree).
 
@@ -221,6 +235,9 @@ def build_snapshot(
     that do not compete yet (Backoff until later) are left out. The admissions are
     those of a full snapshot while no queue admits past its head (see the engine's
     ``Snapshot``); positions and ETAs cover the listed heads only.
+
+    ``world``: the tree's rows come from its world kept in memory (queueing.world), which
+    the caller has refreshed; no workload of the tree is read here.
     """
     now = now or timezone.now()
     config = config or engine_config()
@@ -249,44 +266,13 @@ def build_snapshot(
     )
     queue_names = {q["id"]: q["name"] for q in queue_rows}
 
-    in_tree = Workload.objects.filter(quota_id__in=list(quota_ids.values()))
-    unlisted_demand: dict[str, dict[str, int]] = {}
-    unlisted = 0
-    if head is None:
-        rows = {
-            row["id"]: row
-            for row in in_tree.filter(phase__in=[*WAITING_PHASES, *HOLDING_PHASES]).values(
-                *WORKLOAD_FIELDS
-            )
-        }
+    if world is not None:
+        rows, demand_by_id, unlisted = world.select(head, now)
+        unlisted_demand = {id_to_quota[qid]: held for qid, held in demand_by_id.items()}
     else:
-        competing = (
-            Q(phase=Phase.PENDING)
-            | Q(phase=Phase.BACKOFF, requeue_at__isnull=True)
-            | Q(phase=Phase.BACKOFF, requeue_at__lte=now)
+        rows, unlisted_demand, unlisted = _read_rows(
+            list(quota_ids.values()), id_to_quota, head, now
         )
-        rows = {
-            row["id"]: row
-            for row in in_tree.filter(phase__in=HOLDING_PHASES).values(*WORKLOAD_FIELDS)
-        }
-        ranked = in_tree.filter(competing).annotate(
-            rank=Window(
-                RowNumber(),
-                partition_by=[F("queue_id")],
-                order_by=[F("priority").desc(), F("queue_order_at").asc(), F("id").asc()],
-            )
-        )
-        for row in ranked.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
-            rows[row["id"]] = row
-        for workload_id, quota_id, request in in_tree.filter(competing).values_list(
-            "id", "quota_id", "total_request"
-        ):
-            if workload_id in rows:
-                continue
-            unlisted += 1
-            bucket = unlisted_demand.setdefault(id_to_quota[quota_id], {})
-            for resource, amount in (request or {}).items():
-                bucket[resource] = bucket.get(resource, 0) + int(amount)
     # Nodes are shared between trees: what other trees hold is not free for this one.
     elsewhere: dict[str, dict[str, int]] = defaultdict(dict)
     if root is not None:
@@ -340,7 +326,9 @@ def build_snapshot(
             for q in queue_rows
             if q["id"] in used_queue_ids
         ),
-        workloads=_workload_specs(rows.values(), id_to_quota, queue_names),
+        workloads=_workload_specs(
+            rows.values(), id_to_quota, queue_names, world.specs if world is not None else None
+        ),
         nodes=tuple(_node_spec(node, elsewhere.get(node.name)) for node in nodes),
         ledger={
             name: engine_ledger.decay(
@@ -371,36 +359,88 @@ def build_snapshot(
     return snapshot, index
 
 
+def _read_rows(
+    quota_ids: list[int], id_to_quota: Mapping[int, str], head: int | None, now: datetime
+) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], int]:
+    """The tree's rows from the database: (rows, unlisted demand per quota, unlisted)."""
+    in_tree = Workload.objects.filter(quota_id__in=quota_ids)
+    unlisted_demand: dict[str, dict[str, int]] = {}
+    unlisted = 0
+    if head is None:
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=[*WAITING_PHASES, *HOLDING_PHASES]).values(
+                *WORKLOAD_FIELDS
+            )
+        }
+    else:
+        competing = (
+            Q(phase=Phase.PENDING)
+            | Q(phase=Phase.BACKOFF, requeue_at__isnull=True)
+            | Q(phase=Phase.BACKOFF, requeue_at__lte=now)
+        )
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=HOLDING_PHASES).values(*WORKLOAD_FIELDS)
+        }
+        ranked = in_tree.filter(competing).annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("queue_id")],
+                order_by=[F("priority").desc(), F("queue_order_at").asc(), F("id").asc()],
+            )
+        )
+        for row in ranked.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
+            rows[row["id"]] = row
+        for workload_id, quota_id, request in in_tree.filter(competing).values_list(
+            "id", "quota_id", "total_request"
+        ):
+            if workload_id in rows:
+                continue
+            unlisted += 1
+            bucket = unlisted_demand.setdefault(id_to_quota[quota_id], {})
+            for resource, amount in (request or {}).items():
+                bucket[resource] = bucket.get(resource, 0) + int(amount)
+    return rows, unlisted_demand, unlisted
+
+
 def _workload_specs(
     rows: Iterable[Mapping[str, Any]],
     quota_names: Mapping[int, str],
     queue_names: Mapping[int, str],
+    reuse: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] | None = None,
 ) -> tuple[WorkloadSpec, ...]:
+    """The engine's view of the rows. ``reuse``: a world's specs of earlier cycles, kept
+    for as long as their row (the same object) is unchanged."""
     cache: dict[str, tuple[PodSet, ...]] = {}
     specs = []
     for row in rows:
-        specs.append(
-            WorkloadSpec(
-                id=row["id"],
-                name=row["name"],
-                quota=quota_names[row["quota_id"]],
-                queue=queue_names[row["queue_id"]],
-                priority=row["priority"],
-                queue_order_at=row["queue_order_at"].timestamp(),
-                pod_sets=_pod_sets(row["pod_sets"], cache),
-                phase=row["phase"],
-                requeue_at=epoch(row["requeue_at"]),
-                attempts=row["attempts"],
-                expected_runtime_s=row["expected_runtime_s"],
-                admitted_at=epoch(row["admitted_at"]),
-                started_at=epoch(row["started_at"]),
-                assignment={
-                    node: Resources(held) for node, held in (row["assignment"] or {}).items()
-                },
-                preempted_by=row["preempted_by_id"],
-                nominated=row["nominated"],
-            )
+        if reuse is not None:
+            known = reuse.get(row["id"])
+            if known is not None and known[0] is row:
+                specs.append(known[1])
+                continue
+        spec = WorkloadSpec(
+            id=row["id"],
+            name=row["name"],
+            quota=quota_names[row["quota_id"]],
+            queue=queue_names[row["queue_id"]],
+            priority=row["priority"],
+            queue_order_at=row["queue_order_at"].timestamp(),
+            pod_sets=_pod_sets(row["pod_sets"], cache),
+            phase=row["phase"],
+            requeue_at=epoch(row["requeue_at"]),
+            attempts=row["attempts"],
+            expected_runtime_s=row["expected_runtime_s"],
+            admitted_at=epoch(row["admitted_at"]),
+            started_at=epoch(row["started_at"]),
+            assignment={node: Resources(held) for node, held in (row["assignment"] or {}).items()},
+            preempted_by=row["preempted_by_id"],
+            nominated=row["nominated"],
         )
+        if reuse is not None:
+            reuse[row["id"]] = (row, spec)
+        specs.append(spec)
     return tuple(specs)
 
 
