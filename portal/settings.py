@@ -205,6 +205,9 @@ KQ_WORLD = _bool("KQ_WORLD", True)
 KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
+# Client frames: at most this many bytes each, this many a second (bursts of twice that).
+KQ_WS_MAX_FRAME_BYTES = _int("KQ_WS_MAX_FRAME_BYTES", 65536, 1024)
+KQ_WS_FRAME_RATE = _float("KQ_WS_FRAME_RATE", 20.0, 1.0)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
