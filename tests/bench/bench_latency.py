@@ -16,7 +16,9 @@ then job B (the whole quota, 0.2 s), which waits; A's finish to B's admission is
 handoff sample. Then the cluster is left idle until B has finished.
 
 One JSON line per mode: name, mode, submit_p50_ms, submit_p95_ms, handoff_p50_ms,
-handoff_p95_ms, samples (rounds measured; each gives one of each). Knobs:
+handoff_p95_ms, samples (rounds measured; each gives one of each). The first WARMUP
+rounds are run but not counted: they measure the processes' first connections and
+imports, not the path. Knobs:
 KQ_BENCH_LATENCY_ROUNDS (default 30), KQ_BENCH_LATENCY_MODES (default
 "simulated,kubernetes").
 """
@@ -47,6 +49,7 @@ QUOTA_CPU = 8
 LONG_S = 0.5  # job A
 SHORT_S = 0.2  # job B
 POLL_S = 0.005
+WARMUP = 2
 
 
 def worker_argv(name: str, queue: str, *, solo: bool) -> list[str]:
@@ -296,12 +299,12 @@ def run_mode(mode: str, rounds: int) -> dict[str, Any]:
             procs.start("watch", "manage.py", "watch_cluster")
             control = RemoteFakeKube(fake.url)
             time.sleep(5.0)  # the watcher and the workers list and start watching
-            samples = drive_kubernetes(fake.url, control, rounds)
+            samples = drive_kubernetes(fake.url, control, rounds + WARMUP)
         else:
             time.sleep(3.0)  # the workers connect to the broker
             out = procs.run(
                 "-c",
-                f"from tests.bench.bench_latency import drive_simulated; drive_simulated({rounds})",
+                f"from tests.bench.bench_latency import drive_simulated; drive_simulated({rounds + WARMUP})",
             )
             samples = json.loads(out.strip().splitlines()[-1])
         failed = False
@@ -309,8 +312,8 @@ def run_mode(mode: str, rounds: int) -> dict[str, Any]:
         print(f"admission_latency: logs kept in {logs}", file=sys.stderr)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
-    submit_ms = [s * 1000 for s in samples["submit"]]
-    handoff_ms = [s * 1000 for s in samples["handoff"]]
+    submit_ms = [s * 1000 for s in samples["submit"][WARMUP:]]
+    handoff_ms = [s * 1000 for s in samples["handoff"][WARMUP:]]
     return {
         "mode": mode,
         "submit_p50_ms": round(statistics.median(submit_ms), 1),
@@ -334,4 +337,167 @@ def admission_latency() -> dict[str, Any]:
     return results[-1]
 
 
-BENCHMARKS = {"admission_latency": admission_latency}
+# --- one cycle of the in-memory world ---------------------------------------------------
+
+WORLD_PENDING = 14_000
+WORLD_QUEUES = 6
+
+
+def measure_world_cycle(pending: int, cycles: int) -> None:
+    """Runs in a child with a scratch database; prints the figures as JSON.
+
+    One tree of Kueue's cohort shape (6 leaf quotas of 20 cpu under a 120-cpu root, a
+    queue each), ``pending`` one-cpu workloads waiting and the quota full of running
+    ones. Then ``cycles`` times: one submission, and one cycle of the tree
+    (``cycle_root``), timed in parts: the world's refresh, the snapshot from memory and
+    the engine (the in-memory cycle), and the whole cycle with its database writes."""
+    import django
+
+    django.setup()
+    import random
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from queueing import actions, state, world
+    from queueing.actions import Actor, total_request
+    from queueing.choices import Phase, Source
+    from queueing.cluster.simulated import SimulatedCluster
+    from queueing.cycle import cycle_root
+    from queueing.engine import run_cycle as engine_cycle
+    from queueing.models import Quota, Workload
+
+    call_command("migrate", verbosity=0)
+    system = Actor.system()
+    root = actions.create_quota(
+        system,
+        name="cohort",
+        tenant=None,
+        parent=None,
+        min={"cpu": str(20 * WORLD_QUEUES)},
+        max={"cpu": str(20 * WORLD_QUEUES)},
+    )
+    leaves: list[Quota] = []
+    for q in range(WORLD_QUEUES):
+        tenant = actions.create_tenant(system, name=f"cq-{q}")
+        leaves.append(
+            actions.create_quota(
+                system,
+                name=f"cq-{q}",
+                tenant=tenant,
+                parent=root,
+                min={"cpu": "20"},
+                max={"cpu": "120"},
+                namespaces=[f"cq-{q}"],
+            )
+        )
+    actions.upsert_sim_node(
+        system, name="node-0", allocatable={"cpu": "1000", "memory": "4Ti", "pods": "100000"}
+    )
+    rng = random.Random(7)
+    now = timezone.now()
+    pod_sets = [{"name": "main", "count": 1, "requests": {"cpu": 1000}}]
+    rows = []
+    for i in range(pending + 20 * WORLD_QUEUES):
+        quota = leaves[i % WORLD_QUEUES]
+        running = i < 20 * WORLD_QUEUES
+        rows.append(
+            Workload(
+                tenant_id=quota.tenant_id,
+                quota=quota,
+                queue_id=quota.default_queue_id,
+                name=f"w-{i:06d}",
+                namespace=quota.namespaces[0],
+                priority=rng.choice([50, 100, 200]),
+                pod_sets=pod_sets,
+                total_request=total_request(pod_sets),
+                expected_runtime_s=1.0,
+                queue_order_at=now - timedelta(seconds=pending - i),
+                phase=Phase.RUNNING if running else Phase.PENDING,
+                assignment={"node-0": {"cpu": 1000}} if running else {},
+                admitted_at=now if running else None,
+                started_at=now if running else None,
+                source=Source.API,
+            )
+        )
+    Workload.objects.bulk_create(rows, batch_size=2000)
+    cluster = SimulatedCluster(failure_rate=0.0)
+    nodes = cluster.nodes()
+    cycle_root("cohort", cluster=cluster, nodes=nodes)  # builds the world: the first cycle
+    tree = world.world_of("cohort")
+    quota_ids = state.tree_quota_ids("cohort")
+    in_memory: list[float] = []
+    whole: list[float] = []
+    engine: list[float] = []
+    for i in range(cycles):
+        actions.submit_workload(
+            system,
+            tenant=None,
+            quota=leaves[i % WORLD_QUEUES],
+            name=f"late-{i}",
+            pod_sets=[{"count": 1, "requests": {"cpu": "1"}}],
+            expected_runtime_s=1.0,
+        )
+        # The in-memory part, as cycle_root runs it (without the lease and the apply).
+        started = time.perf_counter()
+        tree.refresh(quota_ids)
+        snapshot, _ = state.build_snapshot("cohort", nodes=nodes, head=state.HEAD_ROWS, world=tree)
+        engine_started = time.perf_counter()
+        engine_cycle(snapshot)
+        done = time.perf_counter()
+        in_memory.append((done - started) * 1000)
+        engine.append((done - engine_started) * 1000)
+        # The whole cycle, database writes included (heads-only, as at scale).
+        state.full_cycle_done("cohort", 60.0)  # keeps the next cycle heads-only
+        started = time.perf_counter()
+        cycle_root("cohort", cluster=cluster, nodes=nodes)
+        whole.append((time.perf_counter() - started) * 1000)
+    waiting = Workload.objects.filter(phase=Phase.PENDING).count()
+    print(
+        json.dumps(
+            {
+                "pending": waiting,
+                "cycles": cycles,
+                "in_memory_ms_median": round(statistics.median(in_memory), 1),
+                "in_memory_ms_p95": round(_pct(in_memory, 95), 1),
+                "engine_ms_median": round(statistics.median(engine), 1),
+                "cycle_ms_median": round(statistics.median(whole), 1),
+                "cycle_ms_p95": round(_pct(whole, 95), 1),
+                "world_rebuilds": tree.rebuilds,
+            }
+        )
+    )
+
+
+def world_cycle_14k() -> dict[str, Any]:
+    cycles = int(os.environ.get("KQ_BENCH_WORLD_CYCLES", "30"))
+    tmp = Path(tempfile.mkdtemp(prefix="kq-bench-world-"))
+    with ExitStack() as stack:
+        db_url = stack.enter_context(database(tmp))
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "DATABASE_URL": db_url,
+            "KQ_VAR_DIR": str(tmp / "var"),
+            "DEBUG": "0",
+            "KQ_CLUSTER": "simulated",
+            "KQ_WAKE": "0",
+            "KQ_FAIR_SHARE_MODE": "instant",
+            "LOG_LEVEL": "WARNING",
+        }
+        env.pop("REDIS_URL", None)  # one process: the journal in memory
+        procs = Processes(env, tmp)
+        out = procs.run(
+            "-c",
+            "from tests.bench.bench_latency import measure_world_cycle; "
+            f"measure_world_cycle({WORLD_PENDING}, {cycles})",
+        )
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = json.loads(out.strip().splitlines()[-1])
+    result["database"] = db_url.split(":", 1)[0]
+    result["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    return result
+
+
+BENCHMARKS = {"admission_latency": admission_latency, "world_cycle_14k": world_cycle_14k}
