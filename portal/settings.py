@@ -199,6 +199,10 @@ KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
 KQ_WAKE = _bool("KQ_WAKE", not CELERY_BROKER_URL.startswith("memory://"))
 KQ_WAKE_DEBOUNCE_MS = _int("KQ_WAKE_DEBOUNCE_MS", 20, 0)
 KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
+# Each cycle process keeps its trees' live workloads in memory (queueing/world.py) and
+# rebuilds them from the database at least this often.
+KQ_WORLD = _bool("KQ_WORLD", True)
+KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 # Client frames: at most this many bytes each, this many a second (bursts of twice that).
