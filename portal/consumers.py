@@ -137,7 +137,8 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self.send_error("invalid", "Send JSON text frames, not binary ones.")
             return
-        if len(text_data) > max_frame_bytes() or len(text_data.encode()) > max_frame_bytes():
+        size = len(text_data.encode("utf-8", "replace"))  # a lone surrogate is no crash
+        if size > max_frame_bytes():
             await self.send_error(
                 "too_large", f"A message may be at most {max_frame_bytes()} bytes."
             )
