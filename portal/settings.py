@@ -57,18 +57,20 @@ def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 # Off unless asked for: a debug page lists URL patterns and settings to whoever asks.
 DEBUG = _bool("DEBUG", False)
 TESTING = _bool("KQ_TESTING", False)
-# The embedded mode (`make run` with no DATABASE_URL) keeps its state, secret included,
-# under var/; with services (DATABASE_URL) the secret comes from the environment.
-EMBEDDED = not env.str("DATABASE_URL", default="")
+# Served over TLS (by this process or a proxy in front): cookies only over HTTPS, HSTS,
+# and a SECRET_KEY from the environment. Said explicitly (deploy/config.yaml does):
+# `make run`, CI and the tests serve plain HTTP on loopback, where a Secure cookie would
+# never come back and a key kept under var/ does.
+KQ_TLS = _bool("KQ_TLS", False)
 
 
 def _secret_key() -> str:
     key = env.str("SECRET_KEY", default="")
     if key:
         return key
-    if not (DEBUG or EMBEDDED):
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off and DATABASE_URL is.")
-    # Embedded or development: generate once and keep it under var/ so sessions survive.
+    if KQ_TLS:
+        raise ImproperlyConfigured("SECRET_KEY must be set when KQ_TLS is on (a deployment).")
+    # Loopback (make run, tests): generate once and keep it under var/ so sessions survive.
     path = VAR_DIR / "secret_key"
     if not path.exists():
         VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -82,10 +84,6 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-# Served over TLS (by this process or a proxy in front): cookies only over HTTPS, and
-# HSTS. Said explicitly (deploy/config.yaml does): `make run` and the tests serve plain
-# HTTP on loopback, where a Secure cookie would never come back.
-KQ_TLS = _bool("KQ_TLS", False)
 SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", KQ_TLS)
 CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", KQ_TLS)
 if KQ_TLS:
