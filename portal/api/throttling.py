@@ -78,7 +78,7 @@ def hit(key: str, *, ttl: int) -> int:
         pipe.incr(key)
         return int(pipe.execute()[1])
     except redis.RedisError:
-        log.warning("rate limiting is off: Redis did not answer", exc_info=True)
+        log.warning("rate limiting is off for this request: Redis did not answer")
         return 0
 
 

@@ -69,7 +69,6 @@ def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     ("env", "sentence"),
     [
         ({"KQ_TLS": "true"}, "SECRET_KEY must be set when KQ_TLS is on (a deployment)."),
-        ({"KQ_TLS": "maybe"}, "KQ_TLS must be true or false, not 'maybe'."),
         ({"KQ_CLUSTER": "mesos"}, "KQ_CLUSTER must be one of simulated, kubernetes, not 'mesos'."),
         ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must point at PostgreSQL or SQLite."),
         ({"KQ_CYCLE_INTERVAL_S": "soon"}, "KQ_CYCLE_INTERVAL_S must be a number, not 'soon'."),
