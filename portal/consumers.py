@@ -23,10 +23,10 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from portal import delivery, stream_queries
 from queueing import access, events

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,8 @@ class ScratchPostgres:
                   "-w", "stop")  # fmt: skip
 
     def destroy(self) -> None:
-        try:
+        with suppress(subprocess.CalledProcessError):
             self.stop()
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -231,9 +229,7 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
             before = [_submit(product, key, f"before-{i}", queue) for i in range(4)]
             live = ws_client.connect(ws_url, additional_headers=headers, open_timeout=10)
             assert json.loads(live.recv(timeout=10))["type"] == "hello"
-            wait_until(
-                lambda: CycleRun.objects.exists(), timeout=60, what="a first cycle"
-            )
+            wait_until(lambda: CycleRun.objects.exists(), timeout=60, what="a first cycle")
 
             redis.stop()
             outage_started = time.time()
@@ -252,14 +248,9 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
             during = _submit(product, key, "during", queue)  # the write lands; its event is lost
             # The live client is let go (1012, service restart) rather than left silent.
             with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    try:
-                        live.recv(timeout=1)
-                    except TimeoutError:
-                        continue
-                raise AssertionError("the live connection stayed open and silent")
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+                _read_until_closed(live, within_s=30)
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 1012
 
             redis.start()
             restarted = time.time()
@@ -288,8 +279,9 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
         # The cycle resumed after the restart; nothing was admitted twice.
         assert CycleRun.objects.filter(started_at__gt=_aware(restarted)).exists()
         admitted = list(
-            WorkloadEvent.objects.filter(workload_id__in=everything, to_phase=Phase.ADMITTED)
-            .values_list("workload_id", flat=True)
+            WorkloadEvent.objects.filter(
+                workload_id__in=everything, to_phase=Phase.ADMITTED
+            ).values_list("workload_id", flat=True)
         )
         assert sorted(admitted) == sorted(everything), log[-3000:]
         assert outage_started < restarted
@@ -300,6 +292,16 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
         redis.stop()
 
 
+def _read_until_closed(live: Any, *, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            live.recv(timeout=1)
+        except TimeoutError:
+            continue
+    raise AssertionError("the live connection stayed open and silent")
+
+
 def _aware(ts: float) -> Any:
     from datetime import UTC, datetime
 
@@ -307,7 +309,6 @@ def _aware(ts: float) -> Any:
 
 
 import websockets  # noqa: E402  # for websockets.exceptions above
-
 
 # --- PostgreSQL ----------------------------------------------------------------------------
 
@@ -343,7 +344,8 @@ def test_postgres_restarted_mid_run(tmp_path: Path) -> None:
                       "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
                 headers={"Referer": f"{product.base}/login/"}, timeout=30,
             )  # fmt: skip
-            assert signed_in.status_code == 200 and "sessionid" in browser.cookies
+            assert signed_in.status_code == 200
+            assert "sessionid" in browser.cookies
             assert browser.get(f"{product.base}/cluster/", timeout=30).status_code == 200
             before = [_submit(product, key, f"before-{i}", "nlp-research") for i in range(4)]
 
@@ -365,7 +367,8 @@ def test_postgres_restarted_mid_run(tmp_path: Path) -> None:
             assert refused.status_code == 503
             page = browser.get(f"{product.base}/cluster/", timeout=30, allow_redirects=False)
             assert page.status_code == 503
-            assert "Back shortly" in page.text and "database" in page.text
+            assert "Back shortly" in page.text
+            assert "database" in page.text
 
             pg.start()
             wait_until(

@@ -27,17 +27,19 @@ app = URLRouter(websocket_urlpatterns)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 ids = st.one_of(st.integers(-3, 2**64), st.text(max_size=3), st.none(), st.floats())
-windows = st.fixed_dictionaries(
-    {"id": ids}, optional={"from": ids, "to": ids, "x": json_values}
-)
+windows = st.fixed_dictionaries({"id": ids}, optional={"from": ids, "to": ids, "x": json_values})
 subscribes = st.fixed_dictionaries(
     {"type": st.just("subscribe")},
     optional={
-        "queues": st.one_of(st.just("*"), st.lists(st.one_of(ids, windows), max_size=5), json_values),
+        "queues": st.one_of(
+            st.just("*"), st.lists(st.one_of(ids, windows), max_size=5), json_values
+        ),
         "workloads": st.one_of(st.lists(ids, max_size=5), json_values),
         "summary": st.one_of(st.booleans(), json_values),
     },
@@ -103,7 +105,9 @@ def test_random_frames_get_schema_answers_and_the_connection_survives(
                 if "text_data" in frame:
                     await comm.send_input({"type": "websocket.receive", "text": frame["text_data"]})
                 else:
-                    await comm.send_input({"type": "websocket.receive", "bytes": frame["bytes_data"]})
+                    await comm.send_input(
+                        {"type": "websocket.receive", "bytes": frame["bytes_data"]}
+                    )
                 answer = await comm.receive_json_from(timeout=5)
                 assert answer["type"] in ("pong", "subscribed", "error"), answer
                 jsonschema.validate(answer, SERVER_MESSAGES[answer["type"]])

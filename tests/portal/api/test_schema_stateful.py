@@ -5,8 +5,10 @@ says; bounded for CI (KQ_SCHEMATHESIS_STEPS, KQ_SCHEMATHESIS_SCENARIOS)."""
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
+import operator
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -96,10 +98,16 @@ VALID_CREATIONS = {
             "name": _NAME,
             "tenant": {"enum": ["team-a"]},
             "parent": {"enum": ["team-a-q"]},
-            "min": {"type": "object", "properties": {"cpu": {"enum": ["0", "1"]}},
-                    "additionalProperties": False},
-            "max": {"type": "object", "properties": {"cpu": {"enum": ["2", "4"]}},
-                    "additionalProperties": False},
+            "min": {
+                "type": "object",
+                "properties": {"cpu": {"enum": ["0", "1"]}},
+                "additionalProperties": False,
+            },
+            "max": {
+                "type": "object",
+                "properties": {"cpu": {"enum": ["2", "4"]}},
+                "additionalProperties": False,
+            },
         },
     },
 }
@@ -178,7 +186,9 @@ def test_create_then_read_update_cancel_sequences_never_fail(
     followed = [
         s
         for s in steps
-        if "{id}" in s and not s.endswith(" 404") and s.split()[1] in {p for p, _ in sum(LINKED.values(), [])}
+        if "{id}" in s
+        and not s.endswith(" 404")
+        and s.split()[1] in {p for p, _ in functools.reduce(operator.iadd, LINKED.values(), [])}
     ]
     assert created, steps
     assert followed, steps
