@@ -42,7 +42,7 @@ def record(
 
 
 try:  # django-axes is a runtime dependency; its signal tells of a lockout.
-    from axes.signals import user_locked_out
+    from axes.signals import user_locked_out  # type: ignore[import-untyped]
 except ImportError:  # pragma: no cover - axes is pinned in requirements.txt
     user_locked_out = None
 
@@ -61,7 +61,7 @@ if user_locked_out is not None:
 
 def lockout_response(request: Any, original_response: Any = None, credentials: Any = None) -> Any:
     """django-axes' answer to a locked-out login: our page, 429, with Retry-After."""
-    from axes.helpers import get_cool_off
+    from axes.helpers import get_cool_off  # type: ignore[import-untyped]
     from django.http import HttpResponse
     from django.template.loader import render_to_string
 
