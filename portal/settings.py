@@ -250,6 +250,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # Django's LOGGING below decides
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
+# Event-driven cycles (queueing/wake.py, docs/realtime.md): on wherever a broker carries
+# tasks to other processes; beat's tick above stays the periodic reconciliation.
+KQ_WAKE = _bool("KQ_WAKE", not CELERY_BROKER_URL.startswith("memory://"))
+KQ_WAKE_DEBOUNCE_MS = _int("KQ_WAKE_DEBOUNCE_MS", 20, 0)
+KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 # Client frames: at most this many bytes each, this many a second (bursts of twice that).
@@ -286,6 +291,8 @@ KQ_CLUSTER = _choice("KQ_CLUSTER", "simulated", ("simulated", "kubernetes"))
 KQ_NAMESPACES = env.list("KQ_NAMESPACES", default=[])
 KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
 KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
+# Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
+KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)
 if KQ_SIM_FAILURE_RATE > 1:
     raise ImproperlyConfigured(
@@ -298,7 +305,7 @@ KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
 KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
 # Kinds the Kubernetes adapter manages; a kind whose CRD is not installed is skipped.
-KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob")
+KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob", "MPIJob", "TrainJob")
 KQ_KINDS = env.list("KQ_KINDS", default=list(KQ_KINDS_ALL))
 _unknown_kinds = sorted(set(KQ_KINDS) - set(KQ_KINDS_ALL))
 if _unknown_kinds:

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from portal import webhooks
 from portal.views import admin_pages, cluster, metrics, pages, queues, quotas, tokens, workloads
 
 urlpatterns = [
@@ -29,6 +30,7 @@ urlpatterns = [
     path("audit/", admin_pages.audit, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("metrics", metrics.metrics, name="metrics"),
+    path("webhooks/mutate", webhooks.mutate, name="webhook-mutate"),
     path("admin/", admin.site.urls),
     path("api/", include("portal.api.urls")),
 ]

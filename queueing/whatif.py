@@ -20,6 +20,7 @@ from queueing.cluster import get_cluster
 from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import CycleResult, QuotaNode, Snapshot
+from queueing.events import iso
 from queueing.models import Quota, Tenant
 from queueing.quantities import format_resources
 from queueing.state import SnapshotIndex, build_snapshot, from_epoch
@@ -136,8 +137,8 @@ def _workload_state(result: CycleResult, workload_id: int, admitted: set[int]) -
         "admitted": workload_id in admitted,
         "position": position.in_queue if position else None,
         "global_position": position.global_ if position else None,
-        "eta_p50": p50.isoformat() if p50 else None,
-        "eta_p90": p90.isoformat() if p90 else None,
+        "eta_p50": iso(p50),
+        "eta_p90": iso(p90),
     }
 
 

@@ -25,6 +25,9 @@ def _fast_password_hashing() -> None:
     from django.conf import settings
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # The test process wakes no cycles (tests/queueing/test_wake.py turns it on); the
+    # workers that end-to-end tests start do.
+    settings.KQ_WAKE = False
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +44,10 @@ def django_db_modify_db_settings(
     in a file (an in-memory one cannot be shared between threads safely)."""
     from django.conf import settings
 
-    wants_server = any(item.get_closest_marker("browser") for item in request.session.items)
+    wants_server = any(
+        item.get_closest_marker("browser") or item.get_closest_marker("live")
+        for item in request.session.items
+    )
     db = settings.DATABASES["default"]
     if wants_server and db["ENGINE"].endswith("sqlite3"):
         folder = Path(tempfile.mkdtemp(prefix="kq-test-db-"))

@@ -90,9 +90,6 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     data = form.cleaned_data
     changes: dict[str, Any] = {**formset.maps(), "allow_lent": data["allow_lent"]}
     version = data.get("version") or current.version
-    if version != current.version:
-        context["conflict"] = conflict_message(current, version)
-        return render(request, "portal/quota_form.html", context, status=409)
     digest = preview_digest(current, {**changes, "namespaces": data["namespaces"]})
     wants_save = request.POST.get("action") == "save"
     previewed = constant_time_compare(data.get("preview_digest") or "", digest)
@@ -124,11 +121,16 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
             "The values changed since the last preview: check this preview, then save."
         )
     try:
+        # What Save would refuse, said before the preview (the same check, not a copy).
+        actions.check_version("Quota", current, version)
         # namespaces do not change the simulation, but validating them now keeps Save
         # from failing on something the preview did not mention.
         preview = whatif.preview_quota_change(
             current, {**changes, "namespaces": data["namespaces"]}
         )
+    except ConflictError as exc:
+        context["conflict"] = str(exc)
+        return render(request, "portal/quota_form.html", context, status=409)
     except ValidationError as exc:
         apply_validation_error(form, exc)
         return render(request, "portal/quota_form.html", context, status=400)
@@ -142,14 +144,6 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     context["form"].is_valid()
     context["previewed"] = True
     return render(request, "portal/quota_form.html", context)
-
-
-def conflict_message(current: Quota, version: int) -> str:
-    return (
-        f"Quota {current.name!r} was changed by someone else (now version {current.version}, "
-        f"your edit started from version {version}). Nothing was saved. Reload to see their "
-        f"values and make your change again."
-    )
 
 
 def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:

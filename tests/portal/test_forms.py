@@ -237,3 +237,42 @@ def test_the_preview_already_refuses_a_namespace_of_another_quota(site):
     assert "Namespace &#x27;team-b&#x27; already belongs to quota &#x27;team-b-q&#x27;." in (
         response.content.decode()
     )
+
+
+def test_a_saved_edit_parses_each_typed_quantity_once(site, monkeypatch):
+    """The grid's cells are parsed by the form; the view, the preview and the action take
+    the canonical amounts as they are (and so never read 4 millicores as 4 cores)."""
+    from portal import forms as portal_forms
+
+    calls: list[tuple[str, str]] = []
+    real = portal_forms.parse_amount
+
+    def counting(resource: str, value: str) -> int:
+        calls.append((resource, value))
+        return real(resource, value)
+
+    monkeypatch.setattr(portal_forms, "parse_amount", counting)
+    monkeypatch.setattr("queueing.quantities.parse_amount", counting)
+    root = site.client("root")
+    data = grid(site.quota, **{"res-0-max": "12500m"})
+    preview = root.post(edit_url(site), data | {"action": "preview"})
+    typed = [(r, v) for r, v in calls]
+    assert ("cpu", "12500m") in typed
+    assert len(typed) == len(set(typed)), "each cell parsed once by the preview request"
+    calls.clear()
+    response = root.post(
+        edit_url(site), data | {"action": "save", "preview_digest": digest_of(preview)}
+    )
+    assert response.status_code == 302
+    assert len(calls) == len(set(calls))
+    assert ("cpu", "12500m") in calls
+    assert Quota.objects.get(pk=site.quota.pk).max["cpu"] == 12_500
+
+
+def test_a_new_queue_form_shows_the_defaults_a_queue_gets(site):
+    from portal.forms import QUEUE_FIELDS, QueueForm
+
+    queue = actions.create_queue(SYSTEM, tenant=site.tenant, name="plain")
+    form = QueueForm()
+    shown = {name: form.fields[name].initial for name in QUEUE_FIELDS}
+    assert shown == {name: getattr(queue, name) for name in QUEUE_FIELDS}

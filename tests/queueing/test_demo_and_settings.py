@@ -47,6 +47,15 @@ def test_the_trickle_submits_jobs_of_several_sizes(settings, tmp_path):
     sizes = {w.total_request.get("cpu") for w in Workload.objects.all()}
     assert Workload.objects.count() == 30
     assert len(sizes) >= 3
+    # Runtimes vary around their estimates: each simulated job runs 40-100 % of the
+    # runtime it declares, not all the same share of it.
+    from queueing.models import SimJob
+
+    declared = dict(Workload.objects.values_list("name", "expected_runtime_s"))
+    shares = [job.runtime_s / declared[job.name] for job in SimJob.objects.all()]
+    assert len(shares) == 30
+    assert all(0.4 <= share <= 1.0 for share in shares)
+    assert max(shares) - min(shares) > 0.2
 
 
 def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

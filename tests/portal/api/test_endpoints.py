@@ -238,6 +238,7 @@ class TestQueueAPI(StandardEndpoint):
 
 class TestWorkloadAPI(ListObjects, GetObject, CreateObject, ReadOnlyEndpoint):
     basename = "workload"
+    audit_verbs = {"create": "submit"}
     create_expect = matrix(201, MEMBERS, outsider=400)
     max_list_queries = 5
 
@@ -314,6 +315,9 @@ class TestAPITokenAPI(ListObjects, GetObject, CreateObject, DeleteObject):
     """Tokens are personal: nobody sees another's, not even a cluster admin."""
 
     basename = "apitoken"
+    audit_object = "token"
+    audit_verbs = {"delete": "revoke"}
+    answered_once = ("key",)
     others = ("outsider", "viewer", "member", "cluster_admin", "read_only")
     get_expect = matrix(200, ("tenant_admin",), hidden=others)
     create_expect = matrix(201, (*SIGNED_IN[:-1], "cluster_admin"))
@@ -329,6 +333,13 @@ class TestAPITokenAPI(ListObjects, GetObject, CreateObject, DeleteObject):
 
     def create_data(self, api: ApiWorld) -> dict[str, Any]:
         return {"name": "ci pipeline", "read_only": True}
+
+    def test_list_leaves_out_other_tenants_objects(self, api: ApiWorld) -> None:
+        """Not tenants here but people: each caller lists exactly their own tokens."""
+        for persona in ("viewer", "member", "tenant_admin", "outsider", "cluster_admin"):
+            own = set(APIToken.objects.filter(user=api.users[persona]).values_list("pk", flat=True))
+            assert own, persona
+            assert {row["id"] for row in self.rows(api, persona)} == own, persona
 
 
 class TestSimNodeAPI(StandardEndpoint):
@@ -378,6 +389,28 @@ class TestClusterAPI:
         assert by_name["team-a-train"]["pending"] == {"cpu": "1"}
         assert by_name["team-a-q"]["pending"] == {"cpu": "1"}  # rolled up the tree
         assert by_name["cluster"]["pending"] == {"cpu": "2"}  # both tenants, in total only
+
+    def test_runtime_quota_is_the_one_the_cluster_page_shows(self, api: ApiWorld) -> None:
+        from portal.views.cluster import cluster_context
+        from queueing.events import iso
+        from queueing.models import UsageSample
+
+        started = timezone.now()
+        CycleRun.objects.create(root="cluster", started_at=started, admitted=0)
+        Quota.objects.filter(pk=api.train.pk).update(runtime={"cpu": 3000})
+        # The history chart's sample disagrees on purpose: neither view may read it.
+        UsageSample.objects.create(
+            quota=api.train, at=started, decayed={}, used={}, runtime={"cpu": 9000}
+        )
+        body = api.call("viewer", "get", reverse("api:cluster")).json()
+        by_name = {q["name"]: q for q in body["quotas"]}
+        assert by_name["team-a-train"]["runtime"] == {"cpu": "3"}
+        assert by_name["team-a-train"]["runtime_at"] == iso(started)
+        assert (by_name["cluster"]["runtime"], by_name["cluster"]["runtime_at"]) == ({}, None)
+        page = {row.quota.name: row for row in cluster_context(1)["tree"]}
+        assert page["team-a-train"].runtime == {"cpu": 3000}
+        assert page["team-a-train"].pending == {"cpu": 1000}
+        assert page["cluster"].pending == {"cpu": 2000}  # the API's numbers, same source
 
     def test_query_count_does_not_grow(self, api: ApiWorld) -> None:
         from tests.portal.api.base import count_queries
