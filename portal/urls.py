@@ -34,3 +34,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("portal.api.urls")),
 ]
+
+# The product's own error pages (templates/404.html, 403.html, 500.html); 500 also turns
+# a database outage into a 503 (portal.outage).
+handler500 = "portal.outage.server_error"

@@ -59,7 +59,9 @@ def test_the_trickle_submits_jobs_of_several_sizes(settings, tmp_path):
 
 
 def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "KQ_TLS")
+    }
     environment.update(env)
     return subprocess.run(
         [PYTHON, "manage.py", *args],
@@ -75,7 +77,7 @@ def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("env", "sentence"),
     [
-        ({"DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off."),
+        ({"KQ_TLS": "true"}, "SECRET_KEY must be set when KQ_TLS is on (a deployment)."),
         ({"KQ_CLUSTER": "mesos"}, "KQ_CLUSTER must be one of simulated, kubernetes, not 'mesos'."),
         ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must point at PostgreSQL or SQLite."),
         ({"KQ_CYCLE_INTERVAL_S": "soon"}, "KQ_CYCLE_INTERVAL_S must be a number, not 'soon'."),
