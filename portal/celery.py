@@ -24,6 +24,9 @@ except Exception as exc:
 app = Celery("koord_queue")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["queueing"])
+# Woken cycles go to a queue of their own, consumed by the cycle worker (run_all's
+# "cycler", a solo pool: one long-lived process keeps its state between tasks).
+app.conf.task_routes = {"queueing.react": {"queue": settings.KQ_CYCLE_QUEUE}}
 
 app.conf.beat_schedule = {
     "tick": {

@@ -9,12 +9,15 @@ only what changed since its last frame (portal.delivery). The message schema is 
 docs/events.md and portal/event_schema.py.
 
 Client messages: ``{"type": "ping"}`` -> ``{"type": "pong"}``;
-``{"type": "subscribe", ...}`` -> ``{"type": "subscribed", ...}``.
+``{"type": "subscribe", ...}`` -> ``{"type": "subscribed", ...}``. Anything else (not
+JSON, binary, too large, too many) gets an ``error`` frame and the connection stays open;
+a client that keeps sending far beyond the rate is closed with 1008 (policy violation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -30,6 +33,45 @@ log = logging.getLogger(__name__)
 
 FORBIDDEN = 4403  # close code: not allowed to watch this tenant (also for unknown ones)
 REAUTHORISE_S = 60.0  # a removed member stops receiving within this long
+POLICY_VIOLATION = 1008  # close code: kept flooding after being told to slow down
+clock = time.monotonic  # the frame budget's clock; tests turn it by hand
+
+
+def max_frame_bytes() -> int:
+    return int(getattr(settings, "KQ_WS_MAX_FRAME_BYTES", 65536))
+
+
+def frame_rate() -> tuple[float, float]:
+    """(frames per second, burst) a client may send."""
+    rate = float(getattr(settings, "KQ_WS_FRAME_RATE", 20))
+    return rate, max(1.0, rate * 2)
+
+
+class FrameBudget:
+    """A token bucket of client frames: ``rate`` per second, up to ``burst`` at once.
+
+    ``take`` answers whether this frame may be handled; ``debt`` counts refused frames since
+    the bucket was last full (the client calmed down), so that a client ignoring the error
+    frames can be let go.
+    """
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
+        self.at = clock()
+        self.debt = 0
+
+    def take(self) -> bool:
+        now = clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= self.burst:
+            self.debt = 0
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        self.debt += 1
+        return False
 
 
 def debounce_s() -> float:
@@ -80,6 +122,39 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Every client frame is bounded and parsed here; none may end the connection."""
+        budget = getattr(self, "budget", None)
+        if budget is None:
+            budget = self.budget = FrameBudget(*frame_rate())
+        if not budget.take():
+            if budget.debt == 1:  # one error per burst of refusals, not one per frame
+                await self.send_error("rate", "Too many messages; slow down (docs/events.md).")
+            elif budget.debt > 10 * budget.burst:
+                log.info("closing a live-stream client that kept flooding: %s", self.channel_name)
+                await self.close(code=POLICY_VIOLATION)
+            return
+        if text_data is None:
+            await self.send_error("invalid", "Send JSON text frames, not binary ones.")
+            return
+        if len(text_data) > max_frame_bytes() or len(text_data.encode()) > max_frame_bytes():
+            await self.send_error(
+                "too_large", f"A message may be at most {max_frame_bytes()} bytes."
+            )
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:  # JSONDecodeError, and RecursionError's cousins from deep nesting
+            await self.send_error("invalid", "That is not JSON; see docs/events.md.")
+            return
+        except RecursionError:
+            await self.send_error("invalid", "That JSON nests too deeply.")
+            return
+        await self.receive_json(content)
+
+    async def send_error(self, code: str, message: str) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message})
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "ping":
@@ -88,15 +163,13 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
             try:
                 subscription = delivery.Subscription.parse(content)
             except delivery.SubscriptionError as exc:
-                await self.send_json({"type": "error", "message": str(exc)})
+                await self.send_error("invalid", str(exc))
                 return
             async with self.flush_lock:  # not in the middle of a flush under the old one
                 self.stream.subscribe(subscription)
             await self.send_json({"type": "subscribed", **subscription.describe()})
         else:
-            await self.send_json(
-                {"type": "error", "message": "Send ping or subscribe; see docs/events.md."}
-            )
+            await self.send_error("invalid", "Send ping or subscribe; see docs/events.md.")
 
     async def kq_event(self, message: dict[str, Any]) -> None:
         payload = message["payload"]

@@ -187,6 +187,7 @@ class Notice:
     cycle: int | None = None
     at: str | None = None
     quotas: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    quotas_removed: set[int] = field(default_factory=set)
     quota_cycle: int | None = None
     quota_at: str | None = None
 
@@ -229,7 +230,12 @@ class Buffer:
         elif kind == "quotas":
             notice = self.tenants.setdefault(payload.get("tenant"), Notice())
             for quota in payload.get("quotas", []):
-                notice.quotas[quota.get("id", quota.get("name"))] = dict(quota)
+                # The cycle sends a quota's usage, an edit the whole row: merge them.
+                notice.quotas.setdefault(quota["id"], {}).update(quota)
+                notice.quotas_removed.discard(quota["id"])
+            for quota_id in payload.get("removed", []):
+                notice.quotas.pop(quota_id, None)
+                notice.quotas_removed.add(quota_id)
             notice.quota_cycle = payload.get("cycle")
             notice.quota_at = payload.get("at") or notice.quota_at
         else:
@@ -415,7 +421,7 @@ class Stream:
                 }
             )
         frames += diffed
-        if notice.quotas:
+        if notice.quotas or notice.quotas_removed:
             frames.append(
                 {
                     "type": "quotas",
@@ -423,6 +429,7 @@ class Stream:
                     "cycle": notice.quota_cycle,
                     "at": notice.quota_at,
                     "quotas": list(notice.quotas.values()),
+                    "removed": sorted(notice.quotas_removed),
                 }
             )
         return frames

@@ -79,6 +79,111 @@ WINDOW: dict[str, Any] = {
 
 _TENANT = {"type": ["integer", "null"]}
 _CYCLE = {"type": ["integer", "null"]}
+_NAME = {"type": "string", "minLength": 1}
+_VERSION = {"type": "integer", "minimum": 1}
+
+# Rows of the configuration messages (queueing.events.config_message). The cycle's
+# ``quotas`` rows carry only id, name, runtime, used, min and max; an action's the whole
+# row. A client merges a row by key into what it fetched.
+QUOTA_ROW: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "runtime", "used", "min", "max"],
+    "additionalProperties": False,
+    "properties": {
+        "id": _ID,
+        "name": _NAME,
+        "parent_id": {"type": ["integer", "null"]},
+        "runtime": _RESOURCES,
+        "used": _RESOURCES,
+        "min": _RESOURCES,
+        "max": _RESOURCES,
+        "shared_weight": _RESOURCES,
+        "allow_lent": {"type": "boolean"},
+        "namespaces": {"type": "array", "items": {"type": "string"}},
+        "default_queue_id": {"type": ["integer", "null"]},
+        "version": _VERSION,
+    },
+}
+QUEUE_ROW: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "policy", "priority", "version"],
+    "additionalProperties": False,
+    "properties": {
+        "id": _ID,
+        "name": _NAME,
+        "policy": {"type": "string"},
+        "priority": {"type": "integer"},
+        "priority_threshold": {"type": "integer"},
+        "max_depth": {"type": "integer", "minimum": 0},
+        "preempt_within_quota": {"type": "string"},
+        "reclaim": {"type": "string"},
+        "admission_timeout_s": {"type": ["integer", "null"]},
+        "backoff_base_s": {"type": "number"},
+        "backoff_max_s": {"type": "number"},
+        "backoff_jitter": {"type": "number"},
+        "version": _VERSION,
+    },
+}
+MEMBER_ROW: dict[str, Any] = {
+    "type": "object",
+    "required": ["user", "username", "role"],
+    "additionalProperties": False,
+    "properties": {
+        "user": _ID,
+        "username": _NAME,
+        "role": {"enum": ["viewer", "member", "admin"]},
+    },
+}
+TENANT_ROW: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "display_name", "description"],
+    "additionalProperties": False,
+    "properties": {
+        "id": _ID,
+        "name": _NAME,
+        "display_name": {"type": "string"},
+        "description": {"type": "string"},
+    },
+}
+NODE_ROW: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "allocatable", "reserved", "labels", "taints", "unschedulable"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _NAME,
+        "allocatable": _RESOURCES,
+        "reserved": _RESOURCES,
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "taints": {"type": "array", "items": {"type": "object"}},
+        "unschedulable": {"type": "boolean"},
+    },
+}
+
+
+def _config(kind: str, row: dict[str, Any], key: dict[str, Any], tenant: dict[str, Any]) -> dict:
+    """``{"type": kind, "tenant", "cycle", "at", kind: [row...], "removed": [key...]}``."""
+    return {
+        "type": "object",
+        "required": ["type", "tenant", "cycle", "at", kind],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": kind},
+            "tenant": tenant,
+            "cycle": _CYCLE,
+            "at": _TIME,
+            kind: {"type": "array", "items": row},
+            "removed": {"type": "array", "items": key},
+        },
+    }
+
+
+CONFIG_MESSAGES: dict[str, dict[str, Any]] = {
+    "quotas": _config("quotas", QUOTA_ROW, _ID, _TENANT),  # null: a cluster quota
+    "queues": _config("queues", QUEUE_ROW, _ID, _ID),
+    "members": _config("members", MEMBER_ROW, _ID, _ID),
+    "tenants": _config("tenants", TENANT_ROW, _ID, _ID),
+    "nodes": _config("nodes", NODE_ROW, _NAME, {"type": "null"}),
+}
 
 SERVER_MESSAGES: dict[str, dict[str, Any]] = {
     "hello": {
@@ -104,32 +209,6 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
             "changes": {"type": "array", "items": {"anyOf": [WORKLOAD_ROW, WORKLOAD_STUB]}},
             "removed": {"type": "array", "items": _ID},
             "windows": {"type": "array", "items": WINDOW},
-        },
-    },
-    "quotas": {
-        "type": "object",
-        "required": ["type", "tenant", "cycle", "at", "quotas"],
-        "additionalProperties": False,
-        "properties": {
-            "type": {"const": "quotas"},
-            "tenant": _ID,
-            "cycle": _CYCLE,
-            "at": _TIME,
-            "quotas": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "name", "runtime", "used", "min", "max"],
-                    "properties": {
-                        "id": _ID,
-                        "name": {"type": "string"},
-                        "runtime": _RESOURCES,
-                        "used": _RESOURCES,
-                        "min": _RESOURCES,
-                        "max": _RESOURCES,
-                    },
-                },
-            },
         },
     },
     "activity": {
@@ -193,9 +272,13 @@ SERVER_MESSAGES: dict[str, dict[str, Any]] = {
     },
     "error": {
         "type": "object",
-        "required": ["type", "message"],
+        "required": ["type", "code", "message"],
         "additionalProperties": False,
-        "properties": {"type": {"const": "error"}, "message": {"type": "string"}},
+        "properties": {
+            "type": {"const": "error"},
+            "code": {"enum": ["invalid", "too_large", "rate"]},
+            "message": {"type": "string"},
+        },
     },
 }
 
@@ -217,6 +300,8 @@ CLIENT_MESSAGES: dict[str, dict[str, Any]] = {
     },
 }
 
+SERVER_MESSAGES.update(CONFIG_MESSAGES)  # delivery passes them on as they came
+
 NOTIFICATIONS: dict[str, dict[str, Any]] = {
     "changed": {
         "type": "object",
@@ -233,5 +318,5 @@ NOTIFICATIONS: dict[str, dict[str, Any]] = {
             "count": {"type": "integer", "minimum": 1},
         },
     },
-    "quotas": SERVER_MESSAGES["quotas"],
+    **CONFIG_MESSAGES,
 }

@@ -20,6 +20,7 @@ from queueing.choices import (
     WAITING_PHASES,
     Phase,
 )
+from queueing.events import iso
 from queueing.models import CycleRun, Queue, Quota, Tenant, UsageSample, Workload
 
 # The resources every table shows first, in this order; others follow by name.
@@ -43,11 +44,18 @@ def add_into(total: dict[str, int], values: Mapping[str, Any] | None, times: int
 
 @dataclass
 class QuotaRow:
-    """One quota with what the dashboard shows about it."""
+    """One quota with what the pages and GET /api/v1/cluster/ show about it.
+
+    ``used``, ``pending`` and ``workloads`` roll up from the leaves to every ancestor;
+    ``runtime`` is the runtime quota the last cycle computed (``Quota.runtime``, the one
+    store of it; None before any cycle). UsageSample is its history, for charts only.
+    """
 
     quota: Quota
     depth: int = 0
     used: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    workloads: dict[str, int] = field(default_factory=dict)  # by phase
     runtime: dict[str, int] | None = None
     children: list[QuotaRow] = field(default_factory=list)
 
@@ -95,49 +103,74 @@ def _json(value: Any) -> dict:
     return dict(value or {})
 
 
-def used_by_quota(quota_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
-    """What holding workloads use, per leaf quota."""
-    qs = Workload.objects.filter(phase__in=HOLDING_PHASES)
-    if quota_ids is not None:
-        qs = qs.filter(quota_id__in=list(quota_ids))
-    used: dict[int, dict[str, int]] = defaultdict(dict)
-    for quota_id, request in qs.values_list("quota_id", "total_request"):
-        add_into(used[quota_id], request)
-    return used
+@dataclass
+class LiveTotals:
+    """What live workloads ask for, per quota they sit in (not rolled up)."""
 
+    used: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    pending: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    counts: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
 
-def quota_tree(quotas: Sequence[Quota]) -> list[QuotaRow]:
-    """Rows in depth-first order with depth set.
-
-    ``used`` is what holding workloads hold now, rolled up from leaves to ancestors;
-    ``runtime`` is the runtime quota the last cycle computed (None before any cycle).
-    """
-    direct = used_by_quota([q.pk for q in quotas])
-    rows = {q.pk: QuotaRow(quota=q, runtime=dict(q.runtime) if q.runtime else None) for q in quotas}
-    for row in rows.values():
-        parent_id = row.quota.parent_id
-        if parent_id in rows:
-            rows[parent_id].children.append(row)
-    tops = [row for row in rows.values() if row.quota.parent_id not in rows]
-
-    def roll(row: QuotaRow, depth: int) -> dict[str, int]:
-        row.depth = depth
-        total = dict(direct.get(row.quota.pk, {}))
-        for child in sorted(row.children, key=lambda r: r.quota.name):
-            add_into(total, roll(child, depth + 1))
-        row.used = total
+    def cluster_used(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for amounts in self.used.values():
+            add_into(total, amounts)
         return total
 
+
+def live_totals() -> LiveTotals:
+    """One GROUP BY over waiting and holding workloads: identical shapes collapse, so it
+    reads few rows even when tens of thousands of workloads wait."""
+    totals = LiveTotals()
+    rows = (
+        Workload.objects.filter(phase__in=(*WAITING_PHASES, *HOLDING_PHASES))
+        .values("quota_id", "phase", "total_request")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in rows:
+        quota_id, phase, n = row["quota_id"], row["phase"], row["n"]
+        target = totals.used if phase in HOLDING_PHASES else totals.pending
+        add_into(target[quota_id], row["total_request"], n)
+        add_into(totals.counts[quota_id], {phase: n})
+    return totals
+
+
+def quota_tree(quotas: Sequence[Quota], totals: LiveTotals | None = None) -> list[QuotaRow]:
+    """Rows of ``quotas`` in depth-first order, depth counted within them.
+
+    Amounts roll up along the whole tree (a parent holds what its subtree holds, shown
+    or not), so a page and the API that show different parts of it agree on each row.
+    """
+    totals = totals if totals is not None else live_totals()
+    rows = {q.pk: QuotaRow(quota=q, runtime=dict(q.runtime) if q.runtime else None) for q in quotas}
+    parent_of = dict(Quota.objects.values_list("id", "parent_id"))
+    for quota_id in set(totals.used) | set(totals.pending) | set(totals.counts):
+        at: int | None = quota_id
+        seen: set[int] = set()
+        while at is not None and at not in seen:
+            seen.add(at)
+            if at in rows:
+                add_into(rows[at].used, totals.used.get(quota_id))
+                add_into(rows[at].pending, totals.pending.get(quota_id))
+                add_into(rows[at].workloads, totals.counts.get(quota_id))
+            at = parent_of.get(at)
+    for row in rows.values():
+        if row.quota.parent_id in rows:
+            rows[row.quota.parent_id].children.append(row)
     ordered: list[QuotaRow] = []
 
-    def walk(row: QuotaRow) -> None:
+    def walk(row: QuotaRow, depth: int) -> None:
+        row.depth = depth
         ordered.append(row)
         for child in sorted(row.children, key=lambda r: r.quota.name):
-            walk(child)
+            walk(child, depth + 1)
 
-    for top in sorted(tops, key=lambda r: r.quota.name):
-        roll(top, 0)
-        walk(top)
+    for top in sorted(
+        (row for row in rows.values() if row.quota.parent_id not in rows),
+        key=lambda r: r.quota.name,
+    ):
+        walk(top, 0)
     return ordered
 
 
@@ -252,11 +285,7 @@ HOLDING_SHOWN = 100  # a queue page lists this many admitted and running, newest
 FINISHED_SHOWN = 10
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
+def live_row(values: Mapping[str, Any]) -> dict[str, Any]:
     """The wire form of one workload, from ``values(*ROW_COLUMNS)``."""
     return {
         "id": values["id"],
@@ -270,19 +299,19 @@ def workload_row(values: Mapping[str, Any]) -> dict[str, Any]:
         "priority": values["priority"],
         "position": values["position"],
         "global_position": values["global_position"],
-        "eta_p50": _iso(values["eta_p50"]),
-        "eta_p90": _iso(values["eta_p90"]),
+        "eta_p50": iso(values["eta_p50"]),
+        "eta_p90": iso(values["eta_p90"]),
         "reason": values["reason"],
-        "queue_order_at": _iso(values["queue_order_at"]),
-        "admitted_at": _iso(values["admitted_at"]),
-        "started_at": _iso(values["started_at"]),
-        "finished_at": _iso(values["finished_at"]),
+        "queue_order_at": iso(values["queue_order_at"]),
+        "admitted_at": iso(values["admitted_at"]),
+        "started_at": iso(values["started_at"]),
+        "finished_at": iso(values["finished_at"]),
     }
 
 
 def wire_rows(qs: QuerySet[Workload]) -> list[dict[str, Any]]:
     """Rows in the wire form, in one query (names joined in)."""
-    return [workload_row(values) for values in qs.values(*ROW_COLUMNS)]
+    return [live_row(values) for values in qs.values(*ROW_COLUMNS)]
 
 
 def _of(queue_id: int, tenant_id: int | None) -> QuerySet[Workload]:

@@ -194,8 +194,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # Django's LOGGING below decides
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
+# Event-driven cycles (queueing/wake.py, docs/realtime.md): on wherever a broker carries
+# tasks to other processes; beat's tick above stays the periodic reconciliation.
+KQ_WAKE = _bool("KQ_WAKE", not CELERY_BROKER_URL.startswith("memory://"))
+KQ_WAKE_DEBOUNCE_MS = _int("KQ_WAKE_DEBOUNCE_MS", 20, 0)
+KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
+# Client frames: at most this many bytes each, this many a second (bursts of twice that).
+KQ_WS_MAX_FRAME_BYTES = _int("KQ_WS_MAX_FRAME_BYTES", 65536, 1024)
+KQ_WS_FRAME_RATE = _float("KQ_WS_FRAME_RATE", 20.0, 1.0)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {

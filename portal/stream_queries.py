@@ -71,7 +71,7 @@ def rows_by_id(ids: Sequence[int], tenant_id: int) -> RowsResult:
     versions: dict[int, str] = {}
     qs = Workload.objects.filter(id__in=list(ids), tenant_id=tenant_id)
     for values in qs.values(*queries.ROW_COLUMNS, "updated_at"):
-        rows.append(queries.workload_row(values))
+        rows.append(queries.live_row(values))
         versions[values["id"]] = values["updated_at"].isoformat()
     return RowsResult(rows=tuple(rows), versions=versions)
 

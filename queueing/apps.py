@@ -6,3 +6,8 @@ class QueueingConfig(AppConfig):
 
     name = "queueing"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from queueing import wake
+
+        wake.connect_signals()  # quota and queue edits wake their trees' cycles

@@ -15,10 +15,10 @@ from typing import Any
 from django.db.models import Count, Q
 
 from queueing import lease as leases
-from queueing import state
+from queueing import state, wake
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
-from queueing.cluster.base import Cluster, NodeInfo
+from queueing.cluster.base import Cluster, NodeInfo, Timed
 from queueing.engine import run_cycle as engine_cycle
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster
@@ -101,26 +101,78 @@ def cycle_root(
 
 
 def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> CycleSummary:
-    """Sync with the cluster, then cycle every quota tree. What beat runs every few seconds."""
+    """Sync with the cluster, then cycle every quota tree. What beat runs every few
+    seconds: the periodic full reconciliation behind the event-driven ``react``."""
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
-    sync_lease = leases.acquire("sync")
-    if sync_lease is not None:
-        try:
-            report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
-            summary.sync = report.as_dict()
-            summary.errors.extend(report.errors)
-        except leases.LeaseLost as exc:
-            log.warning("sync dropped: %s", exc)
-            summary.skipped.append("sync")
-            summary.errors.append(str(exc))
-        finally:
-            leases.release(sync_lease)
-    else:
+    if not _sync(cluster, now, summary):
         summary.skipped.append("sync")
+    _cycle_roots(cluster, state.roots(), now, summary)
+    _arm_timer(cluster, now)
+    counts = Workload.objects.aggregate(
+        pending=Count("id", filter=Q(phase__in=WAITING_PHASES)),
+        running=Count("id", filter=Q(phase__in=HOLDING_PHASES)),
+    )
+    summary.pending = counts["pending"]
+    summary.running = counts["running"]
+    summary.duration_ms = (time.perf_counter() - started) * 1000
+    return summary
+
+
+# A woken tree whose lease is busy (beat's tick or another worker cycles it) is woken
+# again this much later rather than dropped: the holder may have read before the change.
+BUSY_RETRY_S = 0.1
+
+
+def react(
+    target: str, *, cluster: Cluster | None = None, now: datetime | None = None
+) -> CycleSummary:
+    """What a wake runs (queueing.wake): ``target`` is a root, ``wake.ALL`` or
+    ``wake.SYNC`` (look at the cluster, then cycle every tree). See docs/realtime.md."""
+    wake.taken(target)
+    cluster = cluster or get_cluster()
+    started = time.perf_counter()
+    summary = CycleSummary()
+    if target == wake.SYNC and not _sync(cluster, now, summary):
+        wake.wake(None, sync=True, reason="sync busy", delay_s=BUSY_RETRY_S)
+    roots = state.roots() if target in (wake.SYNC, wake.ALL) else [target]
+    _cycle_roots(cluster, roots, now, summary)
+    busy = [root for root in summary.skipped if root != "sync"]
+    if busy:
+        wake.wake(busy, reason="lease busy", delay_s=BUSY_RETRY_S)
+    _arm_timer(cluster, now)
+    summary.duration_ms = (time.perf_counter() - started) * 1000
+    return summary
+
+
+def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
+    """The sync under its lease; False when another worker holds it. Its own changes
+    wake nothing: the caller cycles every tree next."""
+    sync_lease = leases.acquire("sync")
+    if sync_lease is None:
+        return False
+    try:
+        with wake.suppressed():
+            report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
+        summary.sync = report.as_dict()
+        summary.errors.extend(report.errors)
+    except leases.LeaseLost as exc:
+        log.warning("sync dropped: %s", exc)
+        summary.skipped.append("sync")
+        summary.errors.append(str(exc))
+    finally:
+        leases.release(sync_lease)
+    return True
+
+
+def _cycle_roots(
+    cluster: Cluster, roots: list[str], now: datetime | None, summary: CycleSummary
+) -> None:
+    if not roots:
+        return
     nodes = cluster.nodes()
-    for root in state.roots():
+    for root in roots:
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)
         except leases.LeaseLost as exc:
@@ -137,11 +189,12 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
         summary.conflicts += applied.conflicts
         summary.engine_ms += applied.engine_ms
         summary.errors.extend(applied.errors)
-    counts = Workload.objects.aggregate(
-        pending=Count("id", filter=Q(phase__in=WAITING_PHASES)),
-        running=Count("id", filter=Q(phase__in=HOLDING_PHASES)),
-    )
-    summary.pending = counts["pending"]
-    summary.running = counts["running"]
-    summary.duration_ms = (time.perf_counter() - started) * 1000
-    return summary
+
+
+def _arm_timer(cluster: Cluster, now: datetime | None) -> None:
+    """A cluster that changes by itself at known instants gets a wake for the next one."""
+    if isinstance(cluster, Timed) and wake.enabled():
+        try:
+            wake.arm_timer(cluster.next_change_at(), now=now)
+        except Exception:  # a timer is an optimisation; beat's tick still comes
+            log.exception("could not set the cycle's timer")

@@ -13,10 +13,17 @@ beyond that (``count`` still says how many), so a message stays under a couple o
 kilobytes however long the queues are. ``key`` names the notification: delivery uses it
 to share one database read among the connections of a process that saw the same one.
 
-Quota changes travel whole, as they are small:
+Configuration travels whole, as it is small. Every action that changes a quota, queue,
+membership, tenant or node publishes the rows it changed, and the cycle publishes the
+quotas whose runtime quota or usage moved; all in one shape (``<kind>`` is one of
+``quotas``, ``queues``, ``members``, ``tenants``, ``nodes``):
 
-    {"type": "quotas", "tenant": <id>, "cycle": <id or null>, "at": <iso8601>,
-     "quotas": [{"id", "name", "runtime", "used", "min", "max"}...]}
+    {"type": <kind>, "tenant": <id or null>, "cycle": <id or null>, "at": <iso8601>,
+     <kind>: [<row>...], "removed": [<key>...]}
+
+A row is what the read models show (``quota_row``, ``queue_row``, ... below), so a
+client merges it by key into what it fetched. ``tenant`` null means cluster-wide (a
+cluster quota, a node): only the cluster admins' group receives it.
 
 The WebSocket consumers (portal.consumers) pull what each subscription shows from the
 database when a notification concerns it; docs/events.md describes the whole path.
@@ -29,8 +36,9 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -51,6 +59,15 @@ ALL_GROUP = "tenant.all"  # cluster admins watching every tenant
 
 
 SEND_TIMEOUT_S = 5.0
+
+
+def iso(value: datetime | None) -> str | None:
+    """The one time format of pages, the API and the live stream: ISO 8601 in UTC, "Z"
+    (as DRF renders a DateTimeField)."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class _SenderLoop:
@@ -96,15 +113,19 @@ def _cross_process(layer: Any) -> bool:
     return not type(layer).__module__.startswith("channels.layers")
 
 
-def send(tenant_id: int, payload: dict) -> None:
-    """Deliver now. Use notify_changes / publish_on_commit from code that writes."""
+def send(tenant_id: int | None, payload: dict) -> None:
+    """Deliver now. Use notify_changes / publish_on_commit from code that writes.
+
+    A tenant's message goes to its group and to the cluster admins'; a cluster-wide one
+    (``tenant_id`` None) to the cluster admins' only."""
     layer = get_channel_layer()
     if layer is None:
         return
     message = {"type": "kq.event", "payload": payload}
 
     async def both() -> None:
-        await layer.group_send(group_name(tenant_id), message)
+        if tenant_id is not None:
+            await layer.group_send(group_name(tenant_id), message)
         await layer.group_send(ALL_GROUP, message)
 
     try:
@@ -116,7 +137,7 @@ def send(tenant_id: int, payload: dict) -> None:
         log.exception("could not publish a live event for tenant %s", tenant_id)
 
 
-def publish_on_commit(tenant_id: int, payload: dict) -> None:
+def publish_on_commit(tenant_id: int | None, payload: dict) -> None:
     """Send after the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: send(tenant_id, payload))
 
@@ -130,7 +151,7 @@ def changed_message(
         "type": "changed",
         "tenant": tenant_id,
         "cycle": cycle_id,
-        "at": timezone.now().isoformat(),
+        "at": iso(timezone.now()),
         "key": secrets.token_hex(8),
         "queues": sorted(set(queues)),
         "workloads": ids if len(ids) <= MAX_IDS else None,
@@ -193,3 +214,101 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
         batch.queues.setdefault(int(tenant_id), set()).add(int(queue_id))
         batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
     transaction.on_commit(batch.flush)
+    if cycle_id is None:
+        # Not the cycle's own writes: what changed may change a decision (docs/realtime.md).
+        from queueing import wake
+
+        ids = [int(workload_id) for _, _, workload_id in items]
+        transaction.on_commit(lambda: wake.wake_workloads(ids))
+
+
+# --- configuration messages: the rows actions changed ---------------------------------
+
+CONFIG_KINDS = ("quotas", "queues", "members", "tenants", "nodes")
+
+QUOTA_ROW_FIELDS = (
+    "id",
+    "name",
+    "parent_id",
+    "runtime",
+    "used",
+    "min",
+    "max",
+    "shared_weight",
+    "allow_lent",
+    "namespaces",
+    "default_queue_id",
+    "version",
+)
+QUEUE_ROW_FIELDS = (
+    "id",
+    "name",
+    "policy",
+    "priority",
+    "priority_threshold",
+    "max_depth",
+    "preempt_within_quota",
+    "reclaim",
+    "admission_timeout_s",
+    "backoff_base_s",
+    "backoff_max_s",
+    "backoff_jitter",
+    "version",
+)
+
+
+def quota_row(quota: Any) -> dict[str, Any]:
+    """A quota as the ``quotas`` message carries it."""
+    return {name: getattr(quota, name) for name in QUOTA_ROW_FIELDS}
+
+
+def queue_row(queue: Any) -> dict[str, Any]:
+    return {name: getattr(queue, name) for name in QUEUE_ROW_FIELDS}
+
+
+def member_row(membership: Any) -> dict[str, Any]:
+    return {
+        "user": membership.user_id,
+        "username": membership.user.get_username(),
+        "role": membership.role,
+    }
+
+
+def tenant_row(tenant: Any) -> dict[str, Any]:
+    return {
+        "id": tenant.pk,
+        "name": tenant.name,
+        "display_name": tenant.display_name,
+        "description": tenant.description,
+    }
+
+
+def node_row(node: Any) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "allocatable": dict(node.allocatable),
+        "reserved": dict(node.reserved),
+        "labels": dict(node.labels),
+        "taints": [dict(t) for t in node.taints],
+        "unschedulable": bool(node.unschedulable),
+    }
+
+
+def config_message(
+    kind: str,
+    tenant_id: int | None,
+    rows: Iterable[Mapping[str, Any]] = (),
+    *,
+    removed: Iterable[Any] = (),
+    cycle_id: int | None = None,
+) -> dict[str, Any]:
+    """The message of changed configuration rows (see the module docstring)."""
+    assert kind in CONFIG_KINDS, kind
+    return {
+        "type": kind,
+        "tenant": tenant_id,
+        "cycle": cycle_id,
+        "at": iso(timezone.now()),
+        kind: [dict(row) for row in rows],
+        "removed": sorted(removed),
+    }

@@ -31,6 +31,30 @@ _DECIMAL = [("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10*
 # Kubernetes keeps a quantity's value in 64 bits (in its canonical unit here).
 MAX_AMOUNT = 2**63 - 1
 
+# The grammar of Kubernetes' resource.Quantity (k8s.io/apimachinery/pkg/api/resource):
+#   <quantity> ::= <signedNumber><suffix>;  <number> ::= <digits> | <digits>.<digits> |
+#   <digits>. | .<digits>;  <suffix> ::= <binarySI> | <decimalExponent> | <decimalSI>
+#   binarySI Ki..Ei; decimalSI n u m "" k M G T P E; decimalExponent e|E <signedNumber>.
+# The Python client's parse_quantity hands the number to Decimal, which also takes
+# spaces, "_", other scripts' digits, "NaN" and suffixes such as "K" or "ki" that the API
+# server refuses; the grammar is checked first so that the same strings are refused here.
+# ASCII only, and fullmatch: "$" would let a trailing newline through.
+QUANTITY_RE = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[eE][+-]?[0-9]+|[numkMGTPE])?",
+    re.ASCII,
+)
+# resource.Quantity parses the exponent as a 32-bit integer.
+_EXPONENT_RE = re.compile(r"[eE]([+-]?[0-9]+)\Z", re.ASCII)
+_INT32 = 2**31 - 1
+
+
+def is_quantity(text: str) -> bool:
+    """Whether ``text`` is a quantity string the Kubernetes API server would accept."""
+    if not QUANTITY_RE.fullmatch(text):
+        return False
+    exponent = _EXPONENT_RE.search(text)
+    return exponent is None or abs(int(exponent.group(1))) <= _INT32
+
 
 class QuantityError(ValueError):
     """A quantity or resource map that cannot be parsed; the message is for people."""
@@ -52,9 +76,11 @@ def parse_amount(resource: str, value: Any) -> int:
     validate_resource_name(resource)
     if isinstance(value, bool):
         raise QuantityError(f"{resource}: {value!r} is not a quantity.")
-    text = str(value).strip()
+    text = str(value)
     if not text:
         raise QuantityError(f"{resource}: an empty value is not a quantity.")
+    if not is_quantity(text):
+        raise QuantityError(f"{resource}: {text!r} is not a Kubernetes quantity.")
     try:
         amount = parse_quantity(text)
     except (ValueError, InvalidOperation, TypeError) as exc:

@@ -21,6 +21,17 @@ def tick() -> dict[str, Any]:
     return summary
 
 
+@shared_task(name="queueing.react", ignore_result=True)
+def react(target: str) -> dict[str, Any]:
+    """A woken cycle (queueing.wake): a tree's root, "*" for every tree, or "sync"."""
+    from queueing.cycle import react as run_react
+
+    summary = run_react(target).as_dict()
+    if summary["admitted"] or summary["preempted"] or summary["errors"]:
+        log.info("react %s: %s", target, summary)
+    return summary
+
+
 @shared_task(name="queueing.sync_cluster", ignore_result=True)
 def sync_cluster() -> dict[str, Any]:
     from queueing.sync import sync_cluster as run_sync

@@ -1,10 +1,11 @@
 """The long-lived watch (kubernetes mode): start a cycle as soon as the cluster changes.
 
-The sync and the cycle run in Celery workers, on beat's timer, and read the cluster
-fresh each time. The watch only shortens the wait: informers follow jobs, nodes and
-bound pods, and a change that can alter a decision (a job finished, appeared, vanished or
-changed state; a node or free capacity changed) sends a tick task at once. Bursts are
-coalesced: at most one trigger per ``debounce_s``. If the watch is down, nothing is lost
+The sync and the cycle run in Celery workers; beat's timer reconciles periodically. The
+watch makes them react: informers follow jobs, nodes and bound pods, and a change that
+can alter a decision (a job finished, appeared, vanished or changed state; a node or
+free capacity changed) wakes the cycle worker for a sync and a cycle (queueing.wake).
+Bursts are coalesced: at most one trigger per ``debounce_s``, and wakes are debounced
+again on their way. If the watch is down, nothing is lost
 but latency. ``python manage.py watch_cluster`` is a thin wrapper around ``run_watch``.
 """
 
@@ -23,13 +24,18 @@ Trigger = Callable[[Mapping[str, int]], None]
 
 
 def enqueue_tick(reasons: Mapping[str, int]) -> None:
-    """Ask a worker for a tick now; one nobody picks up soon is useless, so it expires."""
+    """Wake the cycle worker for a sync and every tree's cycle (queueing.wake); with
+    wakes off, ask for a tick (one nobody picks up soon is useless, so it expires)."""
     from django.conf import settings
 
+    from queueing import wake
     from queueing.tasks import tick
 
-    tick.apply_async(expires=max(settings.KQ_CYCLE_INTERVAL_S * 2, 2.0))
-    log.debug("tick requested after %s", dict(reasons))
+    if wake.enabled():
+        wake.wake(None, sync=True, reason=",".join(sorted(reasons))[:100])
+    else:
+        tick.apply_async(expires=max(settings.KQ_CYCLE_INTERVAL_S * 2, 2.0))
+    log.debug("cycle requested after %s", dict(reasons))
 
 
 def run_watch(

@@ -25,6 +25,9 @@ def _fast_password_hashing() -> None:
     from django.conf import settings
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # The test process wakes no cycles (tests/queueing/test_wake.py turns it on); the
+    # workers that end-to-end tests start do.
+    settings.KQ_WAKE = False
 
 
 @pytest.fixture(autouse=True)

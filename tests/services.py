@@ -130,6 +130,9 @@ def celery_worker_argv(name: str, *, loglevel: str = "WARNING") -> list[str]:
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",
+        # Beat's ticks and the woken cycles (queueing.wake) alike.
+        "-Q",
+        "celery,cycle",
         "-n",
         f"{name}@%h",
     ]

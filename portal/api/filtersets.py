@@ -31,13 +31,41 @@ class DateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UTCDateTimeField
 
 
+# Ids are 64-bit primary keys; priorities are 32-bit. A number outside its column's range
+# is a caller's mistake to be named (400), not an OverflowError in the database driver.
+ID_MAX = 2**63 - 1
+INT32 = 2**31 - 1
+
+
+class IdFilter(filters.NumberFilter):
+    """A primary key: a whole number from 1 to 2^63-1."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", ID_MAX)
+        super().__init__(*args, **kwargs)
+
+
+class Int32Filter(filters.NumberFilter):
+    """A 32-bit integer column such as priority."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", -INT32 - 1)
+        kwargs.setdefault("max_value", INT32)
+        super().__init__(*args, **kwargs)
+
+
 class WorkloadFilterSet(filters.FilterSet):
     tenant = filters.CharFilter(field_name="tenant__name", help_text="Tenant name.")
-    tenant_id = filters.NumberFilter(field_name="tenant_id")
+    tenant_id = IdFilter(field_name="tenant_id")
     queue = filters.CharFilter(field_name="queue__name", help_text="Queue name.")
-    queue_id = filters.NumberFilter(field_name="queue_id")
+    queue_id = IdFilter(field_name="queue_id")
     quota = filters.CharFilter(field_name="quota__name", help_text="Quota name.")
-    quota_id = filters.NumberFilter(field_name="quota_id")
+    quota_id = IdFilter(field_name="quota_id")
     phase = filters.MultipleChoiceFilter(
         choices=Phase.choices,
         method="filter_phase",
@@ -46,8 +74,8 @@ class WorkloadFilterSet(filters.FilterSet):
     name = filters.CharFilter(field_name="name", help_text="Exact name.")
     name_contains = filters.CharFilter(field_name="name", lookup_expr="icontains")
     namespace = filters.CharFilter(field_name="namespace")
-    priority_min = filters.NumberFilter(field_name="priority", lookup_expr="gte")
-    priority_max = filters.NumberFilter(field_name="priority", lookup_expr="lte")
+    priority_min = Int32Filter(field_name="priority", lookup_expr="gte")
+    priority_max = Int32Filter(field_name="priority", lookup_expr="lte")
     created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
 

@@ -9,10 +9,8 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from portal import charts, queries
+from portal import charts, overview, queries
 from portal.views.common import page_number, require_cluster_admin
-from queueing.cluster import get_cluster
-from queueing.cluster.base import ClusterError
 from queueing.models import Quota
 
 NODES_PER_PAGE = 100
@@ -28,15 +26,11 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
 
 
 def cluster_context(page: int) -> dict[str, Any]:
-    node_error = ""
-    try:
-        nodes = sorted(get_cluster().nodes(), key=lambda n: n.name)
-    except ClusterError as exc:
-        nodes, node_error = [], str(exc)
+    view = overview.cluster_overview(list(Quota.objects.select_related("tenant", "parent")))
     held = queries.node_usage()
     pools: dict[str, dict[str, dict[str, int]]] = {}
     rows = []
-    for node in nodes:
+    for node in view.nodes:
         pool = node.labels.get("koord-queue/pool", "") or "—"
         used = held.get(node.name, {})
         totals = pools.setdefault(
@@ -89,7 +83,7 @@ def cluster_context(page: int) -> dict[str, Any]:
     ]
     paginator = Paginator(rows, NODES_PER_PAGE)
     node_page = paginator.get_page(page)
-    tree = queries.quota_tree(list(Quota.objects.select_related("tenant", "parent")))
+    tree = view.quotas
     cycles = queries.recent_cycles(60)
     chronological = list(reversed(cycles))
     chart = charts.bar_chart(
@@ -102,7 +96,7 @@ def cluster_context(page: int) -> dict[str, Any]:
         "pools": pool_rows,
         "nodes": node_page,
         "node_count": len(rows),
-        "node_error": node_error,
+        "node_error": view.node_error,
         "tree": tree,
         "cycles": cycles[:20],
         "cycle_chart": chart,

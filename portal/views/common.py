@@ -45,8 +45,13 @@ def role_flags(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
     }
 
 
+# A page beyond this would start past any table's rows; bounding it keeps the offset inside
+# the database's 64-bit LIMIT/OFFSET (a page=10^30 once answered 500).
+MAX_PAGE = 1_000_000
+
+
 def page_number(request: HttpRequest, name: str = "page") -> int:
-    try:
-        return max(1, int(request.GET.get(name, "1")))
-    except ValueError:
+    raw = request.GET.get(name, "1")
+    if not (raw.isascii() and raw.isdigit()):
         return 1
+    return MAX_PAGE if len(raw) > 7 else min(MAX_PAGE, max(1, int(raw)))

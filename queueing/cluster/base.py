@@ -167,3 +167,13 @@ class ChangeJournal(Protocol):
     def job_infos(self, keys: set[JobKey]) -> dict[JobKey, JobInfo | None]:
         """The managed jobs among ``keys`` (None: gone, or not the queue's)."""
         ...
+
+
+@runtime_checkable
+class Timed(Protocol):
+    """Adapters that know when their next change happens by itself (the simulated
+    cluster's jobs finish after their runtime): the cycle worker sets a timer for it."""
+
+    def next_change_at(self) -> datetime | None:
+        """When the next running job finishes; None when nothing runs."""
+        ...

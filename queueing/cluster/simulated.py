@@ -167,6 +167,17 @@ class SimulatedCluster:
         query.delete()
 
     # --- time ------------------------------------------------------------------------
+    def next_change_at(self) -> datetime | None:
+        """When the next running job finishes (the cycle worker's timer, queueing.wake)."""
+        finishes = [
+            started + timedelta(seconds=runtime)
+            for started, runtime in SimJob.objects.filter(
+                state=SimJobState.RUNNING, started_at__isnull=False
+            ).values_list("started_at", "runtime_s")
+            if started is not None
+        ]
+        return min(finishes, default=None)
+
     def tick(self, now: datetime | None = None) -> int:
         """Finish running jobs whose runtime has elapsed; start ones now schedulable.
 

@@ -28,8 +28,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.cycle import (
+from queueing.engine.aging import claim_full_at
+from queueing.engine.cyclestate import (
     F_DEPTH,
+    F_NEVER,
     F_NODES,
     F_POLICY,
     F_QUOTA,
@@ -49,10 +51,14 @@ from queueing.engine.types import (
     EXPLAIN_UNKNOWN,
     PREEMPTED,
     Explanation,
+    WorkloadSpec,
+    fmt,
+    fmt_amount,
+    fmt_time,
 )
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = ["explain_all"]
 
@@ -63,12 +69,41 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
         mx = tree.maxes[c]
         for k, v in req.items():
             if k in mx and v > mx[k]:
-                return f"it requests {v} {k} but quota {tree.names[c]} has a max of {mx[k]}"
+                return (
+                    f"it requests {fmt_amount(k, v)} but quota {tree.names[c]} has a max of "
+                    f"{fmt_amount(k, mx[k])}"
+                )
     cap = cy.nodes.capacity
     for k, v in req.items():
         if v > cap.get(k, 0):
-            return f"it requests {v} {k} but the schedulable cluster has {cap.get(k, 0)}"
+            return (
+                f"it requests {fmt_amount(k, v)} but the schedulable cluster has "
+                f"{fmt_amount(k, cap.get(k, 0))}"
+            )
     return None
+
+
+def _upper_runtime(cy: Cycle, w: WorkloadSpec) -> float:
+    """A runtime the workload is not expected to exceed: declared, else its queue's p90."""
+    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+        return w.expected_runtime_s
+    hist = cy.snapshot.runtime_history.get(w.queue)
+    if hist is not None and hist[1] > 0:
+        return float(hist[1])
+    return cy.config.default_runtime_s
+
+
+def _latest_end(cy: Cycle, root: int) -> float:
+    """When the last workload now holding capacity in ``root``'s tree is expected to end."""
+    now = cy.now
+    latest = now
+    for c in cy.tree.subtree(root):
+        for w in cy.holding[c]:
+            start = w.started_at if w.started_at is not None else now
+            end = start + _upper_runtime(cy, w)
+            if end > latest:
+                latest = end
+    return latest
 
 
 def explain_all(cy: Cycle) -> dict[int, Explanation]:
@@ -105,7 +140,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     c = x
             never = _never_quota(cy, qi, req)
             if never is not None:
-                tmpl = Explanation(0, EXPLAIN_NEVER, quota=names[c], detail=never)
+                tmpl = Explanation(0, EXPLAIN_NEVER, quota=names[c], limit="max", detail=never)
             else:
                 lc = load[c]
                 lim = limit[c]
@@ -123,17 +158,19 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                         kind_limit = "max"
                     elif tree.parent[c] < 0 and rt >= capacity.get(r, 0):
                         kind_limit = "cluster"
+                # Idle under every max on the chain (and at the root, in the cluster):
+                # what the quota could borrow if its runtime quota gave it.
                 borrow: dict[str, int] = {}
-                rt_leaf = runtime[qi]
+                chain = tree.chains[qi]
+                root = chain[-1]
                 for k in req:
-                    ceiling = runtime[tree.chains[qi][-1]].get(k, 0)
-                    for x in tree.chains[qi]:
+                    idle = limit[root].get(k, 0) - load[root].get(k, 0)
+                    for x in chain[:-1]:
                         m = maxes[x].get(k)
-                        if m is not None and m < ceiling:
-                            ceiling = m
-                    b = ceiling - rt_leaf.get(k, 0)
-                    if b > 0:
-                        borrow[k] = b
+                        if m is not None and m - load[x].get(k, 0) < idle:
+                            idle = m - load[x].get(k, 0)
+                    if idle > 0:
+                        borrow[k] = idle
                 shortfall = Resources.from_raw(short)
                 tmpl = Explanation(
                     0,
@@ -152,7 +189,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         if tmpl is None:
             never = nodes.never_fits(wreqs)
             if never is not None:
-                tmpl = Explanation(0, EXPLAIN_NEVER, detail=never)
+                tmpl = Explanation(0, EXPLAIN_NEVER, limit="nodes", detail=never)
             else:
                 slot, n_elig = nodes.largest_slot(wreqs)
                 biggest = max(wreqs, key=lambda p: (nodes._size(p), p.name))
@@ -173,53 +210,139 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
     policy_tail = tuple(_policy[9:])  # to_free .. detail
 
-    def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...]) -> Explanation:
-        # Fields 0 (workload_id) and 7 (ahead) differ; the rest comes from the template.
-        return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:]))
+    def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...], n: int) -> Explanation:
+        # Fields 0 (workload_id), 7 (ahead) and 14 (waiting_ahead) differ; the rest
+        # comes from the template.
+        return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:14], n, *tmpl[15:]))
 
-    victims_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+    victims_cache: dict[tuple[int, int], list[WorkloadSpec]] = {}
+    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources]
+    hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
     skip_victims = cy.victim_ids
 
-    def victims_hint(qi: int, priority: int) -> tuple[int, ...]:
-        """Up to ``explain_ahead`` lower-priority workloads of the quota (victim order)."""
+    def victims_hint(qi: int, priority: int, short: Resources) -> Hint | None:
+        """Lower-priority workloads of the quota (victim order) as the victims fields.
+
+        As many as free the shortfall, at most ``explain_ahead`` of them; with what
+        they free of the short resources (which may be less than the shortfall).
+        """
         key = (qi, priority)
-        got = victims_cache.get(key)
-        if got is None:
+        lower = victims_cache.get(key)
+        if lower is None:
             lower = [
                 v
                 for v in cy.holding[qi]
                 if v.priority < priority and v.phase != PREEMPTED and v.id not in skip_victims
             ]
             lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
-            got = victims_cache[key] = tuple(v.id for v in lower[: max(1, n_ahead)])
+            victims_cache[key] = lower
+        if not lower:
+            return None
+        hkey = (qi, priority, short)
+        if hkey in hint_cache:
+            return hint_cache[hkey]
+        freed: dict[str, int] = {}
+        chosen: list[WorkloadSpec] = []
+        for v in lower[: max(1, n_ahead)]:
+            if chosen and all(freed.get(k, 0) >= x for k, x in short.items()):
+                break
+            useful = False
+            for k in short:
+                x = v._request._d.get(k, 0)
+                if x:
+                    freed[k] = freed.get(k, 0) + x
+                    useful = True
+            if useful:
+                chosen.append(v)
+        got: Hint | None = None
+        if chosen:
+            got = (
+                tuple(v.id for v in chosen),
+                tuple(v.name for v in chosen),
+                Resources.from_raw(freed),
+            )
+        hint_cache[hkey] = got
         return got
+
+    latest_end: dict[int, float] = {}
+
+    def starts_by(w: WorkloadSpec, qi: int) -> float | None:
+        """The aging bound of a head: claim whole, and what holds capacity ended."""
+        spec = cy.queue_specs[w.queue]
+        full = claim_full_at(spec, w)
+        if full is None:
+            return None
+        root = tree.chains[qi][-1]
+        end = latest_end.get(root)
+        if end is None:
+            end = latest_end[root] = _latest_end(cy, root)
+        return max(full, end, cy.now)
+
+    holding_names: dict[int, str] = {}
+
+    def names_of(ids: tuple[int, ...]) -> tuple[str, ...]:
+        if not holding_names:
+            for ws in cy.holding:
+                for v in ws:
+                    holding_names[v.id] = v.name
+        return tuple(holding_names.get(i, f"#{i}") for i in ids)
+
+    def head_summary(e: Explanation | None) -> str:
+        """What the blocking head waits for, as a clause."""
+        if e is None:
+            return ""
+        if e.kind == EXPLAIN_QUOTA:
+            what = {"max": "max", "cluster": "share of the cluster"}.get(
+                e.limit or "", "runtime quota"
+            )
+            text = f"it waits for quota {e.quota}: {what} short by {fmt(e.shortfall)}"
+        elif e.kind == EXPLAIN_NODES:
+            text = "it waits for room on nodes for all its pods at once"
+        elif e.kind == EXPLAIN_PREEMPTING:
+            text = "it waits for the workloads it preempted to release their capacity"
+        else:
+            return ""
+        if e.starts_by is not None:
+            text += f", and starts by {fmt_time(e.starts_by)} at the latest"
+        return text
 
     for q in cy.queues:
         in_quota_preemption = q.spec.preempt_within_quota != "Never"
+        aging = q.spec.aging_bound_s is not None
         waiting_ids: list[int] = []
         head: tuple[int, ...] = ()
+        head_of: set[int] = set()  # quotas whose head in this queue was seen
+        head_names: dict[int, str] = {}
         for w in q.cands:
             wid = w.id
             if wid in admitted:
+                continue
+            f = fail.get(wid)
+            if f is not None and f[0] == F_NEVER:
+                out[wid] = Explanation(wid, EXPLAIN_NEVER, limit="nodes", detail=str(f[1]))
                 continue
             idx = len(waiting_ids)
             waiting_ids.append(wid)
             if idx <= n_ahead:
                 head = tuple(waiting_ids[:n_ahead])
             ahead = head[:idx] if idx < n_ahead else head
-            f = fail.get(wid)
+            qi = cy.quota_of[wid]
+            is_head = qi not in head_of
+            head_of.add(qi)
             if f is None:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead)
+                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
                 continue
             kind, arg = f
             if kind == F_QUOTA:
-                qi = cy.quota_of[wid]
-                e = with_id(quota_expl(qi, arg, w._request), wid, ahead)
+                e = with_id(quota_expl(qi, arg, w._request), wid, ahead, idx)
                 if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
-                    hint = victims_hint(qi, w.priority)
+                    hint = victims_hint(qi, w.priority, e.shortfall)
                     if hint:
-                        e = new(Explanation, (*e[:10], hint, *e[11:]))  # 10 = victims
+                        e = e._replace(victims=hint[0], victim_names=hint[1], victims_free=hint[2])
+                if is_head and aging and e.kind == EXPLAIN_QUOTA:
+                    e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
+                head_names[wid] = w.name
             elif kind == F_NODES:
                 if arg is None:
                     # Fast-failed in the tournament (a single pod set that no node could
@@ -231,24 +354,57 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                         tmpl = nodes_expl(key, podset_reqs(w.pod_sets))
                 else:
                     tmpl = nodes_expl(arg, cy.reqs(w))
-                out[wid] = with_id(tmpl, wid, ahead)
+                e = with_id(tmpl, wid, ahead, idx)
+                if is_head and aging and e.kind == EXPLAIN_NODES:
+                    e = e._replace(starts_by=starts_by(w, qi))
+                out[wid] = e
+                head_names[wid] = w.name
             elif kind == F_POLICY:
                 out[wid] = new(
                     Explanation, (wid, EXPLAIN_POLICY, *policy_mid, ahead, arg, *policy_tail)
+                )._replace(
+                    waiting_ahead=idx,
+                    blocked_by_name=head_names.get(arg, ""),
+                    detail=head_summary(out.get(arg)),
                 )
             elif kind == F_DEPTH:
-                out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead)
+                out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)
             elif kind == F_WAITING:
+                vids = waiting.get(wid, ())
                 out[wid] = Explanation(
                     wid,
                     EXPLAIN_PREEMPTING,
                     quota=w.quota,
                     ahead=ahead,
-                    victims=waiting.get(wid, ()),
+                    victims=vids,
                     to_free=EMPTY,
+                    waiting_ahead=idx,
+                    victim_names=names_of(vids),
                 )
+                head_names[wid] = w.name
             else:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead)
+                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
+    for w, c, lim, k, short in cy.never:
+        v = w._request._d[k]
+        if c >= 0:
+            m = maxes[c][k]
+            detail = (
+                f"it requests {fmt_amount(k, v)} but quota {names[c]} has a max of "
+                f"{fmt_amount(k, m)}"
+            )
+        else:
+            detail = (
+                f"it requests {fmt_amount(k, v)} but the schedulable cluster has "
+                f"{fmt_amount(k, capacity.get(k, 0))}"
+            )
+        out[w.id] = Explanation(
+            w.id,
+            EXPLAIN_NEVER,
+            quota=names[c] if c >= 0 else None,
+            shortfall=short,
+            limit=lim,
+            detail=detail,
+        )
     for w in cy.backing_off:
         out[w.id] = Explanation(w.id, EXPLAIN_BACKOFF, requeue_at=w.requeue_at)
     for w, what in cy.unknown:

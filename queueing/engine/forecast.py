@@ -49,13 +49,13 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.cycle import F_NODES
+from queueing.engine.cyclestate import F_NEVER, F_NODES, QueueState, order_key
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle, QueueState
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = ["forecast", "positions"]
 
@@ -72,16 +72,13 @@ _CLOCK_EVERY = 64
 Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
 
 
-def _order_key(w: WorkloadSpec) -> tuple[int, float, int]:
-    return (-w.priority, w.queue_order_at, w.id)
-
-
 def positions(cy: Cycle) -> dict[int, Position]:
     """Rank of every competing, not admitted workload in its queue and globally."""
     admitted = cy.admitted_ids
     waiting = cy.waiting
     quota_of = cy.quota_of
     score = cy.fair.score
+    fail = cy.fail
     cache: dict[tuple[int, object], float] = {}
     in_queue: dict[int, int] = {}
     first: list[WorkloadSpec] = []
@@ -94,6 +91,9 @@ def positions(cy: Cycle) -> dict[int, Position]:
             wid = w.id
             if wid in admitted:
                 continue
+            f = fail.get(wid)
+            if f is not None and f[0] == F_NEVER:
+                continue  # set aside: it does not compete
             n += 1
             in_queue[wid] = n
             if wid in waiting:
@@ -109,7 +109,7 @@ def positions(cy: Cycle) -> dict[int, Position]:
                 env = key
             keyed.append((env, n, wid))
     keyed.sort()
-    first.sort(key=_order_key)
+    first.sort(key=order_key)
     order = [w.id for w in first]
     order.extend(wid for _, _, wid in keyed)
     return {wid: Position(in_queue[wid], g) for g, wid in enumerate(order, 1)}
@@ -286,13 +286,11 @@ class _Simulation:
             )
         admitted = cy.admitted_ids
         states = {q.spec.name: q for q in cy.queues}
-        from queueing.engine.cycle import QueueState
-
         for name in sorted(set(states) | set(back)):
             state = states.get(name) or QueueState(-1, cy.queue_specs[name], [])
             ws = state.cands  # admitted ones are skipped as the window fills
             if name in back:
-                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=_order_key)
+                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(_SimQueue(len(self.queues), state, ws))
 
     def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:
@@ -320,6 +318,9 @@ class _Simulation:
             w = ws[i]
             sq.nxt += 1
             if w.id in admitted:
+                continue
+            f0 = fail.get(w.id)
+            if f0 is not None and f0[0] == F_NEVER:
                 continue
             sq.window += 1
             qi = quota_of.get(w.id)

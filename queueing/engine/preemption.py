@@ -16,8 +16,12 @@ Candidate victims, in the order they are tried:
 
 Within each group: lower priority first, then the most recently admitted (least work
 lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
-(declared runtime, else its queue's p50) is left alone: waiting for it costs less
-than the work its eviction would throw away. A victim is only taken if it reduces what is still
+(declared runtime, else its queue's p50) is not evicted: waiting for it costs less
+than the work its eviction would throw away. It is *awaited* instead: when the set
+that lets the preemptor fit includes such a workload, nothing is evicted this cycle
+and the preemptor reserves what it needs, so that lower-priority work cannot take
+the capacity as it frees up (with cycles woken at every completion, small jobs would
+otherwise refill each freed slot and starve a large head for ever). A victim is only taken if it reduces what is still
 missing (a quota node's shortfall, or -- once quota fits -- capacity on a node the
 preemptor may use). The set is built greedily until the preemptor fits its quota
 chain and all its pods place on nodes (counting what victims hold as free); then
@@ -43,7 +47,7 @@ from typing import TYPE_CHECKING
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.cycle import Cycle
+    from queueing.engine.cyclestate import CycleState as Cycle
 
 __all__ = [
     "MAX_EXAMINED",
@@ -91,6 +95,8 @@ class Preemptor:
         tree = cy.tree
         n = len(tree)
         self.releasing: list[dict[str, int]] = [{} for _ in range(n)]
+        #: Workloads finishing soon that a preemptor of this cycle waits for.
+        self.awaited: set[int] = set()
         qindex = tree.index
         for ws in cy.inflight.values():
             for v in ws:
@@ -111,7 +117,7 @@ class Preemptor:
             u = cy.used[c]
             if not u:
                 continue
-            rt = cy.runtime[c]
+            rt = cy.runtime_base[c]
             rel = self.releasing[c]
             inc = self.incoming[c]
             over = {k for k, v in u.items() if v - rel.get(k, 0) + inc.get(k, 0) > rt.get(k, 0)}
@@ -216,11 +222,11 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             if k in mx and amount > mx[k]:
                 return None  # never fits its own quota: nothing to win
     used = cy.used
-    runtime = cy.runtime
+    runtime = cy.runtime_base
     mins = tree.mins
     releasing = pre.releasing
     skip = cy.victim_ids
-    limit = cy.limit
+    limit = cy.limit_base
 
     incoming = pre.incoming
 
@@ -408,7 +414,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     budget = MAX_EXAMINED if need else MAX_EXAMINED_NODES_ONLY
     for stream in streams:
         for _, v, vq in stream:
-            if v.id in skip:
+            if v.id in skip or v.id in pre.awaited:
                 continue
             examined += 1
             if examined > budget:
@@ -418,7 +424,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                     continue  # workloads attached to an ancestor are not "other quotas"
                 if lower_only and v.priority >= w.priority:
                     continue
-            if not useful(v, vq) or finishing_soon(v):
+            if not useful(v, vq):
                 continue
             if vq != qi and not reclaim_ok(v, vq):
                 continue
@@ -448,6 +454,15 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 placed = pl
             else:
                 add(v, vq, 1)
+
+    awaited = [v for v, _ in chosen if finishing_soon(v)]
+    if awaited:
+        # Wait for all of them rather than evict some now: the next cycle, woken by
+        # their completion, searches again and evicts only if still needed.
+        pre.awaited.update(v.id for v in awaited)
+        pre.chosen(awaited)
+        pre.arriving(qi, req)
+        return [], [], placed, freed, extra
 
     # -- reasons -----------------------------------------------------------------------
     reasons: list[tuple[str, str]] = []

@@ -74,13 +74,16 @@ def waterfill(
     caps: Sequence[int],
     weights: Sequence[int],
     names: Sequence[str],
+    extras: Sequence[int] | None = None,
 ) -> list[int]:
-    """Allocate ``available`` among entries: bases first, then the rest by weight.
+    """Allocate ``available`` among entries: bases, then aged claims, then by weight.
 
     Returns per-entry allocations. Each entry gets its ``base``; if the bases exceed
-    ``available`` they are scaled down in proportion to themselves. The remainder is
-    shared by weight among entries whose allocation is below ``cap``, iteratively
-    (water-filling), never above ``cap``.
+    ``available`` they are scaled down in proportion to themselves. Then each entry
+    gets its ``extras`` (aged claims beyond the base, see :mod:`.aging`), in proportion
+    to them when the rest does not cover them all. The remainder is shared by weight
+    among entries whose allocation is below ``cap``, iteratively (water-filling),
+    never above ``cap``.
     """
     n = len(bases)
     if available <= 0:
@@ -92,6 +95,14 @@ def waterfill(
         return hamilton(available, bases, names)
     alloc = list(bases)
     remaining = available - total_base
+    if extras is not None:
+        ex = [max(0, min(e, caps[i] - alloc[i])) for i, e in enumerate(extras)]
+        total_ex = sum(ex)
+        if total_ex > 0:
+            give = ex if total_ex <= remaining else hamilton(remaining, ex, names)
+            for i, g in enumerate(give):
+                alloc[i] += g
+            remaining -= sum(give)
     need = [i for i in range(n) if caps[i] > alloc[i]]
     while remaining > 0 and need:
         ws = [weights[i] for i in need]
@@ -218,12 +229,24 @@ class QuotaTree:
         return out
 
     def demand(self, own: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
-        """Subtree demand per quota, each level capped by that quota's ``max``."""
+        """Subtree demand per quota, each level capped by that quota's ``max``.
+
+        A quota that does not lend (``allow_lent=False``) keeps its whole ``min``, so
+        its parent sees at least that much of it (as Koordinator counts its request
+        as ``max(request, min)``): otherwise the parent's runtime quota would not
+        cover the reserved min and the siblings' guaranteed minimums would pay for it.
+        """
         out = [dict(o) for o in own]
         parent = self.parent
         maxes = self.maxes
+        mins = self.mins
+        lent = self.allow_lent
         for i in range(len(out) - 1, -1, -1):
             d = out[i]
+            if not lent[i]:
+                for k, m in mins[i].items():
+                    if d.get(k, 0) < m:
+                        d[k] = m
             mx = maxes[i]
             if mx:
                 for k, cap in mx.items():
@@ -240,14 +263,18 @@ class QuotaTree:
         self,
         own_demand: Sequence[Mapping[str, int]],
         cluster: Mapping[str, int],
+        claims: Sequence[Mapping[str, int]] | None = None,
     ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
         """Runtime quota per quota; returns ``(runtime, demand)``.
 
         ``own_demand[i]`` is the usage plus competing requests of workloads attached
         directly to quota ``i``; ``cluster`` is the schedulable cluster capacity.
+        ``claims[i]`` (optional) is what aged heads of quota ``i`` claim, its usage
+        included (:mod:`.aging`); served after the mins, before the weights.
         """
         n = len(self.names)
         demand = self.demand(own_demand)
+        extra = self._claim_extras(claims, demand) if claims is not None else None
         resources: set[str] = set(cluster)
         for i in range(n):
             resources.update(demand[i])
@@ -281,6 +308,11 @@ class QuotaTree:
                 bases: list[int] = []
                 caps: list[int] = []
                 weights: list[int] = []
+                extras: list[int] | None = None
+                if extra is not None:
+                    extras = [extra[c].get(r, 0) for c in kids]
+                    if not any(extras):
+                        extras = None
                 any_need = False
                 for c in kids:
                     d = demand[c].get(r, 0)
@@ -297,8 +329,55 @@ class QuotaTree:
                 if not any_need and sum(bases) <= avail:
                     alloc = bases
                 else:
-                    alloc = waterfill(avail, bases, caps, weights, kid_names)
+                    alloc = waterfill(avail, bases, caps, weights, kid_names, extras)
                 for c, a in zip(kids, alloc, strict=True):
                     if a > 0:
                         runtime[c][r] = a
         return runtime, demand
+
+    def _base(self, c: int, r: str, d: int) -> int:
+        m = self.mins[c].get(r, 0)
+        mx = self.maxes[c].get(r)
+        if mx is not None and m > mx:
+            m = mx
+        if not self.allow_lent[c]:
+            return m
+        return d if d < m else m
+
+    def _claim_extras(
+        self, claims: Sequence[Mapping[str, int]], demand: Sequence[Mapping[str, int]]
+    ) -> list[dict[str, int]]:
+        """Per quota, how far its subtree's aged claims go beyond its base, within demand.
+
+        A subtree claims its own claim plus, per child, the larger of the child's base
+        and the child's claim; what that exceeds the quota's own base by (capped by its
+        demand) is served in its parent's split before the weights.
+        """
+        n = len(self.names)
+        extra: list[dict[str, int]] = [{} for _ in range(n)]
+        # Effective claim of each subtree, per resource (only where something claims).
+        eff: list[dict[str, int]] = [{} for _ in range(n)]
+        for i in range(n - 1, -1, -1):
+            own = claims[i]
+            kids = self.children[i]
+            res = set(own)
+            for c in kids:
+                res.update(eff[c])
+            if not res:
+                continue
+            d = demand[i]
+            e = extra[i]
+            out = eff[i]
+            for r in res:
+                v = own.get(r, 0)
+                for c in kids:
+                    dc = demand[c].get(r, 0)
+                    # A child without a claim still needs its base within this subtree.
+                    v += eff[c].get(r, self._base(c, r, dc))
+                dr = d.get(r, 0)
+                v = min(v, dr)
+                base = self._base(i, r, dr)
+                if v > base:
+                    e[r] = v - base
+                out[r] = max(v, base)
+        return extra

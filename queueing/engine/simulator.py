@@ -1,8 +1,15 @@
 """A virtual-time simulator: the real engine over a scenario, without a cluster.
 
-Workloads arrive at their creation times; every ``cycle_interval_s`` of virtual time
-the simulator builds a :class:`~.types.Snapshot`, calls :func:`~.cycle.run_cycle`
-and applies the decisions the way the database side does:
+Workloads arrive at their creation times. When a cycle runs depends on ``cycle``:
+
+* ``"interval"`` -- every ``cycle_interval_s`` of virtual time, as beat's timer does;
+* ``"on-event"`` -- as the event-driven cycle does: an arrival, a completion or a
+  confirmed eviction wakes a cycle ``debounce_s`` later, and events inside that window
+  are served by the same cycle; ``cycle_interval_s`` is then beat's safety net (a
+  cycle at least that often while anything waits).
+
+Each cycle builds a :class:`~.types.Snapshot`, calls :func:`~.cycle.run_cycle` and
+applies the decisions the way the database side does:
 
 * an admission starts the workload at once; it finishes after its runtime;
 * a preempted victim keeps holding its capacity until the next cycle (the cluster
@@ -41,7 +48,10 @@ from queueing.engine.types import (
     WorkloadSpec,
 )
 
-__all__ = ["Arrival", "Scenario", "SimResult", "simulate"]
+__all__ = ["CYCLE_MODES", "Arrival", "Scenario", "SimResult", "next_cycle_at", "simulate"]
+
+#: When cycles run: on beat's timer, or woken by events (debounced).
+CYCLE_MODES = ("interval", "on-event")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,8 @@ class SimResult:
     evictions: int
     cycles: int
     cycle_interval_s: float
+    cycle_mode: str
+    debounce_s: float
     engine_mean_s: float
     engine_max_s: float
     wall_s: float
@@ -99,25 +111,67 @@ class SimResult:
             "evictions": self.evictions,
             "cycles": self.cycles,
             "cycle_interval_s": self.cycle_interval_s,
+            "cycle": self.cycle_mode,
+            "debounce_s": self.debounce_s,
             "engine_mean_s": round(self.engine_mean_s, 4),
             "engine_max_s": round(self.engine_max_s, 4),
             "wall_s": round(self.wall_s, 2),
         }
 
 
+def next_cycle_at(
+    mode: str,
+    last: float,
+    *,
+    interval_s: float,
+    debounce_s: float,
+    next_event: float | None,
+    ticking: bool,
+) -> float | None:
+    """When the cycle after the one at ``last`` runs, or ``None`` if nothing ever wakes it.
+
+    ``next_event`` is the earliest event a cycle has not seen yet (an arrival, a
+    completion, or -- at ``last`` itself -- an eviction to confirm); ``ticking`` says
+    whether beat's timer has anything to find. In ``"interval"`` mode cycles run on
+    the grid of ``interval_s`` and skip the idle stretch before the next arrival; in
+    ``"on-event"`` mode the event wakes a cycle ``debounce_s`` later, and beat's
+    tick ``interval_s`` after the last cycle comes first if no event does.
+    """
+    if mode == "interval":
+        if ticking:
+            return last + interval_s
+        if next_event is None:
+            return None
+        return max(last + interval_s, math.ceil(next_event / interval_s) * interval_s)
+    if mode != "on-event":
+        raise ValueError(f"unknown cycle mode {mode!r}; expected one of {CYCLE_MODES}")
+    woken = None if next_event is None else next_event + debounce_s
+    beat = last + interval_s if ticking else None
+    candidates = [t for t in (woken, beat) if t is not None]
+    return min(candidates) if candidates else None
+
+
 def simulate(
     scenario: Scenario,
     *,
     cycle_interval_s: float = 1.0,
+    cycle: str = "interval",
+    debounce_s: float = 0.02,
     config: EngineConfig | None = None,
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,
 ) -> SimResult:
     """Run ``scenario`` through the engine in virtual time and measure it.
 
-    ``epoch`` is added to virtual times to make snapshot clocks look like epoch
-    seconds; results are reported relative to the start (t = 0).
+    ``cycle`` is one of :data:`CYCLE_MODES` (see the module's docstring);
+    ``debounce_s`` is the on-event mode's wake-up delay. ``epoch`` is added to
+    virtual times to make snapshot clocks look like epoch seconds; results are
+    reported relative to the start (t = 0).
     """
+    if cycle not in CYCLE_MODES:
+        raise ValueError(f"unknown cycle mode {cycle!r}; expected one of {CYCLE_MODES}")
+    if cycle_interval_s <= 0 or debounce_s < 0:
+        raise ValueError("cycle_interval_s must be positive and debounce_s not negative")
     wall0 = perf_counter()
     cfg = config or EngineConfig()
     res = scenario.resource
@@ -158,17 +212,42 @@ def simulate(
         if w.quota in measured:
             used[w.quota] += sign * w.request.get(res, 0)
 
+    def next_event() -> float | None:
+        """The earliest arrival, completion or eviction to confirm not yet seen by a cycle."""
+        # Finish entries of evicted workloads are void: drop them so they wake nothing.
+        while finish_heap and serial.get(finish_heap[0][1]) != finish_heap[0][2]:
+            heapq.heappop(finish_heap)
+        times = [finish_heap[0][0]] if finish_heap else []
+        if next_arrival < n_arrivals:
+            times.append(arrivals[next_arrival].at)
+        if preempted:
+            times.append(t)
+        return min(times) if times else None
+
     t = 0.0
     while True:
-        busy = pending or running or preempted
-        if not busy and next_arrival >= n_arrivals:
+        if cycle == "interval":
+            # Completions are seen only at a tick: the timer runs while anything runs.
+            upcoming = arrivals[next_arrival].at if next_arrival < n_arrivals else None
+            t_next = next_cycle_at(
+                cycle,
+                t,
+                interval_s=cycle_interval_s,
+                debounce_s=debounce_s,
+                next_event=upcoming,
+                ticking=bool(pending or preempted or running),
+            )
+        else:
+            t_next = next_cycle_at(
+                cycle,
+                t,
+                interval_s=cycle_interval_s,
+                debounce_s=debounce_s,
+                next_event=next_event(),
+                ticking=bool(pending),
+            )
+        if t_next is None:
             break
-        # Next cycle: the next tick, or -- when idle -- the tick after the next arrival.
-        t_next = t + cycle_interval_s
-        if not pending and not preempted and next_arrival < n_arrivals:
-            upcoming = arrivals[next_arrival].at
-            if not running and upcoming > t_next:
-                t_next = math.ceil(upcoming / cycle_interval_s) * cycle_interval_s
         t = t_next
         if t > max_virtual_s:
             raise RuntimeError(f"simulation of {scenario.name!r} did not finish in virtual time")
@@ -291,6 +370,8 @@ def simulate(
         evictions=evictions,
         cycles=cycles,
         cycle_interval_s=cycle_interval_s,
+        cycle_mode=cycle,
+        debounce_s=debounce_s,
         engine_mean_s=sum(engine_times) / len(engine_times) if engine_times else 0.0,
         engine_max_s=max(engine_times, default=0.0),
         wall_s=perf_counter() - wall0,

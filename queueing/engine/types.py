@@ -12,6 +12,7 @@ times are float epoch seconds; durations are float seconds.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -208,6 +209,11 @@ class QueueSpec:
     same quota), ``Intelligent`` (workloads with priority >= ``priority_threshold``
     block, lower ones may be skipped), ``FIFO`` (alias of Block). ``max_depth``
     bounds how many candidates of the queue are looked at per cycle (0 = all).
+
+    ``aging_bound_s``: the bounded wait against starvation (:mod:`.aging`). A head of
+    this queue that fits its quota's max and the cluster claims a growing part of its
+    request from its quota's parent, the whole of it after this many seconds of
+    waiting, taking back what siblings borrow. ``None`` turns it off (on purpose).
     """
 
     name: str
@@ -221,10 +227,13 @@ class QueueSpec:
     backoff_base_s: float = 10.0
     backoff_max_s: float = 600.0
     backoff_jitter: float = 0.1
+    aging_bound_s: float | None = 300.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"queue {self.name!r}: unknown policy {self.policy!r}")
+        if self.aging_bound_s is not None and not self.aging_bound_s >= 0:
+            raise ValueError(f"queue {self.name!r}: aging_bound_s must be >= 0 or None")
 
     @property
     def blocking(self) -> bool:
@@ -485,10 +494,14 @@ class Explanation(NamedTuple):
 
     ``quota``/``shortfall`` name the blocking quota node and how much of each resource
     it lacks; for node-fit failures ``largest_free_slot`` is the most free capacity on
-    one eligible node. ``ahead`` lists the first workloads ahead of it in its queue.
-    The unblock hints: ``to_free`` (capacity that must be freed), ``victims``
-    (workloads that preemption could take), ``borrowable`` (idle capacity its quota
-    could still borrow under its max).
+    one eligible node. ``ahead`` lists the first workloads ahead of it in its queue and
+    ``waiting_ahead`` how many wait ahead of it in all. The unblock hints: ``to_free``
+    (capacity that must be freed), ``victims`` (workloads that preemption could take)
+    and ``victims_free`` (what they would free of the short resources), ``borrowable``
+    (capacity idle under every max on its chain, which its runtime quota does not give
+    it). ``starts_by`` is the bound of aging (see :mod:`.aging`): the latest start it
+    is promised once its claim is whole and what borrows its share has ended.
+    ``sentence()`` is derived from these fields only, and names workloads by name.
     """
 
     workload_id: int
@@ -505,6 +518,11 @@ class Explanation(NamedTuple):
     borrowable: Resources = EMPTY
     requeue_at: float | None = None
     detail: str = ""
+    waiting_ahead: int = 0
+    blocked_by_name: str = ""
+    victim_names: tuple[str, ...] = ()
+    victims_free: Resources = EMPTY
+    starts_by: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -518,54 +536,86 @@ class Explanation(NamedTuple):
             ),
             "eligible_nodes": self.eligible_nodes,
             "ahead": list(self.ahead),
+            "waiting_ahead": self.waiting_ahead,
             "blocked_by": self.blocked_by,
+            "blocked_by_name": self.blocked_by_name,
             "to_free": self.to_free.to_dict(),
             "victims": list(self.victims),
+            "victim_names": list(self.victim_names),
+            "victims_free": self.victims_free.to_dict(),
             "borrowable": self.borrowable.to_dict(),
             "requeue_at": self.requeue_at,
+            "starts_by": self.starts_by,
             "detail": self.detail,
             "sentence": self.sentence(),
         }
 
     def sentence(self) -> str:
-        """One sentence for people."""
+        """One sentence for people, derived from the fields alone."""
         ahead = ""
-        if self.ahead:
-            n = len(self.ahead)
+        if self.waiting_ahead:
+            n = self.waiting_ahead
             ahead = f" {n} workload{'s' if n != 1 else ''} ahead in its queue."
+        bound = ""
+        if self.starts_by is not None:
+            bound = (
+                f" Aging raises its claim on its quota: it starts by "
+                f"{fmt_time(self.starts_by)} at the latest."
+            )
         kind = self.kind
         if kind == EXPLAIN_QUOTA:
             what = {"max": "max", "cluster": "share of the cluster"}.get(
                 self.limit or "", "runtime quota"
             )
-            text = f"Waiting for quota: {self.quota} {what} is short by {_fmt(self.shortfall)}"
+            text = f"Waiting for quota: {self.quota} {what} is short by {fmt(self.shortfall)}"
             hints = []
             if self.victims:
-                hints.append(f"preempting {len(self.victims)} workload(s) would free it")
-            if self.borrowable:
-                hints.append(f"it could still borrow {_fmt(self.borrowable)}")
+                who = _names(self.victim_names, len(self.victims))
+                if covers(self.victims_free, self.shortfall):
+                    hints.append(f"preempting {who} would free it")
+                else:
+                    hints.append(
+                        f"preempting {who} would free only {fmt(self.victims_free)}, not enough"
+                    )
+            idle = {k: v for k, v in self.borrowable.items() if v > 0}
+            if idle:
+                enough = {k: v for k, v in idle.items() if v >= self.shortfall.get(k, 0)}
+                less = {k: v for k, v in idle.items() if k not in enough}
+                if enough and self.limit == "runtime":
+                    hints.append(
+                        f"{fmt(enough)} is idle but its runtime quota leaves it to other "
+                        f"quotas (their guaranteed minimum or waiting work)"
+                    )
+                if less:
+                    hints.append(f"it could borrow only {fmt(less)} more")
             if hints:
-                text += "; " + " and ".join(hints)
-            return text + "." + ahead
+                text += "; " + "; ".join(hints)
+            return text + "." + ahead + bound
         if kind == EXPLAIN_NODES:
             slot = (
                 "no eligible node"
                 if not self.eligible_nodes
                 else f"the largest free slot on {self.eligible_nodes} eligible node(s) "
-                f"is {_fmt(self.largest_free_slot or EMPTY)}"
+                f"is {fmt(self.largest_free_slot or EMPTY)}"
             )
-            return f"Quota allows it, but its pods do not all fit on nodes at once: {slot}.{ahead}"
-        if kind == EXPLAIN_POLICY:
             return (
-                f"Blocked behind workload {self.blocked_by}, the head of a strict-order queue "
-                f"that does not fit yet.{ahead}"
+                f"Quota allows it, but its pods do not all fit on nodes at once: {slot}."
+                f"{ahead}{bound}"
+            )
+        if kind == EXPLAIN_POLICY:
+            why = f" ({self.detail})" if self.detail else ""
+            return (
+                f"Blocked behind {self.blocked_by_name or 'the head of its queue'}, the head "
+                f"of a strict-order queue that does not fit yet{why}.{ahead}"
             )
         if kind == EXPLAIN_BACKOFF:
-            return f"Backing off after a failed start or eviction until {self.requeue_at:.0f}."
+            until = fmt_time(self.requeue_at) if self.requeue_at is not None else "later"
+            return f"Backing off after a failed start or eviction until {until}."
         if kind == EXPLAIN_PREEMPTING:
+            who = _names(self.victim_names, len(self.victims))
             return (
-                f"Waiting for {len(self.victims)} preempted workload(s) to release their "
-                f"capacity; it is reserved for this workload."
+                f"Waiting for {who} (preempted) to release their capacity; "
+                f"it is reserved for this workload."
             )
         if kind == EXPLAIN_DEPTH:
             return f"Beyond its queue's look-ahead depth this cycle.{ahead}"
@@ -576,19 +626,40 @@ class Explanation(NamedTuple):
         return f"Waiting its turn.{ahead}"
 
 
-def _fmt(res: Mapping[str, int]) -> str:
+def _names(names: tuple[str, ...], n: int) -> str:
+    if not names:
+        return f"{n} workload{'s' if n != 1 else ''}"
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
+def covers(have: Mapping[str, int], need: Mapping[str, int]) -> bool:
+    """Whether ``have`` is at least ``need`` in every resource ``need`` names."""
+    return all(have.get(k, 0) >= v for k, v in need.items() if v > 0)
+
+
+def fmt_amount(resource: str, amount: int) -> str:
+    """A canonical amount in the units people use: cores, Gi, counts."""
+    if resource in ("cpu",) or resource.endswith("-cpu"):
+        return f"{amount / 1000:g} cpu"
+    if resource in ("memory", "ephemeral-storage") or resource.endswith("-memory"):
+        gi = amount / 2**30
+        text = f"{gi:.0f}" if gi >= 100 else f"{gi:.3g}"
+        return f"{text}Gi {resource}"
+    return f"{amount} {resource}"
+
+
+def fmt(res: Mapping[str, int]) -> str:
+    """Several amounts, sorted by resource name."""
     if not res:
         return "nothing"
-    parts = []
-    for k in sorted(res):
-        v = res[k]
-        if k == "cpu":
-            parts.append(f"{v / 1000:g} cpu")
-        elif k in ("memory", "ephemeral-storage"):
-            parts.append(f"{v / 2**30:.3g}Gi {k}")
-        else:
-            parts.append(f"{v} {k}")
-    return ", ".join(parts)
+    return ", ".join(fmt_amount(k, res[k]) for k in sorted(res))
+
+
+def fmt_time(at: float) -> str:
+    """An epoch time as people read it (UTC)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 @dataclass(frozen=True, slots=True)

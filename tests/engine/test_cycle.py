@@ -43,16 +43,37 @@ def test_priority_policy_skips_a_head_that_does_not_fit() -> None:
 
 @pytest.mark.parametrize("policy", ["Block", "FIFO"])
 def test_block_policy_blocks_behind_the_head(policy: str) -> None:
+    # The head (3) does not fit now (1 of 4 free) but would on the empty node.
     snap = snapshot(
         quotas=flat(),
         nodes=[node("n", one(4))],
-        workloads=[workload(1, "q0", req=one(8)), workload(2, "q0", req=one(2))],
+        workloads=[
+            workload(9, "q0", req=one(3), phase="Running", assignment={"n": one(3)}),
+            workload(1, "q0", req=one(3)),
+            workload(2, "q0", req=one(1)),
+        ],
         queues=[QueueSpec("q0", policy=policy)],
     )
     result = run_cycle(snap, forecast=False)
     assert result.admissions == ()
     assert result.explanations[2].kind == "policy-blocked"
     assert result.explanations[2].blocked_by == 1
+    assert result.explanations[2].blocked_by_name == "w1"
+
+
+@pytest.mark.parametrize("policy", ["Block", "FIFO"])
+def test_a_head_that_can_never_fit_is_set_aside_and_blocks_nobody(policy: str) -> None:
+    snap = snapshot(
+        quotas=flat(),
+        nodes=[node("n", one(4))],
+        workloads=[workload(1, "q0", req=one(8)), workload(2, "q0", req=one(2))],
+        queues=[QueueSpec("q0", policy=policy)],
+    )
+    result = run_cycle(snap)
+    assert admitted(snap) == [2]
+    never = result.explanations[1]
+    assert never.kind == "never-fits"
+    assert 1 not in result.positions and 1 not in result.etas
 
 
 def test_block_in_a_shared_queue_blocks_only_the_same_quota() -> None:
@@ -65,7 +86,8 @@ def test_block_in_a_shared_queue_blocks_only_the_same_quota() -> None:
         quotas=quotas,
         nodes=[node("n", one(10))],
         workloads=[
-            workload(1, "interns", "shared", req=one(3)),  # over the interns' max
+            workload(9, "interns", "shared", req=one(1), phase="Running", assignment={"n": one(1)}),
+            workload(1, "interns", "shared", req=one(2)),  # over the interns' max, for now
             workload(2, "interns", "shared", req=one(1)),
             workload(3, "staff", "shared", req=one(1)),
         ],
@@ -83,7 +105,10 @@ def test_intelligent_blocks_only_at_or_above_the_threshold() -> None:
                 quotas=flat(),
                 nodes=[node("n", one(4))],
                 workloads=[
-                    workload(1, "q0", req=one(8), priority=head_priority),
+                    workload(
+                        9, "q0", req=one(2), priority=500, phase="Running", assignment={"n": one(2)}
+                    ),
+                    workload(1, "q0", req=one(3), priority=head_priority),
                     workload(2, "q0", req=one(2), priority=10),
                 ],
                 queues=[QueueSpec("q0", policy="Intelligent", priority_threshold=100)],
@@ -100,8 +125,9 @@ def test_max_depth_bounds_the_look_ahead() -> None:
         quotas=flat(),
         nodes=[node("n", one(4))],
         workloads=[
-            workload(1, "q0", req=one(8)),
-            workload(2, "q0", req=one(8)),
+            running(9, "q0", "n", req=one(2)),
+            workload(1, "q0", req=one(4)),
+            workload(2, "q0", req=one(4)),
             workload(3, "q0", req=one(1)),
         ],
         queues=[QueueSpec("q0", max_depth=2)],
@@ -491,7 +517,7 @@ def test_backoff_competes_only_once_due() -> None:
     result = run_cycle(snap, forecast=False)
     assert [a.workload_id for a in result.admissions] == [2]
     assert result.explanations[1].kind == "backoff"
-    assert "until 2000" in result.explanations[1].sentence()
+    assert "until 1970-01-01 00:33:20 UTC" in result.explanations[1].sentence()
 
 
 # -- explanations ---------------------------------------------------------------------------
@@ -522,14 +548,19 @@ def test_explanations_cover_every_waiting_workload_and_serialise() -> None:
 def test_ahead_lists_the_first_workloads_of_the_queue() -> None:
     snap = snapshot(
         quotas=flat(),
-        nodes=[node("n", one(1))],
-        workloads=[workload(i, "q0", req=one(2)) for i in range(1, 10)],
+        nodes=[node("n", one(2))],
+        workloads=[running(99, "q0", "n", req=one(1))]
+        + [workload(i, "q0", req=one(2)) for i in range(1, 10)],
         config=EngineConfig(explain_ahead=3, fair_share_mode="instant"),
     )
-    ex = run_cycle(snap, forecast=False).explanations
+    result = run_cycle(snap)
+    ex = result.explanations
     assert ex[1].ahead == ()
     assert ex[2].ahead == (1,)
     assert ex[9].ahead == (1, 2, 3)
+    # The count is the true one, not the length of the list; it agrees with positions.
+    assert ex[9].waiting_ahead == 8 == result.positions[9].in_queue - 1
+    assert "8 workloads ahead in its queue" in ex[9].sentence()
 
 
 def test_same_snapshot_same_decisions() -> None:
@@ -582,9 +613,16 @@ def test_quota_explanation_names_preemptible_victims_and_borrowing_headroom() ->
     expl = result.explanations[3]
     assert (expl.kind, expl.quota, expl.limit) == ("quota", "q0", "runtime")
     assert expl.shortfall == {CPU: 2}
-    assert expl.victims == (2, 1)
+    # The newest lower-priority workload frees the 2 cpu it lacks: it alone is listed.
+    assert expl.victims == (2,)
+    assert expl.victim_names == ("w2",)
+    assert expl.victims_free == {CPU: 2}
+    assert "preempting w2 would free it" in expl.sentence()
+    # Idle at the root (12 - 8) and under q0's max (6 - 4): 2 cpu, which its runtime
+    # quota leaves to "other"'s unlent minimum -- said so, not "could still borrow".
     assert expl.borrowable == {CPU: 2}
-    assert "preempting 2 workload(s)" in expl.sentence()
+    assert "could" not in expl.sentence()
+    assert "2 cpu is idle but its runtime quota leaves it to other quotas" in expl.sentence()
 
 
 def test_a_snapshot_listing_only_the_heads_decides_as_the_full_one():

@@ -137,8 +137,9 @@ def test_global_position_follows_the_tournament() -> None:
     # Queue priority first: hi's workloads rank before lo's, whatever their age.
     snap = world(
         quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
-        nodes=[node("n", one(1))],
+        nodes=[node("n", one(2))],
         workloads=[
+            running(9, "a", "n", req=one(1), queue="lo"),
             workload(1, "a", "lo", req=one(2), ts=0.0),
             workload(2, "a", "lo", req=one(2), ts=1.0),
             workload(3, "b", "hi", req=one(2), ts=5.0),

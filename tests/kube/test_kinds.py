@@ -213,4 +213,4 @@ def test_a_kind_without_its_crd_is_skipped(fake_kube_factory: Callable[..., Fake
     cluster = make_adapter(fake.url)
     cluster.tick()
     assert cluster.jobs() == []
-    assert "JobSet" in cluster._absent
+    assert "JobSet" in cluster.reader.absent_kinds

@@ -57,7 +57,7 @@ def test_the_cache_reads_its_own_writes(fake: FakeKube, cached: KubernetesCluste
     fake.create("jobs", job_manifest("mine", runtime=600), "team-a")
     wait_until(lambda: "mine" in states(cached), timeout=10, interval=0.02)
     ref = next(j.ref for j in cached.jobs() if j.ref.name == "mine")
-    watcher = cached._watcher
+    watcher = cached.reader.watching()
     assert watcher is not None
     watcher.stop()  # from here on, only our own writes can change the cache
     cached.admit(ref, node_selector={})
@@ -88,7 +88,7 @@ def test_a_failing_watch_falls_back_to_listing(fake: FakeKube, cached: Kubernete
     fake.create("jobs", job_manifest("listed"), "team-a")
     cached.refresh()
     before = job_lists(fake)
-    watcher = cached._watcher
+    watcher = cached.reader.watching()
     assert watcher is not None
     watcher.job_informers[("Job", "team-a")].failing_since = time.monotonic() - (CACHE_STALE_S + 1)
     cached.refresh()
@@ -103,7 +103,7 @@ def test_the_cache_is_off_by_default(fake: FakeKube):
         cluster.refresh()
         cluster.refresh()
         assert job_lists(fake) == 2
-        assert cluster._watcher is None
+        assert cluster.reader.watching() is None
         assert not cluster.views_may_lag
     finally:
         cluster.api.close()
@@ -138,7 +138,7 @@ def test_the_journal_gives_each_change_once_and_forgets_what_it_gave(
     assert info is not None
     assert info.suspended
     assert cached.changed_jobs(later)[1] == set()
-    watcher = cached._watcher
+    watcher = cached.reader.watching()
     assert watcher is not None
     assert key not in watcher.changed_at
 
@@ -168,7 +168,7 @@ def test_a_kind_without_its_crd_does_not_keep_the_cache_from_being_used(
         started = time.monotonic()
         cluster.refresh()
         assert time.monotonic() - started < 10  # no wait for a collection that is not there
-        assert cluster._watching() is not None
+        assert cluster.reader.watching() is not None
         assert [j.ref.name for j in cluster.jobs()] == ["plain"]
         lists = job_lists(fake)
         cluster.refresh()

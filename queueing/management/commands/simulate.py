@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queueing.engine.scenarios import SCENARIOS
-from queueing.engine.simulator import simulate
+from queueing.engine.simulator import CYCLE_MODES, simulate
 from queueing.engine.types import EngineConfig
 
 
@@ -23,10 +24,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--scenario", default="kueue-baseline", choices=sorted(SCENARIOS))
         parser.add_argument(
+            "--cycle",
+            default="interval",
+            choices=CYCLE_MODES,
+            help="interval: a cycle every --cycle-interval; on-event: a cycle woken by "
+            "each arrival and completion after --debounce (beat's --cycle-interval stays "
+            "the safety net)",
+        )
+        parser.add_argument(
             "--cycle-interval",
             type=float,
             default=1.0,
             help="virtual seconds between cycles (default 1.0)",
+        )
+        parser.add_argument(
+            "--debounce-ms",
+            type=float,
+            # The real cycler's debounce (queueing.wake), so that virtual time matches it.
+            default=float(getattr(settings, "KQ_WAKE_DEBOUNCE_MS", 20)),
+            help="on-event: milliseconds from an event to the cycle it wakes "
+            "(default: KQ_WAKE_DEBOUNCE_MS, 20)",
         )
         parser.add_argument(
             "--fair-share-mode",
@@ -45,11 +62,19 @@ class Command(BaseCommand):
         interval = options["cycle_interval"]
         if interval <= 0:
             raise CommandError("--cycle-interval must be positive.")
+        if options["debounce_ms"] < 0:
+            raise CommandError("--debounce-ms must not be negative.")
         scenario = SCENARIOS[options["scenario"]]()
         config = EngineConfig(
             fair_share_mode=options["fair_share_mode"], preempt_grace_s=options["preempt_grace"]
         )
-        result = simulate(scenario, cycle_interval_s=interval, config=config)
+        result = simulate(
+            scenario,
+            cycle_interval_s=interval,
+            cycle=options["cycle"],
+            debounce_s=options["debounce_ms"] / 1000,
+            config=config,
+        )
         data = result.to_dict()
         if options["json"]:
             self.stdout.write(json.dumps(data))
@@ -61,7 +86,8 @@ class Command(BaseCommand):
         for klass, tta in data["tta_mean_s"].items():
             self.stdout.write(f"time to admission   {klass:<8} {tta} s")
         self.stdout.write(
-            f"cycles              {data['cycles']} every {data['cycle_interval_s']} s, "
+            f"cycles              {data['cycles']} ({data['cycle']}, interval "
+            f"{data['cycle_interval_s']} s, debounce {data['debounce_s']} s), "
             f"engine mean {data['engine_mean_s']} s, evictions {data['evictions']}, "
             f"wall {data['wall_s']} s"
         )

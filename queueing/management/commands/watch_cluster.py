@@ -18,7 +18,9 @@ class Command(BaseCommand):
     help = "Watch jobs, nodes and pods; ask a worker for a cycle as soon as something changes."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--debounce", type=float, default=0.2, help="Seconds per trigger.")
+        parser.add_argument(
+            "--debounce", type=float, default=0.01, help="Seconds per trigger (wakes debounce too)."
+        )
         parser.add_argument(
             "--max-seconds", type=float, default=0.0, help="Stop after this long (0: never)."
         )

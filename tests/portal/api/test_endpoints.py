@@ -379,6 +379,28 @@ class TestClusterAPI:
         assert by_name["team-a-q"]["pending"] == {"cpu": "1"}  # rolled up the tree
         assert by_name["cluster"]["pending"] == {"cpu": "2"}  # both tenants, in total only
 
+    def test_runtime_quota_is_the_one_the_cluster_page_shows(self, api: ApiWorld) -> None:
+        from portal.views.cluster import cluster_context
+        from queueing.events import iso
+        from queueing.models import UsageSample
+
+        started = timezone.now()
+        CycleRun.objects.create(root="cluster", started_at=started, admitted=0)
+        Quota.objects.filter(pk=api.train.pk).update(runtime={"cpu": 3000})
+        # The history chart's sample disagrees on purpose: neither view may read it.
+        UsageSample.objects.create(
+            quota=api.train, at=started, decayed={}, used={}, runtime={"cpu": 9000}
+        )
+        body = api.call("viewer", "get", reverse("api:cluster")).json()
+        by_name = {q["name"]: q for q in body["quotas"]}
+        assert by_name["team-a-train"]["runtime"] == {"cpu": "3"}
+        assert by_name["team-a-train"]["runtime_at"] == iso(started)
+        assert (by_name["cluster"]["runtime"], by_name["cluster"]["runtime_at"]) == ({}, None)
+        page = {row.quota.name: row for row in cluster_context(1)["tree"]}
+        assert page["team-a-train"].runtime == {"cpu": 3000}
+        assert page["team-a-train"].pending == {"cpu": 1000}
+        assert page["cluster"].pending == {"cpu": 2000}  # the API's numbers, same source
+
     def test_query_count_does_not_grow(self, api: ApiWorld) -> None:
         from tests.portal.api.base import count_queries
 

@@ -1,0 +1,549 @@
+"""Workloads: submission, registration of jobs found in the cluster, cancellation, and the
+phase transitions the cycle and the sync make (``transition``, ``transition_many``).
+
+A workload's change is announced with the small ``changed`` notification
+(``events.notify_changes``): the live stream reads the rows itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, NotSupportedError, transaction
+from django.utils import timezone
+
+from queueing import events
+from queueing.actions.base import ActionError, Actor, audit, snapshot_of
+from queueing.choices import ACTIVE_PHASES, HOLDING_PHASES, TERMINAL_PHASES, Phase
+from queueing.cluster import get_cluster
+from queueing.cluster.base import ClusterError, JobNotFound, JobRef, JobRequest
+from queueing.models import AuditEvent, Queue, Quota, Tenant, Workload, WorkloadEvent
+from queueing.quantities import QuantityError, parse_resources
+from queueing.validation import Errors
+
+
+def _canonical_requests(values: Any) -> dict[str, int]:
+    if not isinstance(values, Mapping):
+        raise QuantityError("requests must be a map of resource name to amount.")
+    out: dict[str, int] = {}
+    for resource, amount in values.items():
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise QuantityError(f"{resource}: {amount!r} is not a canonical amount.")
+        out[str(resource)] = amount
+    return out
+
+
+def parse_pod_sets(raw: Any, *, canonical: bool = False) -> list[dict[str, Any]]:
+    """Validate pod sets given by people or manifests; quantities become integers.
+
+    ``canonical`` pod sets (from cluster adapters) already carry integer amounts.
+    """
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes) or not raw:
+        raise ValidationError({"pod_sets": ["Give at least one pod set."]})
+    pod_sets: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for index, item in enumerate(raw):
+        where = f"pod set {index + 1}"
+        if not isinstance(item, Mapping):
+            raise ValidationError({"pod_sets": [f"{where} must be an object."]})
+        name = str(item.get("name") or ("main" if index == 0 else f"set-{index + 1}"))
+        if name in names:
+            raise ValidationError({"pod_sets": [f"{where}: the name {name!r} is used twice."]})
+        names.add(name)
+        count = item.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValidationError(
+                {
+                    "pod_sets": [
+                        f"{where}: count must be a whole number of pods, 1 or more, not {count!r}."
+                    ]
+                }
+            )
+        try:
+            raw_requests = item.get("requests") or {}
+            requests = (
+                _canonical_requests(raw_requests) if canonical else parse_resources(raw_requests)
+            )
+        except QuantityError as exc:
+            raise ValidationError({"pod_sets": [f"{where}: {exc}"]}) from exc
+        if not any(requests.values()):
+            raise ValidationError({"pod_sets": [f"{where}: requests must ask for something."]})
+        selector = item.get("node_selector") or {}
+        if not isinstance(selector, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+        ):
+            raise ValidationError(
+                {"pod_sets": [f"{where}: node_selector must map strings to strings."]}
+            )
+        tolerations = item.get("tolerations") or []
+        if not isinstance(tolerations, list) or not all(
+            isinstance(t, Mapping) for t in tolerations
+        ):
+            raise ValidationError(
+                {"pod_sets": [f"{where}: tolerations must be a list of objects."]}
+            )
+        pod_sets.append(
+            {
+                "name": name,
+                "count": count,
+                "requests": requests,
+                "node_selector": dict(selector),
+                "tolerations": [dict(t) for t in tolerations],
+            }
+        )
+    return pod_sets
+
+
+def total_request(pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod_set in pod_sets:
+        for resource, amount in pod_set["requests"].items():
+            total[resource] = total.get(resource, 0) + int(amount) * int(pod_set["count"])
+    return total
+
+
+def _leaf_quota_error(quota: Quota) -> str | None:
+    if quota.children.exists():
+        return f"Quota {quota.name!r} has children; workloads attach to leaf quotas."
+    return None
+
+
+def quota_for_namespace(namespace: str) -> Quota | None:
+    """The quota that claims a namespace (quotas are few; JSON lookups differ per DB)."""
+    for quota in Quota.objects.only("id", "namespaces"):
+        if namespace in (quota.namespaces or []):
+            return Quota.objects.select_related("tenant", "default_queue").get(pk=quota.pk)
+    return None
+
+
+def resolve_placement(
+    tenant: Tenant | None,
+    *,
+    namespace: str | None,
+    queue: Queue | None,
+    quota: Quota | None,
+) -> tuple[Tenant, Quota, Queue, str]:
+    """Fill in the defaults kube-queue users expect and check they belong together.
+
+    The quota defaults to the namespace's quota; the queue to the quota's default queue;
+    the namespace to the quota's first namespace.
+    """
+    errors = Errors()
+    if quota is None and namespace:
+        quota = quota_for_namespace(namespace)
+    if quota is None and queue is not None:
+        quota = Quota.objects.filter(default_queue=queue).first()
+    if quota is None:
+        errors.add("quota", "Name a quota, or a namespace or queue that has one.")
+        errors.raise_if_any()
+    assert quota is not None
+    if tenant is None:
+        if quota.tenant is None:
+            errors.add("quota", f"Quota {quota.name!r} belongs to no tenant.")
+            errors.raise_if_any()
+        tenant = quota.tenant
+    assert tenant is not None
+    if quota.tenant_id != tenant.pk:
+        errors.add("quota", f"Quota {quota.name!r} does not belong to tenant {tenant.name!r}.")
+    leaf_error = _leaf_quota_error(quota)
+    if leaf_error:
+        errors.add("quota", leaf_error)
+    if queue is None:
+        queue = quota.default_queue
+        if queue is None:
+            errors.add("queue", f"Quota {quota.name!r} has no default queue; name a queue.")
+    elif queue.tenant_id != tenant.pk:
+        errors.add("queue", f"Queue {queue.name!r} does not belong to tenant {tenant.name!r}.")
+    if not namespace:
+        namespace = quota.namespaces[0] if quota.namespaces else tenant.name
+    errors.raise_if_any()
+    assert queue is not None
+    return tenant, quota, queue, namespace
+
+
+def submit_workload(
+    actor: Actor,
+    *,
+    tenant: Tenant | None,
+    name: str,
+    pod_sets: Any,
+    queue: Queue | None = None,
+    quota: Quota | None = None,
+    namespace: str | None = None,
+    priority: int = 0,
+    priority_class: str = "",
+    expected_runtime_s: float | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> Workload:
+    """Submit work: create the suspended job in the cluster, then its Workload.
+
+    The cluster object is created first; if the database write then fails, the next
+    sync finds the labelled job and registers it, so nothing is lost either way.
+    """
+    parsed = parse_pod_sets(pod_sets)
+    tenant, quota, queue, namespace = resolve_placement(
+        tenant, namespace=namespace, queue=queue, quota=quota
+    )
+    from queueing.models.tenancy import dns_label
+
+    try:
+        dns_label(name)
+    except ValidationError as exc:
+        raise ValidationError({"name": exc.messages}) from exc
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError({"priority": [f"priority must be a whole number, not {priority!r}."]})
+    if expected_runtime_s is not None and expected_runtime_s <= 0:
+        raise ValidationError(
+            {
+                "expected_runtime_s": [
+                    f"expected_runtime_s must be positive, not {expected_runtime_s}."
+                ]
+            }
+        )
+    if Workload.objects.filter(
+        kind="Job", namespace=namespace, name=name, phase__in=ACTIVE_PHASES
+    ).exists():
+        raise ValidationError({"name": [f"A live workload {namespace}/{name} already exists."]})
+    from queueing import compat
+
+    job_labels = {**(labels or {}), compat.QUEUE_LABEL: queue.name, compat.QUOTA_LABEL: quota.name}
+    cluster = get_cluster()
+    with transaction.atomic():
+        try:
+            ref = cluster.create_job(
+                JobRequest(
+                    namespace=namespace,
+                    name=name,
+                    pod_sets=parsed,
+                    labels=job_labels,
+                    annotations=dict(annotations or {}),
+                    priority=priority,
+                    priority_class=priority_class,
+                    expected_runtime_s=expected_runtime_s,
+                    manifest=manifest,
+                )
+            )
+        except ClusterError as exc:
+            if exc.status == 409:
+                raise ValidationError({"name": [str(exc)]}) from exc
+            raise ActionError(f"The cluster refused the job: {exc}") from exc
+        return _create_workload(
+            actor,
+            tenant=tenant,
+            quota=quota,
+            queue=queue,
+            ref=ref,
+            pod_sets=parsed,
+            priority=priority,
+            priority_class=priority_class,
+            expected_runtime_s=expected_runtime_s,
+            labels=job_labels,
+            annotations=dict(annotations or {}),
+        )
+
+
+def _new_workload(
+    actor: Actor,
+    *,
+    tenant: Tenant,
+    quota: Quota,
+    queue: Queue,
+    ref: JobRef,
+    pod_sets: list[dict[str, Any]],
+    priority: int,
+    priority_class: str,
+    expected_runtime_s: float | None,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    queue_order_at: datetime | None = None,
+    phase: str = Phase.PENDING,
+    now: datetime | None = None,
+) -> Workload:
+    """The unsaved row of a new workload."""
+    return Workload(
+        tenant=tenant,
+        quota=quota,
+        queue=queue,
+        name=ref.name,
+        namespace=ref.namespace,
+        kind=ref.kind,
+        api_version=ref.api_version,
+        object_uid=ref.uid,
+        priority=priority,
+        priority_class=priority_class,
+        pod_sets=pod_sets,
+        total_request=total_request(pod_sets),
+        expected_runtime_s=expected_runtime_s,
+        queue_order_at=queue_order_at or now or timezone.now(),
+        phase=phase,
+        labels=dict(labels),
+        annotations=dict(annotations),
+        source=actor.source,
+        submitted_by=actor.user,
+        reason="Waiting for the next admission cycle.",
+    )
+
+
+def _record_new(actor: Actor, workloads: Sequence[Workload], now: datetime) -> None:
+    """Timeline, audit and live notification of workloads just inserted."""
+    WorkloadEvent.objects.bulk_create(
+        WorkloadEvent(workload=w, at=now, from_phase="", to_phase=w.phase, reason="Submitted")
+        for w in workloads
+    )
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            at=now,
+            actor=actor.user,
+            actor_name=actor.name,
+            source=actor.source,
+            action="workload.submit",
+            object_type=Workload._meta.model_name or "",
+            object_id=str(w.pk),
+            object_repr=str(w)[:300],
+            tenant_id=w.tenant_id,
+            after=snapshot_of(w),
+        )
+        for w in workloads
+    )
+    _publish(list(workloads))
+
+
+def _create_workload(actor: Actor, **fields: Any) -> Workload:
+    now = timezone.now()
+    workload = _new_workload(actor, now=now, **fields)
+    try:
+        with transaction.atomic():
+            workload.save(force_insert=True)
+    except IntegrityError as exc:
+        raise ValidationError(
+            {"name": [f"A live workload {workload.namespace}/{workload.name} already exists."]}
+        ) from exc
+    _record_new(actor, [workload], now)
+    return workload
+
+
+def register_cluster_workload(
+    *,
+    tenant: Tenant,
+    quota: Quota,
+    queue: Queue,
+    ref: JobRef,
+    pod_sets: list[dict[str, Any]],
+    priority: int,
+    priority_class: str,
+    expected_runtime_s: float | None,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    created_at: datetime | None,
+    phase: str = Phase.PENDING,
+) -> Workload:
+    """A job found in the cluster (kubectl apply, a CI system) becomes a workload."""
+    return _create_workload(
+        Actor.cluster(),
+        tenant=tenant,
+        quota=quota,
+        queue=queue,
+        ref=ref,
+        pod_sets=pod_sets,
+        priority=priority,
+        priority_class=priority_class,
+        expected_runtime_s=expected_runtime_s,
+        labels=labels,
+        annotations=annotations,
+        queue_order_at=created_at,
+        phase=phase,
+    )
+
+
+def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> list[Workload]:
+    """Many jobs found in the cluster become workloads in one insert: ``items`` hold the
+    keyword arguments of ``register_cluster_workload``. All or nothing: when one of them
+    collides with a live workload (IntegrityError), nothing is inserted and the caller
+    registers them one by one to learn which."""
+    actor, now = Actor.cluster(), timezone.now()
+    rows = [
+        _new_workload(
+            actor,
+            now=now,
+            **{k: v for k, v in item.items() if k != "created_at"},
+            queue_order_at=item.get("created_at"),
+        )
+        for item in items
+    ]
+    with transaction.atomic():
+        created = Workload.objects.bulk_create(rows)
+        if any(w.pk is None for w in created):  # a backend that returns no ids
+            raise NotSupportedError("bulk insert without returned ids")
+        _record_new(actor, created, now)
+    return created
+
+
+def workload_ref(workload: Workload) -> JobRef:
+    return JobRef(
+        workload.kind, workload.api_version, workload.namespace, workload.name, workload.object_uid
+    )
+
+
+def cancel_workload(actor: Actor, workload: Workload, *, reason: str = "") -> Workload:
+    """Stop a workload: delete its cluster object, then mark it Cancelled.
+
+    The cluster goes first so a running job never outlives the quota it held; if the
+    database write is lost, the sync sees the job gone and cancels the workload.
+    """
+    if workload.phase in TERMINAL_PHASES:
+        raise ActionError(f"Workload {workload} is already {workload.phase}.")
+    try:
+        get_cluster().delete(workload_ref(workload))
+    except JobNotFound:
+        pass
+    except ClusterError as exc:
+        raise ActionError(f"The cluster could not delete {workload}: {exc}") from exc
+    with transaction.atomic():
+        changed = transition(
+            workload,
+            Phase.CANCELLED,
+            reason="Cancelled",
+            message=reason or f"Cancelled by {actor.name}.",
+            expect=ACTIVE_PHASES,
+            finished_at=timezone.now(),
+        )
+        if not changed:
+            workload.refresh_from_db()
+            raise ActionError(f"Workload {workload} is already {workload.phase}.")
+        audit(
+            actor,
+            "workload.cancel",
+            workload,
+            before={"phase": changed.from_phase},
+            after={"phase": Phase.CANCELLED},
+        )
+    workload.refresh_from_db()
+    return workload
+
+
+def transition(
+    workload: Workload,
+    to_phase: str,
+    *,
+    reason: str,
+    message: str = "",
+    expect: Sequence[str] | None = None,
+    at: datetime | None = None,
+    publish: bool = True,
+    **fields: Any,
+) -> WorkloadEvent | None:
+    """Move a workload to ``to_phase`` if it is still in one of ``expect``.
+
+    A conditional update: when the row has moved on meanwhile nothing is written and
+    None is returned. Records the timeline event and publishes the change on commit.
+    """
+    at = at or timezone.now()
+    expected = tuple(expect) if expect is not None else (workload.phase,)
+    from_phase = (
+        Workload.objects.filter(pk=workload.pk).values_list("phase", flat=True).first() or ""
+    )
+    if from_phase not in expected:
+        return None
+    _clear_for(to_phase, fields, message or reason)
+    updated = Workload.objects.filter(pk=workload.pk, phase=from_phase).update(
+        phase=to_phase, updated_at=at, **fields
+    )
+    if updated != 1:
+        return None
+    event = WorkloadEvent.objects.create(
+        workload_id=workload.pk,
+        at=at,
+        from_phase=from_phase,
+        to_phase=to_phase,
+        reason=reason,
+        message=message,
+    )
+    workload.phase = to_phase
+    if publish:
+        _publish([workload.pk])
+    return event
+
+
+@dataclass(frozen=True)
+class Move:
+    """One transition of ``transition_many``: the arguments of ``transition``."""
+
+    workload: Workload
+    to_phase: str
+    reason: str
+    message: str = ""
+    expect: tuple[str, ...] = ()
+    fields: Mapping[str, Any] = dataclass_field(default_factory=dict)
+
+
+def transition_many(moves: Sequence[Move], *, at: datetime | None = None) -> list[Move]:
+    """``transition`` for many workloads at once; returns the moves that were made.
+
+    The current phases are read (and locked, where the database locks rows) in one query;
+    each row is still updated on the condition that its phase is the one read, the
+    timeline is written in one insert and one notification goes out after the commit."""
+    if not moves:
+        return []
+    at = at or timezone.now()
+    made: list[tuple[Move, str]] = []
+    with transaction.atomic():
+        current = dict(
+            Workload.objects.select_for_update()
+            .filter(pk__in=[m.workload.pk for m in moves])
+            .values_list("id", "phase")
+        )
+        for move in moves:
+            from_phase = current.get(move.workload.pk, "")
+            if from_phase not in (move.expect or (move.workload.phase,)):
+                continue
+            fields = dict(move.fields)
+            _clear_for(move.to_phase, fields, move.message or move.reason)
+            updated = Workload.objects.filter(pk=move.workload.pk, phase=from_phase).update(
+                phase=move.to_phase, updated_at=at, **fields
+            )
+            if updated == 1:
+                current[move.workload.pk] = move.to_phase  # a second move sees the first
+                made.append((move, from_phase))
+        WorkloadEvent.objects.bulk_create(
+            WorkloadEvent(
+                workload_id=move.workload.pk,
+                at=at,
+                from_phase=from_phase,
+                to_phase=move.to_phase,
+                reason=move.reason,
+                message=move.message,
+            )
+            for move, from_phase in made
+        )
+        for move, _ in made:
+            move.workload.phase = move.to_phase
+        _publish([move.workload for move, _ in made])
+    return [move for move, _ in made]
+
+
+def _clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
+    """What a workload stops showing when it holds quota or ends."""
+    if to_phase in TERMINAL_PHASES or to_phase in HOLDING_PHASES:
+        fields.setdefault("position", None)
+        fields.setdefault("global_position", None)
+        fields.setdefault("eta_p50", None)
+        fields.setdefault("eta_p90", None)
+    if to_phase in TERMINAL_PHASES:
+        fields.setdefault("explanation", None)
+        fields.setdefault("reason", reason)
+
+
+def _publish(items: Sequence[Workload | int]) -> None:
+    """Announce changed workloads after the commit (ids and queues only, docs/events.md)."""
+    known = [(w.tenant_id, w.queue_id, w.pk) for w in items if isinstance(w, Workload)]
+    ids = [item for item in items if not isinstance(item, Workload)]
+    if ids:
+        known += Workload.objects.filter(pk__in=ids).values_list("tenant_id", "queue_id", "id")
+    events.notify_changes(known)

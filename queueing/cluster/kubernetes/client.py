@@ -1,0 +1,345 @@
+"""The client wrapper: the only module that imports the ``kubernetes`` client.
+
+``Rest`` sends raw JSON over the official client's ApiClient (auth, TLS, kubeconfig) and
+owns the retry policy: a 409 is the caller's to resolve, 429 honours Retry-After, 5xx
+and requests that got no answer are retried with jittered exponential backoff within a
+time budget; what is left is an ``ApiCallError`` whose ``to_cluster_error`` tells the
+sync whether a later try may succeed. Objects travel as plain JSON (``dict``), never the
+client's models: one code path for builtin and custom kinds, and no model
+deserialisation on large lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.watch.watch import iter_resp_lines
+
+from queueing.cluster.base import ClusterError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+ApiClient = k8s.ApiClient
+MERGE_PATCH = "application/merge-patch+json"
+PAGE_SIZE = 500
+RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+NO_ANSWER = 0  # the status of a request that got no HTTP answer (refused, reset, timed out)
+
+# --- errors and retries ------------------------------------------------------------------
+
+
+class ApiCallError(Exception):
+    """One failed request, before the retry layer decides what it means."""
+
+    def __init__(
+        self, status: int, message: str, *, reason: str = "", retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+    @property
+    def label(self) -> str:
+        return str(self.status) if self.status else "timeout"
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == NO_ANSWER or self.status in RETRYABLE_STATUSES
+
+    def to_cluster_error(self, what: str) -> ClusterError:
+        return ClusterError(f"{what}: {self}", retryable=self.retryable, status=self.status or None)
+
+
+def _error_from_response(status: int, data: bytes, headers: Mapping[str, str]) -> ApiCallError:
+    message, reason, retry_after = f"HTTP {status}", "", None
+    try:
+        body = json.loads(data) if data else {}
+    except ValueError:
+        body = {}
+    if isinstance(body, dict):
+        message = str(body.get("message") or message)
+        reason = str(body.get("reason") or "")
+        details = body.get("details") or {}
+        if isinstance(details, dict) and details.get("retryAfterSeconds") is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                retry_after = float(details["retryAfterSeconds"])
+    header = headers.get("Retry-After") if headers else None
+    if header is not None:
+        with contextlib.suppress(TypeError, ValueError):
+            retry_after = float(header)
+    return ApiCallError(status, message, reason=reason, retry_after=retry_after)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one call may keep trying, and how it waits between tries."""
+
+    budget_s: float = 20.0  # total time a call may spend retrying
+    base_s: float = 0.05  # first backoff; doubles each try
+    cap_s: float = 2.0  # longest backoff
+    max_retry_after_s: float = 10.0  # a Retry-After longer than this is cut to it
+    max_attempts: int = 10
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        # Equal jitter: half fixed, half random, so racing workers spread out.
+        step = min(self.cap_s, self.base_s * (2**attempt))
+        return step / 2 + rng.uniform(0, step / 2)
+
+
+def record_api_error(verb: str, label: str) -> None:
+    """Count an API error in the shared metrics; never let counting break the call."""
+    try:
+        from django.db import transaction
+
+        from queueing import metrics
+
+        with transaction.atomic():
+            metrics.increment("cluster_api_error", f"{verb} {label}")
+    except Exception:  # the database may be down too; the log still says it
+        log.debug("could not count an API error (%s %s)", verb, label, exc_info=True)
+
+
+class Rest:
+    """Raw JSON over the official client's ApiClient (auth, TLS, kubeconfig), with the
+    retry policy. ``once`` is one request; ``call`` retries what may succeed later."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        timeout_s: float = 30.0,
+        policy: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        on_error: Callable[[str, str], None] = record_api_error,
+        seed: int | None = None,
+    ) -> None:
+        self.api = api
+        self.timeout_s = timeout_s
+        self.policy = policy or RetryPolicy()
+        self.sleep = sleep
+        self.on_error = on_error
+        self.rng = random.Random(seed)  # noqa: S311 - backoff jitter, not secrets
+        self._stream: Any = None  # the response of the watch in progress, to interrupt it
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: float | tuple[float, float] | None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return self.api.call_api(
+                *params, _request_timeout=timeout or (min(5.0, self.timeout_s), self.timeout_s)
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
+        except k8s.ApiException as exc:  # the client's wrapper around TLS errors
+            raise ApiCallError(exc.status or NO_ANSWER, str(exc.reason)) from exc
+        except OSError as exc:
+            raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
+
+    def once(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """One request; raises ApiCallError for anything but a 2xx answer."""
+        response = self._send(method, path, query, body, content_type, None)
+        try:
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
+        if not 200 <= response.status < 300:
+            raise _error_from_response(response.status, data, response.headers)
+        try:
+            return json.loads(data) if data else None
+        except ValueError as exc:
+            raise ApiCallError(NO_ANSWER, "the API server answered with invalid JSON") from exc
+
+    def count(self, verb: str, err: ApiCallError) -> None:
+        self.on_error(verb, err.label)
+
+    def pause(self, err: ApiCallError, attempt: int, deadline: float) -> bool:
+        """Wait before the next try; False when the budget does not allow another."""
+        if attempt + 1 >= self.policy.max_attempts:
+            return False
+        wait = self.policy.backoff(attempt, self.rng)
+        if err.status == 429 and err.retry_after is not None:
+            wait = max(wait, min(err.retry_after, self.policy.max_retry_after_s))
+        if time.monotonic() + wait > deadline:
+            return False
+        self.sleep(wait)
+        return True
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.policy.budget_s
+
+    def call(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """A request retried while the error may pass (409, 429, 5xx, no answer).
+
+        Only for requests that are safe to repeat: reads, and writes that are idempotent.
+        """
+        deadline, attempt = self.deadline(), 0
+        while True:
+            try:
+                return self.once(method, path, query=query, body=body, content_type=content_type)
+            except ApiCallError as err:
+                self.count(verb, err)
+                if not err.retryable or not self.pause(err, attempt, deadline):
+                    raise
+                attempt += 1
+
+    def list_all(
+        self, path: str, query: Mapping[str, Any] | None = None, *, page_size: int = PAGE_SIZE
+    ) -> tuple[list[Obj], str]:
+        """Every item of a collection, page by page; (items, resourceVersion).
+
+        A continue token that expired (410) restarts the list: the pages of one list are
+        one consistent snapshot, so they are never stitched across two.
+        """
+        restarts = 0
+        while True:
+            items: list[Obj] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = self.call(
+                        "list",
+                        "GET",
+                        path,
+                        query={**(query or {}), "limit": page_size, "continue": token},
+                    )
+                    items.extend(page.get("items") or [])
+                    meta = page.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if not token:
+                        return items, str(meta.get("resourceVersion") or "")
+            except ApiCallError as err:
+                if err.status == 410 and token and restarts < 3:
+                    restarts += 1
+                    continue
+                raise
+
+    def stream(
+        self, path: str, query: Mapping[str, Any], *, read_timeout_s: float
+    ) -> Iterator[Obj]:
+        """A watch: its events, one JSON object each, until the server ends the stream."""
+        response = self._send("GET", path, query, None, None, (5.0, read_timeout_s))
+        if response.status != 200:
+            data = response.read()
+            raise _error_from_response(response.status, data, response.headers)
+        raw = response.response
+        self._stream = raw
+        try:
+            for line in iter_resp_lines(raw):
+                if line:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        log.warning("ignoring a watch line that is not JSON: %.200s", line)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiCallError(NO_ANSWER, f"watch stream broke: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                raw.release_conn()
+
+    # --- JSON helpers ------------------------------------------------------------------------
+
+    def with_api(self, api: k8s.ApiClient) -> Rest:
+        """A Rest over another connection pool, with this one's policy and counters."""
+        return Rest(
+            api,
+            timeout_s=self.timeout_s,
+            policy=self.policy,
+            sleep=self.sleep,
+            on_error=self.on_error,
+        )
+
+    def interrupt(self) -> None:
+        """End the watch stream in progress (if any) from another thread."""
+        response = self._stream
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+
+def dedicated_api(api: k8s.ApiClient, *, pool_size: int, purpose: str) -> k8s.ApiClient:
+    """A second ApiClient with the same credentials and a pool of its own (watches hold
+    their connections open for minutes; writes must not queue behind them)."""
+    configuration = copy.copy(api.configuration)
+    configuration.connection_pool_maxsize = pool_size
+    out = k8s.ApiClient(configuration)
+    out.user_agent = f"{api.user_agent} ({purpose})"
+    return out
+
+
+def ensure_pool(api: k8s.ApiClient, size: int) -> None:
+    """Let ``size`` requests of this client run at once."""
+    current = getattr(api.configuration, "connection_pool_maxsize", None) or 0
+    if current < size:
+        api.configuration.connection_pool_maxsize = size
+        api.rest_client = type(api.rest_client)(api.configuration)
+
+
+def connect(kubeconfig: str | None = None, *, user_agent: str = "koord-queue") -> k8s.ApiClient:
+    """An ApiClient from a kubeconfig file, or the in-cluster service account.
+
+    urllib3's own retries are off: the retry layer above decides, counts and logs."""
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig:
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+    except (k8s_config.ConfigException, OSError) as exc:
+        where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
+        raise ClusterError(
+            f"cannot reach Kubernetes through {where}: {exc}", retryable=False
+        ) from exc
+    configuration.retries = False
+    api = k8s.ApiClient(configuration)
+    api.user_agent = user_agent
+    return api
+
+
+# --- list + watch ------------------------------------------------------------------------

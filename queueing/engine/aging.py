@@ -1,0 +1,127 @@
+"""No starvation of work that fits: aging of a queue head's claim on its quota.
+
+Koordinator's water-filling splits a parent's idle capacity among its children by
+weight, each capped by its demand. A gang larger than its quota's share -- but within
+its ``max`` -- can therefore wait for ever while a heavier sibling keeps borrowing:
+the share it would need is never offered. Slurm answers the same problem for priority
+with an age factor; here the age raises the head's *claim*:
+
+* The head of each queue (per quota, in queue order) claims ``used + its request`` of
+  its quota, capped by the quota's max. Its claim beyond the quota's guaranteed base
+  grows linearly with its wait, reaching the whole of it after the queue's
+  ``aging_bound_s`` (``None`` turns aging off for that queue, on purpose).
+* In the runtime quota split (:meth:`.quota.QuotaTree.runtime`) claims are served
+  after every child's ``min`` and before the weighted water-filling, so aging never
+  takes a guaranteed minimum from anyone; it takes the borrowed share of siblings,
+  who then cannot admit more and give the capacity back as their work ends (or are
+  reclaimed by preemption where the queue allows it).
+* A head that has reached its full claim and still does not place on nodes because
+  smaller work keeps filling them *drains* its scarcest resource on the nodes it may
+  use for the rest of the cycle, as a backfill reservation does: nothing else takes
+  that resource there until the gang fits.
+
+The wait is counted from ``queue_order_at`` (when the workload joined its queue, kept
+across evictions), which the engine knows without memory of earlier cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from queueing.engine.quota import QuotaTree
+from queueing.engine.types import QueueSpec, WorkloadSpec
+
+__all__ = ["aged_claims", "aging_fraction", "claim_full_at"]
+
+#: How many candidates of a queue are looked at to find the head of each of its quotas
+#: (a queue shared by several quotas has one head per quota).
+HEAD_SCAN = 8
+
+
+def aging_fraction(spec: QueueSpec, w: WorkloadSpec, now: float) -> float:
+    """How far ``w``'s claim has aged, from 0 (just queued) to 1 (full claim)."""
+    bound = spec.aging_bound_s
+    if bound is None:
+        return 0.0
+    if bound <= 0:
+        return 1.0
+    waited = now - w.queue_order_at
+    if waited <= 0:
+        return 0.0
+    return min(1.0, waited / bound)
+
+
+def claim_full_at(spec: QueueSpec, w: WorkloadSpec) -> float | None:
+    """When ``w``'s claim reaches its whole request (epoch seconds), or None (no aging)."""
+    if spec.aging_bound_s is None:
+        return None
+    return w.queue_order_at + max(0.0, spec.aging_bound_s)
+
+
+def aged_claims(
+    tree: QuotaTree,
+    queues: Sequence[tuple[QueueSpec, Sequence[WorkloadSpec]]],
+    quota_of: Mapping[int, int],
+    own_used: Sequence[Mapping[str, int]],
+    now: float,
+    frozen: set[int] | None = None,
+) -> list[dict[str, int]] | None:
+    """Per quota, what its aged heads claim (own usage included), or None if nothing.
+
+    ``queues``: each queue's spec and its competing workloads in queue order. The
+    claim of a quota is its own usage plus the largest aged part of a head's request
+    (``fraction * request``, rounded down; one head per queue), capped by every
+    ``max`` on its chain.
+
+    ``frozen``: quotas whose siblings have a preemption under way (victims releasing
+    for a waiting preemptor). Their heads claim nothing until it completes: a claim
+    there would move the runtime quota the preemption was decided on, the preemptor
+    would no longer fit, and its victims would come back (ping-pong).
+    """
+    # One head per quota: the first in queue order of the quota's most urgent queue
+    # head (highest priority, then longest waiting). A lower-priority head of another
+    # queue claiming for the same quota would let it in ahead of the urgent one -- and
+    # a victim evicted for that one would come straight back (ping-pong).
+    heads: dict[int, tuple[tuple[int, float, int], QueueSpec, WorkloadSpec]] = {}
+    for spec, cands in queues:
+        if spec.aging_bound_s is None or not cands:
+            continue
+        seen: set[int] = set()
+        for w in cands[:HEAD_SCAN]:
+            qi = quota_of.get(w.id)
+            if qi is None or qi in seen:
+                continue
+            seen.add(qi)
+            if frozen and qi in frozen:
+                continue
+            key = (-w.priority, w.queue_order_at, w.id)
+            best = heads.get(qi)
+            if best is None or key < best[0]:
+                heads[qi] = (key, spec, w)
+    if not heads:
+        return None
+    claims: list[dict[str, int]] = [{} for _ in range(len(tree))]
+    chains = tree.chains
+    maxes = tree.maxes
+    any_claim = False
+    for qi, (_, spec, w) in heads.items():
+        frac = aging_fraction(spec, w, now)
+        if frac <= 0.0:
+            continue
+        used = own_used[qi]
+        mine = claims[qi]
+        for k, v in w.request.raw.items():
+            want = int(v * frac)
+            if want <= 0:
+                continue
+            cap: int | None = None
+            for c in chains[qi]:
+                m = maxes[c].get(k)
+                if m is not None and (cap is None or m < cap):
+                    cap = m
+            want += used.get(k, 0)
+            if cap is not None and want > cap:
+                want = cap
+            mine[k] = want
+            any_claim = True
+    return claims if any_claim else None

@@ -1,0 +1,490 @@
+"""The state one cycle works on, shared by its steps.
+
+The cycle (:mod:`.cycle`) builds a :class:`CycleState` from a snapshot and runs its
+steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
+:mod:`.aging`) read it from here and never import the cycle back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from queueing.engine.aging import aged_claims
+from queueing.engine.fairshare import FairShare
+from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
+from queueing.engine.quota import QuotaTree
+from queueing.engine.resources import Resources
+from queueing.engine.types import (
+    BACKOFF,
+    HOLDING_PHASES,
+    PENDING,
+    POLICY_INTELLIGENT,
+    PREEMPTED,
+    Admission,
+    Preemption,
+    QueueSpec,
+    Requeue,
+    Snapshot,
+    WorkloadSpec,
+)
+
+if TYPE_CHECKING:
+    from queueing.engine.preemption import Preemptor
+
+__all__ = [
+    "F_DEPTH",
+    "F_NEVER",
+    "F_NODES",
+    "F_NOTREACHED",
+    "F_POLICY",
+    "F_QUOTA",
+    "F_WAITING",
+    "CycleState",
+    "QueueState",
+    "ShapeKey",
+    "order_key",
+]
+
+# Failure records (why a candidate was not admitted), kept per workload id.
+F_QUOTA = 0  # (F_QUOTA, chain node index)
+F_NODES = 1  # (F_NODES, shape key)
+F_POLICY = 2  # (F_POLICY, blocking workload id)
+F_DEPTH = 3  # (F_DEPTH, 0)
+F_WAITING = 4  # (F_WAITING, 0): nominated, victims still releasing
+F_NOTREACHED = 5  # (F_NOTREACHED, 0)
+F_NEVER = 6  # (F_NEVER, reason): can never fit as specified; set aside, blocks nobody
+
+ShapeKey = tuple[tuple[frozenset[tuple[str, int]], int, Any], ...]
+
+
+def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
+    """Queue order: higher priority first, then earlier queue-order time, then id."""
+    return (-w.priority, w.queue_order_at, w.id)
+
+
+class QueueState:
+    """A queue's candidates for this cycle and how far the cycle got into them."""
+
+    __slots__ = (
+        "block_all",
+        "blocked",
+        "cands",
+        "index",
+        "intelligent",
+        "limit",
+        "may_preempt",
+        "pos",
+        "spec",
+        "threshold",
+    )
+
+    def __init__(self, index: int, spec: QueueSpec, cands: list[WorkloadSpec]) -> None:
+        self.index = index
+        self.spec = spec
+        self.cands = cands
+        self.pos = 0
+        depth = spec.max_depth
+        self.limit = len(cands) if depth <= 0 else min(depth, len(cands))
+        #: quota index -> id of the head that blocks it (Block / Intelligent).
+        self.blocked: dict[int, int] = {}
+        self.block_all = spec.blocking
+        self.intelligent = spec.policy == POLICY_INTELLIGENT
+        self.threshold = spec.priority_threshold
+        self.may_preempt = not (spec.preempt_within_quota == "Never" and spec.reclaim == "Never")
+
+    def blocks(self, w: WorkloadSpec) -> bool:
+        """Whether a failure of ``w`` blocks those behind it on the same quota."""
+        return self.block_all or (self.intelligent and w.priority >= self.threshold)
+
+
+class CycleState:
+    """The mutable state of one cycle and the primitives that change it.
+
+    :class:`~.cycle.Cycle` runs the steps over it; the preemption, explanation and
+    forecast steps (and tests) read its public attributes and call its primitives
+    (``quota_fail``, ``admit``, ``reserve``, ``victims_release``) -- never the cycle.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        t0 = perf_counter()
+        self.snapshot = snapshot
+        self.config = cfg = snapshot.config
+        self.now = now = snapshot.now
+        self.stats: dict[str, float] = {}
+        self.tree = tree = QuotaTree(snapshot.quotas)
+        self.nodes = nodes = NodeIndex(snapshot.nodes, cfg.pool_label)
+        self.queue_specs: dict[str, QueueSpec] = {q.name: q for q in snapshot.queues}
+        nq = len(tree)
+        qindex = tree.index
+        own_used: list[dict[str, int]] = [{} for _ in range(nq)]
+        own_pend: list[dict[str, int]] = [{} for _ in range(nq)]
+        #: Holding workloads per quota index (victim candidates and forecast input).
+        self.holding: list[list[WorkloadSpec]] = [[] for _ in range(nq)]
+        #: Holding workloads whose quota is not in the snapshot (still hold nodes).
+        self.orphans: list[WorkloadSpec] = []
+        #: Preempted victims still releasing, per preemptor id.
+        self.inflight: dict[int, list[WorkloadSpec]] = {}
+        #: Waiting in Backoff (requeue_at in the future).
+        self.backing_off: list[WorkloadSpec] = []
+        #: Competing workloads that name an unknown queue or quota.
+        self.unknown: list[tuple[WorkloadSpec, str]] = []
+        #: Competing workloads that can never fit as specified (beyond a max on their
+        #: chain or the schedulable cluster): set aside with the limit they exceed, they
+        #: neither compete, nor count as demand, nor block a strict-order queue.
+        self.never: list[tuple[WorkloadSpec, int, str, str, Resources]] = []
+        per_queue: dict[str, list[WorkloadSpec]] = {}
+        self.quota_of: dict[int, int] = {}
+        self.nominated_in: set[int] = set()
+        queue_specs = self.queue_specs
+        quota_of = self.quota_of
+        caps: list[dict[str, int] | None] = [None] * nq
+        capacity = nodes.capacity
+        for w in snapshot.workloads:
+            ph = w.phase
+            if ph == PENDING or (ph == BACKOFF and (w.requeue_at is None or w.requeue_at <= now)):
+                qi = qindex.get(w.quota)
+                if qi is None or w.queue not in queue_specs:
+                    what = (
+                        f"unknown quota {w.quota!r}" if qi is None else f"unknown queue {w.queue!r}"
+                    )
+                    self.unknown.append((w, what))
+                    continue
+                ccap = caps[qi]
+                if ccap is None:
+                    ccap = caps[qi] = self._chain_cap(qi, capacity)
+                for k, v in w._request._d.items():
+                    if v > ccap.get(k, 0):
+                        self._set_aside(w, qi, k, capacity)
+                        break
+                else:
+                    k = ""
+                if k:
+                    continue
+                quota_of[w.id] = qi
+                lst = per_queue.get(w.queue)
+                if lst is None:
+                    per_queue[w.queue] = [w]
+                else:
+                    lst.append(w)
+                d = own_pend[qi]
+                for k, v in w._request._d.items():
+                    d[k] = d.get(k, 0) + v
+                if w.nominated:
+                    self.nominated_in.add(w.id)
+            elif ph in HOLDING_PHASES:
+                for node_name, amount in w.assignment.items():
+                    nodes.hold(node_name, amount.raw)
+                qi = qindex.get(w.quota)
+                if qi is None:
+                    self.orphans.append(w)
+                else:
+                    self.holding[qi].append(w)
+                    d = own_used[qi]
+                    for k, v in w._request._d.items():
+                        d[k] = d.get(k, 0) + v
+                if ph == PREEMPTED and w.preempted_by is not None:
+                    self.inflight.setdefault(w.preempted_by, []).append(w)
+            elif ph == BACKOFF:
+                self.backing_off.append(w)
+        for name, extra in snapshot.unlisted_demand.items():
+            qi = qindex.get(name)
+            if qi is not None:
+                d = own_pend[qi]
+                for k, v in extra.items():
+                    d[k] = d.get(k, 0) + int(v)
+        t1 = perf_counter()
+        # Queues in name order; candidates in queue order.
+        self.queues: list[QueueState] = []
+        for name in sorted(per_queue):
+            cands = per_queue[name]
+            cands.sort(key=order_key)
+            self.queues.append(QueueState(len(self.queues), queue_specs[name], cands))
+        # Step 2: runtime quota, with the aged claims of long-waiting heads.
+        own_demand = [dict(u) for u in own_used]
+        for i, p in enumerate(own_pend):
+            if p:
+                d = own_demand[i]
+                for k, v in p.items():
+                    d[k] = d.get(k, 0) + v
+        #: Per quota, usage plus competing requests of workloads attached directly to it.
+        self.own_demand = own_demand
+        #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
+        frozen: set[int] = set()
+        for wid in (*self.nominated_in, *self.inflight):
+            pq = quota_of.get(wid)
+            if pq is not None:
+                par = tree.parent[pq]
+                frozen.update(tree.children[par] if par >= 0 else (pq,))
+        self.claims = aged_claims(
+            tree, [(q.spec, q.cands) for q in self.queues], quota_of, own_used, now, frozen
+        )
+        self.runtime, self.demand = tree.runtime(own_demand, nodes.capacity, self.claims)
+        #: Runtime quota without aged claims. Preemption judges borrowing by it: aging
+        #: takes back what siblings borrow as their work ends, it never evicts (a claim
+        #: lapses once its head is admitted, and eviction by it would ping-pong).
+        self.runtime_base = (
+            self.runtime if self.claims is None else tree.runtime(own_demand, nodes.capacity)[0]
+        )
+        #: Subtree usage of holding workloads plus this cycle's admissions.
+        self.used: list[dict[str, int]] = tree.subtree_sums(own_used)
+        #: ``used`` plus capacity reserved for waiting preemptors (fit checks use this).
+        self.load: list[dict[str, int]] = [dict(u) for u in self.used]
+        self.limit: list[dict[str, int]] = []
+        for i in range(nq):
+            lim = dict(self.runtime[i])
+            for k, cap in tree.maxes[i].items():
+                if lim.get(k, 0) > cap:
+                    lim[k] = cap
+            self.limit.append(lim)
+        #: ``limit`` without aged claims: what preemption decides by (see runtime_base).
+        self.limit_base = self.limit
+        if self.claims is not None:
+            self.limit_base = []
+            for i in range(nq):
+                lim = dict(self.runtime_base[i])
+                for k, cap in tree.maxes[i].items():
+                    if lim.get(k, 0) > cap:
+                        lim[k] = cap
+                self.limit_base.append(lim)
+        ledger = snapshot.ledger
+        self.fair = FairShare(
+            cfg.fair_share_mode,
+            cfg.blend_alpha,
+            cfg.usage_half_life_s,
+            cfg.entry_penalty_s,
+            self.runtime,
+            self.used,
+            [ledger.get(name, {}) for name in tree.names],
+            tree.fair_weight,
+        )
+        # Decisions and bookkeeping.
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.requeues: list[Requeue] = []
+        self.admitted_ids: set[int] = set()
+        self.admitted_ws: list[WorkloadSpec] = []  # in the order of ``admissions``
+        #: Workloads chosen as victims this cycle (never chosen twice).
+        self.victim_ids: set[int] = {w.id for ws in self.inflight.values() for w in ws}
+        #: Preemptors waiting for capacity: id -> victim ids (in flight or new).
+        self.waiting: dict[int, tuple[int, ...]] = {}
+        self.fail: dict[int, tuple[int, Any]] = {}
+        self.failed_shapes: set[ShapeKey] = set()
+        self.preempt_tried: set[tuple[int, int]] = set()  # (queue index, quota index)
+        self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
+        #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
+        self.qver: list[int] = [0] * nq
+        #: Bumped on every change of ``load``; guards the headroom cache.
+        self._load_version = 0
+        self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
+        self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
+        #: Aged strict-order heads holding back their scarcest resource: id -> resource.
+        self.draining: dict[int, str] = {}
+        #: What the drains took from the nodes (the forecast gives it back).
+        self.drained: list[dict[int, dict[str, int]]] = []
+        self._never_nodes: dict[ShapeKey, str | None] = {}
+        self._reqs: dict[int, tuple[PodSetReq, ...]] = {}
+        self._shape: dict[int, ShapeKey] = {}
+        self.stats["index_s"] = t1 - t0
+        self.stats["runtime_quota_s"] = perf_counter() - t1
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _chain_cap(self, qi: int, capacity: Mapping[str, int]) -> dict[str, int]:
+        """The most any workload of quota ``qi`` could ever get, per resource."""
+        cap = dict(capacity)
+        maxes = self.tree.maxes
+        for c in self.tree.chains[qi]:
+            for k, m in maxes[c].items():
+                if m < cap.get(k, 0):
+                    cap[k] = m
+        return cap
+
+    def _set_aside(self, w: WorkloadSpec, qi: int, k: str, capacity: Mapping[str, int]) -> None:
+        """Record ``w`` as inadmissible: it asks more ``k`` than its chain or the cluster."""
+        v = w._request._d[k]
+        tree = self.tree
+        for c in tree.chains[qi]:
+            m = tree.maxes[c].get(k)
+            if m is not None and v > m and m <= capacity.get(k, 0):
+                self.never.append((w, c, "max", k, Resources.from_raw({k: v - m})))
+                return
+        self.never.append((w, -1, "cluster", k, Resources.from_raw({k: v - capacity.get(k, 0)})))
+
+    def _prep(self, w: WorkloadSpec) -> None:
+        pod_sets = w.pod_sets
+        if len(pod_sets) == 1 and pod_sets[0].count > 0:
+            ps = pod_sets[0]
+            e = elig_key(ps)
+            d = ps.requests._d
+            self._reqs[w.id] = (PodSetReq(ps.name, ps.count, d, e),)
+            self._shape[w.id] = ((frozenset(d.items()), ps.count, e),)
+            return
+        reqs = podset_reqs(pod_sets)
+        live = [ps for ps in pod_sets if ps.count > 0]
+        self._reqs[w.id] = reqs
+        self._shape[w.id] = tuple(
+            (frozenset(ps.requests._d.items()), ps.count, p.elig)
+            for ps, p in zip(live, reqs, strict=True)
+        )
+
+    def reqs(self, w: WorkloadSpec) -> tuple[PodSetReq, ...]:
+        """The placer's view of ``w``'s pod sets (cached)."""
+        got = self._reqs.get(w.id)
+        if got is None:
+            self._prep(w)
+            got = self._reqs[w.id]
+        return got
+
+    def shape(self, w: WorkloadSpec) -> ShapeKey:
+        """A hashable key of ``w``'s pod sets: equal shapes place alike."""
+        got = self._shape.get(w.id)
+        if got is None:
+            self._prep(w)
+            got = self._shape[w.id]
+        return got
+
+    def quota_fail(
+        self,
+        qi: int,
+        req: Mapping[str, int],
+        freed: Mapping[int, Mapping[str, int]] | None = None,
+    ) -> int:
+        """A chain node where ``req`` does not fit (the tightest), or -1 when it fits.
+
+        ``freed`` (chain node -> resources) is capacity to treat as released. Without
+        it, the per-resource headroom of the chain is cached until the next change of
+        load (consecutive candidates of one quota mostly ask the same question).
+        """
+        if freed:
+            load = self.load
+            limit = self.limit
+            for c in self.tree.chains[qi]:
+                lc = load[c]
+                lim = limit[c]
+                fr = freed.get(c)
+                if fr:
+                    for k, v in req.items():
+                        if lc.get(k, 0) - fr.get(k, 0) + v > lim.get(k, 0):
+                            return c
+                else:
+                    for k, v in req.items():
+                        if lc.get(k, 0) + v > lim.get(k, 0):
+                            return c
+            return -1
+        cached = self._headroom[qi]
+        if cached is None or cached[0] != self._load_version:
+            cached = (self._load_version, {})
+            self._headroom[qi] = cached
+        head = cached[1]
+        for k, v in req.items():
+            hk = head.get(k)
+            if hk is None:
+                hk = self._chain_headroom(qi, k)
+                head[k] = hk
+            if v > hk[0]:
+                return hk[1]
+        return -1
+
+    def _chain_headroom(self, qi: int, k: str) -> tuple[int, int]:
+        """Smallest ``limit - load`` for resource ``k`` along the chain, and where."""
+        load = self.load
+        limit = self.limit
+        best = -1
+        best_at = qi
+        first = True
+        for c in self.tree.chains[qi]:
+            room = limit[c].get(k, 0) - load[c].get(k, 0)
+            if first or room < best:
+                best, best_at, first = room, c, False
+        return best, best_at
+
+    def admit(
+        self,
+        w: WorkloadSpec,
+        qi: int,
+        per_node: Mapping[int, Mapping[str, int]],
+        placements: tuple[tuple[str, int, int], ...],
+        *,
+        nominated: bool = False,
+    ) -> None:
+        """Record an admission and take its quota and node capacity."""
+        req = w._request._d
+        self._load_version += 1
+        for c in self.tree.chains[qi]:
+            u = self.used[c]
+            ld = self.load[c]
+            for k, v in req.items():
+                u[k] = u.get(k, 0) + v
+                ld[k] = ld.get(k, 0) + v
+        self.fair.admitted(qi, req)
+        self.qver[qi] += 1
+        self.nodes.commit(per_node)
+        names = self.nodes.names
+        assignment = {names[i]: Resources.from_raw(r) for i, r in sorted(per_node.items())}
+        self.admissions.append(
+            Admission(
+                workload_id=w.id,
+                quota=w.quota,
+                queue=w.queue,
+                assignment=assignment,
+                placements=tuple((ps, names[i], k) for ps, i, k in placements),
+                pool=self.nodes.pool_of(per_node),
+                nominated=nominated,
+            )
+        )
+        self.admitted_ids.add(w.id)
+        self.admitted_ws.append(w)
+
+    def reserve(
+        self,
+        qi: int,
+        req: Mapping[str, int],
+        freed: Mapping[int, Mapping[str, int]],
+        per_node: Mapping[int, Mapping[str, int]] | None,
+        node_extra: Mapping[int, Mapping[str, int]],
+    ) -> None:
+        """Hold back what a waiting preemptor needs beyond what its victims release."""
+        self._load_version += 1
+        for c in self.tree.chains[qi]:
+            fr = freed.get(c, {})
+            ld = self.load[c]
+            for k, v in req.items():
+                extra = v - fr.get(k, 0)
+                if extra > 0:
+                    ld[k] = ld.get(k, 0) + extra
+        if per_node:
+            take: dict[int, dict[str, int]] = {}
+            for i, amount in per_node.items():
+                x = node_extra.get(i, {})
+                t = {k: v - x.get(k, 0) for k, v in amount.items() if v - x.get(k, 0) > 0}
+                if t:
+                    take[i] = t
+            if take:
+                self.nodes.commit(take)
+
+    def victims_release(
+        self, victims: list[WorkloadSpec]
+    ) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+        """What ``victims`` free: per quota chain node and per node index."""
+        freed: dict[int, dict[str, int]] = {}
+        extra: dict[int, dict[str, int]] = {}
+        chains = self.tree.chains
+        qindex = self.tree.index
+        nindex = self.nodes.index
+        for v in victims:
+            vq = qindex.get(v.quota)
+            if vq is not None:
+                for c in chains[vq]:
+                    f = freed.setdefault(c, {})
+                    for k, x in v._request._d.items():
+                        f[k] = f.get(k, 0) + x
+            for node_name, amount in v.assignment.items():
+                i = nindex.get(node_name)
+                if i is None:
+                    continue
+                e = extra.setdefault(i, {})
+                for k, x in amount.raw.items():
+                    e[k] = e.get(k, 0) + x
+        return freed, extra

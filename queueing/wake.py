@@ -1,0 +1,223 @@
+"""Cycles woken by events instead of beat's timer (docs/realtime.md).
+
+Whatever can change a decision wakes the cycle of the quota tree it touches:
+
+- the product's own changes, once their transaction commits: a submission, a
+  cancellation, a phase the sync moved (a job finished, started, vanished; a new Job
+  registered) — ``events.notify_changes`` calls ``wake_workloads``; a quota or a queue
+  saved or deleted — the model signals below;
+- the cluster: in Kubernetes mode ``watch_cluster`` turns watch events into
+  ``wake(None, sync=True)``; the simulated cluster says when its next job will finish
+  (``Timed``) and the cycle worker sets a timer for it.
+
+A wake is debounced: the first one for a tree sends a ``queueing.react`` task on the
+cycle queue (``KQ_CYCLE_QUEUE``) to run ``KQ_WAKE_DEBOUNCE_MS`` later, and every wake
+until that task starts rides along with it (a cache key marks the task as on its way;
+the task drops the key as it starts, so a change made while it runs wakes it again).
+Nothing here is needed for correctness: beat's tick still reconciles everything
+periodically, so a lost wake costs latency, never a decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
+
+ALL = "*"  # every tree
+SYNC = "sync"  # a look at the cluster first, then every tree
+# A wake key outlives a task that was lost (a killed worker, an expired message) only
+# this long; then wakes send tasks again.
+KEY_TTL_S = 5
+TIMER_KEY = "kq:wake:timer"
+# Timers fire this much after the instant they wait for, so the change is there to see.
+TIMER_SLACK_S = 0.005
+
+Sender = Callable[[str, float], None]
+
+_local = threading.local()
+
+
+def enabled() -> bool:
+    return bool(settings.KQ_WAKE)
+
+
+def key(target: str) -> str:
+    return f"kq:wake:{target}"
+
+
+def send_react(target: str, countdown_s: float) -> None:
+    """Queue the ``react`` task for ``target`` (a root, ALL or SYNC)."""
+    from queueing.tasks import react
+
+    react.apply_async(
+        args=[target],
+        countdown=max(0.0, countdown_s),
+        queue=settings.KQ_CYCLE_QUEUE,
+        # A react nobody picked up within a tick or two is overtaken by beat's tick.
+        expires=countdown_s + max(settings.KQ_CYCLE_INTERVAL_S * 2, 5.0),
+    )
+
+
+_sender: Sender = send_react
+
+
+def set_sender(sender: Sender | None) -> None:
+    """Tests replace how a react is sent (None: the Celery task again)."""
+    global _sender
+    _sender = sender if sender is not None else send_react
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """Inside, wakes are dropped: the caller cycles everything it changes itself (the
+    react task's own sync would otherwise wake the trees it is about to cycle)."""
+    before = getattr(_local, "suppressed", False)
+    _local.suppressed = True
+    try:
+        yield
+    finally:
+        _local.suppressed = before
+
+
+def wake(
+    roots: Iterable[str] | None,
+    *,
+    sync: bool = False,
+    reason: str = "",
+    delay_s: float | None = None,
+) -> int:
+    """Wake the cycle of each of ``roots`` (None: every tree); ``sync`` looks at the
+    cluster first (then every tree is cycled). ``delay_s`` replaces the debounce (a
+    retry after a busy lease). Returns how many tasks were sent."""
+    if not enabled() or getattr(_local, "suppressed", False):
+        return 0
+    targets = [SYNC] if sync else ([ALL] if roots is None else sorted(set(roots)))
+    sent = 0
+    debounce = settings.KQ_WAKE_DEBOUNCE_MS / 1000 if delay_s is None else delay_s
+    for target in targets:
+        try:
+            if not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
+                continue  # a react is on its way and will see this change
+            _sender(target, debounce)
+            sent += 1
+        except Exception:  # the broker or the cache is down: beat's tick still runs
+            log.exception("could not wake the cycle of %s", target)
+    return sent
+
+
+def wake_on_commit(roots: Iterable[str] | None, *, reason: str = "") -> None:
+    chosen = None if roots is None else list(roots)
+    transaction.on_commit(lambda: wake(chosen, reason=reason))
+
+
+def taken(target: str) -> None:
+    """A react for ``target`` starts: wakes from now on need a react of their own."""
+    cache.delete(key(target))
+
+
+# --- which trees a change touches ----------------------------------------------------
+
+
+def roots_of_quotas(quota_ids: Iterable[int]) -> set[str]:
+    """The root names of the trees holding ``quota_ids`` (one small query of the tree)."""
+    from queueing.models import Quota
+
+    wanted = set(quota_ids)
+    if not wanted:
+        return set()
+    parents: dict[int, tuple[int | None, str]] = {
+        qid: (parent, name)
+        for qid, parent, name in Quota.objects.values_list("id", "parent_id", "name")
+    }
+    found: set[str] = set()
+    for quota_id in wanted:
+        current: int | None = quota_id
+        seen: set[int] = set()
+        while current is not None and current in parents and current not in seen:
+            seen.add(current)
+            parent, name = parents[current]
+            if parent is None:
+                found.add(name)
+            current = parent
+    return found
+
+
+def wake_workloads(workload_ids: Iterable[int], *, reason: str = "changed") -> int:
+    """After a commit that changed these workloads: wake the trees they belong to."""
+    if not enabled() or getattr(_local, "suppressed", False):
+        return 0
+    from queueing.models import Workload
+
+    ids = list(workload_ids)
+    if not ids:
+        return 0
+    quota_ids = set(
+        Workload.objects.filter(id__in=ids).values_list("quota_id", flat=True).distinct()
+    )
+    roots = roots_of_quotas(quota_ids)
+    return wake(roots, reason=reason) if roots else 0
+
+
+# --- timers: the simulated cluster's jobs finish at known instants ------------------------
+
+
+def arm_timer(at: datetime | None, *, now: datetime | None = None) -> bool:
+    """Wake a sync at ``at`` (when the next job finishes), unless an earlier timer is set.
+    Returns whether a task was sent."""
+    if at is None or not enabled():
+        return False
+    now = now or timezone.now()
+    due = at.timestamp() + TIMER_SLACK_S
+    armed = cache.get(TIMER_KEY)
+    if armed is not None and float(armed) <= due + 0.001 and float(armed) > time.time():
+        return False
+    cache.set(TIMER_KEY, due, timeout=max(1, int(due - now.timestamp()) + KEY_TTL_S))
+    try:
+        _sender(SYNC, max(0.0, due - now.timestamp()))
+    except Exception:
+        log.exception("could not set the cycle's timer")
+        return False
+    return True
+
+
+# --- quota and queue edits ------------------------------------------------------------
+
+
+def _audited(sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
+    """Every quota and queue edit is audited (queueing.actions.audit), whatever way it
+    writes the row: the audit record is where it is heard."""
+    if not created or not enabled() or instance.object_type not in ("quota", "queue"):
+        return
+    if instance.object_type == "queue":
+        # A queue may serve quotas of several trees: wake them all.
+        wake_on_commit(None, reason="queue")
+        return
+    quota_id = int(instance.object_id) if str(instance.object_id).isdigit() else None
+    parent_id = (instance.before or {}).get("parent") or (instance.after or {}).get("parent")
+
+    def later() -> None:
+        ids = [q for q in (quota_id, parent_id) if isinstance(q, int)]
+        # A deleted quota is no longer in the tree; nor is a root just made: wake all.
+        wake(roots_of_quotas(ids) or None, reason="quota")
+
+    transaction.on_commit(later)
+
+
+def connect_signals() -> None:
+    from django.db.models.signals import post_save
+
+    from queueing.models import AuditEvent
+
+    post_save.connect(_audited, sender=AuditEvent, dispatch_uid="kq-wake-audit")

@@ -1,0 +1,63 @@
+"""A head that only finishing-soon work stands in front of waits for it, holding the room."""
+
+from __future__ import annotations
+
+from queueing.engine import run_cycle
+from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
+
+from .builders import node, quota, running, snapshot, workload
+
+GRACE = EngineConfig(fair_share_mode="instant", preempt_grace_s=60.0)
+
+
+def one(cpu: int) -> dict[str, int]:
+    return {"cpu": cpu * 1000}
+
+
+def world(pending: list[WorkloadSpec], *, runtime_s: float = 10.0) -> Snapshot:
+    # Quota of 4 cpu; a low-priority job holds 3 and is expected to end within the grace.
+    return snapshot(
+        quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+        nodes=[node("n", one(4))],
+        queues=[QueueSpec("q0", preempt_within_quota="LowerPriority")],
+        workloads=[
+            running(
+                1, "q0", "n", req=one(3), priority=1, started_at=995.0, expected_runtime_s=runtime_s
+            ),
+            *pending,
+        ],
+        config=GRACE,
+    )
+
+
+def test_head_waits_for_finishing_work_and_lower_priority_cannot_take_the_room() -> None:
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
+    small = workload(3, "q0", req=one(1), priority=1, ts=2.0)
+    result = run_cycle(world([big, small]), forecast=False)
+    assert result.preemptions == ()  # ends within the grace: not evicted
+    assert result.admissions == ()  # the free cpu is held for the head
+    assert result.nominations == (2,)
+    assert result.explanations[3].kind != "preempting"
+    # Positive control: without the head, the small one takes the free cpu.
+    alone = run_cycle(world([small]), forecast=False)
+    assert [a.workload_id for a in alone.admissions] == [3]
+
+
+def test_work_that_runs_long_is_evicted_instead() -> None:
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
+    result = run_cycle(world([big], runtime_s=3600.0), forecast=False)
+    assert [(p.victim_id, p.preemptor_id) for p in result.preemptions] == [(1, 2)]
+
+
+def test_once_the_work_finished_the_waiting_head_is_admitted_first() -> None:
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0, nominated=True)
+    small = workload(3, "q0", req=one(1), priority=1, ts=2.0)
+    snap = snapshot(
+        quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+        nodes=[node("n", one(4))],
+        queues=[QueueSpec("q0", preempt_within_quota="LowerPriority")],
+        workloads=[big, small],
+        config=GRACE,
+    )
+    result = run_cycle(snap, forecast=False)
+    assert [a.workload_id for a in result.admissions] == [2]
