@@ -112,3 +112,11 @@ def pct(value: Any) -> str:
     if value is None:
         return "—"
     return f"{float(value):.0f}%"
+
+
+@register.filter
+def pct100(value: Any) -> str:
+    """A ratio as a percentage: 0.873 -> "87%"."""
+    if value is None:
+        return "—"
+    return f"{float(value) * 100:.0f}%"
