@@ -82,7 +82,7 @@
     };
     var datasets = [
       line("Entitlement (min)", "entitlement", [], "rect", 2, true),
-      line("Runtime quota", "runtime", [8, 4], "triangle", 2, true),
+      line("Runtime quota", "runtime", [8, 4], "star", 2, true),
       line("Usage", "used", [], "circle", 3, false),
       line("Decayed usage", "decayed", [2, 3], "crossRot", 2, false),
       mark("Preemption taken", "taken", "triangle", 180),
