@@ -120,3 +120,10 @@ def pct100(value: Any) -> str:
     if value is None:
         return "—"
     return f"{float(value) * 100:.0f}%"
+
+
+@register.filter
+def isotime(value: Any) -> str:
+    """An ISO 8601 timestamp for a data attribute, from a datetime or an ISO string."""
+    when = as_datetime(value)
+    return when.isoformat() if when is not None else ""

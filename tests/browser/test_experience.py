@@ -200,3 +200,56 @@ def test_keyboard_reaches_every_link_and_field_of_the_queue_page(
     )
     assert len(links) == 3
     assert set(links) <= reached
+
+
+def finish_together(site: Site, later_id: int, earlier_id: int) -> None:
+    """Two workloads finish in one transaction; the one with the lower id finished later."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from queueing import events
+    from queueing.choices import Phase
+    from queueing.models import Workload
+
+    now = timezone.now()
+    with transaction.atomic():
+        for pk, at in ((later_id, now), (earlier_id, now - timedelta(minutes=5))):
+            Workload.objects.filter(pk=pk).update(
+                phase=Phase.SUCCEEDED, finished_at=at, updated_at=now
+            )
+        events.notify_changes(
+            [(site.tenant.pk, site.queue.pk, later_id), (site.tenant.pk, site.queue.pk, earlier_id)]
+        )
+
+
+def test_the_queue_pages_small_things(esite, server_url, browser_factory):
+    from playwright.sync_api import expect
+
+    first, second = (
+        off_loop(submit, esite.world, "done-late"),
+        off_loop(submit, esite.world, "done-early"),
+    )
+    held = off_loop(submit, esite.world, "held-1", priority=9500)
+    off_loop(live.admit, [held.pk])
+    page = browser_factory()
+    log_in(page, server_url, "ada")
+    page.goto(f"{server_url}/tenants/{esite.tenant.name}/queues/{esite.queue.name}/")
+    # empty state of "Recently finished", and the band on a row rendered by the server
+    expect(page.locator("#finished-empty")).to_be_visible()
+    expect(page.locator("#finished-empty")).to_have_text(
+        "Nothing has finished in this queue recently."
+    )
+    expect(page.locator("#holding-rows tr .band")).to_have_text("koord-prod")
+    # "Log out" sits on the user name's line
+    who = page.locator(".logout .who").bounding_box()
+    button = page.locator(".logout button").bounding_box()
+    assert who is not None
+    assert button is not None
+    assert abs((who["y"] + who["height"] / 2) - (button["y"] + button["height"] / 2)) <= 2
+
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    off_loop(finish_together, esite, first.pk, second.pk)
+    rows = page.locator("#finished-rows tr td[data-field=name]")
+    expect(rows).to_have_count(2)
+    assert rows.all_inner_texts() == ["team-a/done-late", "team-a/done-early"]  # newest first
+    expect(page.locator("#finished-empty")).to_be_hidden()
