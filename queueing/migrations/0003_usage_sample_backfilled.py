@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('queueing', '0002_metrics_and_wait'),
+        ("queueing", "0002_metrics_and_wait"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='usagesample',
-            name='backfilled',
+            model_name="usagesample",
+            name="backfilled",
             field=models.BooleanField(default=False),
         ),
     ]
