@@ -137,10 +137,20 @@
     document.getElementById("whatif-h");
   if (landing) landing.focus();
 
+  // A refreshed fragment may carry one sentence for screen readers ([data-announce]:
+  // a workload's position or phase); it is said politely when it changes.
+  function announce(el, previous, quiet) {
+    var holder = el.querySelector("[data-announce]");
+    var text = holder ? holder.getAttribute("data-announce") : null;
+    if (!quiet && text && text !== previous) say(text);
+    return text;
+  }
+
   // Pages whose numbers come from the server (overview, workload, cluster): refetch the
   // element's partial on activity, at most every two seconds.
   document.querySelectorAll("[data-live-refresh]").forEach(function (el) {
     var timer = null, last = 0, inflight = false;
+    var announced = announce(el, null, true);
     function refetch() {
       if (timer) return;
       var wait = Math.max(150, 2000 - (Date.now() - last));
@@ -151,7 +161,11 @@
         last = Date.now();
         fetch(el.getAttribute("data-live-refresh"), { credentials: "same-origin" })
           .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-          .then(function (html) { el.innerHTML = html; KQ.refreshTimes(el); })
+          .then(function (html) {
+            el.innerHTML = html;
+            KQ.refreshTimes(el);
+            announced = announce(el, announced);
+          })
           .catch(function () { say("Could not refresh; retrying on the next change."); })
           .finally(function () { inflight = false; });
       }, wait);

@@ -253,3 +253,18 @@ def test_the_queue_pages_small_things(esite, server_url, browser_factory):
     expect(rows).to_have_count(2)
     assert rows.all_inner_texts() == ["team-a/done-late", "team-a/done-early"]  # newest first
     expect(page.locator("#finished-empty")).to_be_hidden()
+
+
+def test_the_workload_page_announces_its_new_position_politely(esite, server_url, browser_factory):
+    from playwright.sync_api import expect
+
+    a, b = off_loop(submit, esite.world, "first-1"), off_loop(submit, esite.world, "second-1")
+    off_loop(live.rank, [a.pk, b.pk])
+    page = browser_factory()
+    log_in(page, server_url, "vic")
+    page.goto(f"{server_url}/tenants/{esite.tenant.name}/workloads/{b.pk}/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    status = page.locator("#live-status")
+    assert status.get_attribute("aria-live") == "polite"
+    off_loop(live.rank, [b.pk, a.pk])
+    expect(status).to_have_text(f"second-1: position 1 in queue {esite.queue.name}.")
