@@ -257,7 +257,28 @@
     }, 5000);
   }
 
+  // A `queues` message (an edit of this queue's settings) updates the page's header.
+  function applySettings(message) {
+    var header = document.getElementById("queue-settings");
+    if (!header) return;
+    if ((message.removed || []).indexOf(queueId) !== -1) {
+      KQ.say("This queue was deleted.");
+      return;
+    }
+    (message.queues || []).forEach(function (q) {
+      if (q.id !== queueId) return;
+      header.querySelectorAll("[data-setting]").forEach(function (el) {
+        var key = el.getAttribute("data-setting");
+        if (key in q && String(q[key]) !== el.textContent) { el.textContent = q[key]; flash(el); }
+      });
+      header.querySelector('[data-show="intelligent"]').hidden = q.policy !== "Intelligent";
+      header.querySelector('[data-show="depth"]').hidden = !q.max_depth;
+      KQ.say("The queue's settings changed.");
+    });
+  }
+
   function onMessage(message) {
+    if (message.type === "queues") { applySettings(message); return; }
     if (message.type === "resync") { scheduleResync(); return; }
     if (message.type !== "workloads") return;
     if (resyncing) { held.push(message); return; }

@@ -268,3 +268,43 @@ def test_the_workload_page_announces_its_new_position_politely(esite, server_url
     assert status.get_attribute("aria-live") == "polite"
     off_loop(live.rank, [b.pk, a.pk])
     expect(status).to_have_text(f"second-1: position 1 in queue {esite.queue.name}.")
+
+
+def test_a_quota_edit_reaches_every_open_page_that_shows_it(esite, server_url, browser_factory):
+    """Item 3: a tenant's quota edit reaches its overview; a cluster quota's edit the
+    cluster page; a queue's edit its queue page -- within the positions' budget."""
+    import time
+
+    from playwright.sync_api import expect
+
+    tenant_page = browser_factory()
+    log_in(tenant_page, server_url, "ada")
+    tenant_page.goto(f"{server_url}/tenants/{esite.tenant.name}/")
+    expect(tenant_page.locator("html")).to_have_attribute("data-live", "on")
+    cluster_page = browser_factory()
+    log_in(cluster_page, server_url, "root")
+    cluster_page.goto(f"{server_url}/cluster/")
+    expect(cluster_page.locator("html")).to_have_attribute("data-live", "on")
+    queue_page = browser_factory()
+    log_in(queue_page, server_url, "vic")
+    queue_page.goto(f"{server_url}/tenants/{esite.tenant.name}/queues/{esite.queue.name}/")
+    expect(queue_page.locator("html")).to_have_attribute("data-live", "on")
+
+    def edit() -> None:
+        actions.update_quota(SYSTEM, Quota.objects.get(pk=esite.quota.pk), min={"cpu": "6"})
+        actions.update_quota(
+            SYSTEM, Quota.objects.get(name="cluster"), max={"cpu": "40", "memory": "1Ti"}
+        )
+        from queueing.models import Queue
+
+        actions.update_queue(SYSTEM, Queue.objects.get(pk=esite.queue.pk), priority=42)
+
+    started = time.monotonic()
+    off_loop(edit)
+    entitlement = tenant_page.locator("td[data-label=Entitlement]").first
+    expect(entitlement).to_have_text("6", timeout=5000)
+    expect(cluster_page.locator("main")).to_contain_text("40", timeout=5000)
+    expect(queue_page.locator("main")).to_contain_text("42", timeout=5000)
+    elapsed = time.monotonic() - started
+    print(f"three pages showed the edits {elapsed:.2f} s after they committed")
+    assert elapsed <= 3.0
