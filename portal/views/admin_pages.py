@@ -46,7 +46,11 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
                 except ValidationError as exc:
                     apply_validation_error(form, exc)
                 else:
-                    messages.success(request, f"{form.cleaned_data['username']} is now a member.")
+                    role = Role(form.cleaned_data["role"]).label.lower()
+                    messages.success(
+                        request,
+                        f"{form.cleaned_data['username']} is now {_article(role)} {role} of {tenant}.",
+                    )
                     return redirect("members", name=tenant.name)
             status = 400
         else:
@@ -63,8 +67,9 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
                     actions.set_membership(
                         actor, tenant, membership.user, request.POST.get("role", "")
                     )
+                    role = Role(request.POST.get("role", "")).label.lower()
                     messages.success(
-                        request, f"{membership.user} is now {request.POST.get('role')}."
+                        request, f"{membership.user} is now {_article(role)} {role} of {tenant}."
                     )
             except ValidationError as exc:
                 messages.error(request, " ".join(exc.messages))
@@ -134,3 +139,7 @@ def audit(request: HttpRequest, name: str | None = None) -> HttpResponse:
             "query": query.urlencode(),
         },
     )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -45,10 +45,24 @@ def quota_for_edit(request: HttpRequest, tenant: Tenant | None, name: str) -> Qu
     if quota is None or quota.tenant_id != (tenant.pk if tenant else None):
         raise Http404("No such quota.")
     if not access.can_edit_quota(request.user, quota):
-        raise PermissionDenied(
-            "Only cluster admins edit a tenant's top quota; tenant admins edit the quotas below it."
-        )
+        raise PermissionDenied(why_not_edit(request, quota))
     return quota
+
+
+def why_not_edit(request: HttpRequest, quota: Quota) -> str:
+    """The real reason this user may not edit this quota, naming their role."""
+    if quota.tenant_id is None:
+        return "Only cluster admins edit the cluster's quotas."
+    parent_tenant = quota.parent.tenant_id if quota.parent is not None else None
+    if parent_tenant != quota.tenant_id:
+        return (
+            f"{quota.name} is the top quota of {quota.tenant}, its entitlement: only cluster "
+            "admins edit it; tenant admins edit the quotas below it."
+        )
+    role = access.role_in(request.user, quota.tenant_id) or "not a member"
+    return (
+        f"You are {role} of {quota.tenant}; only its admins (and cluster admins) edit its quotas."
+    )
 
 
 def back_url(tenant: Tenant | None) -> str:
