@@ -121,7 +121,7 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
                 **changes,
             )
         except ValidationError as exc:
-            apply_validation_error(form, exc)
+            apply_validation_error(form, exc, grid=formset)
             return render(request, "portal/quota_form.html", context, status=400)
         except ConflictError as exc:
             context["conflict"] = str(exc)
@@ -144,7 +144,7 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
             current, {**changes, "namespaces": data["namespaces"]}
         )
     except ValidationError as exc:
-        apply_validation_error(form, exc)
+        apply_validation_error(form, exc, grid=formset)
         return render(request, "portal/quota_form.html", context, status=400)
     except ActionError as exc:
         form.add_error(None, str(exc))
@@ -301,7 +301,7 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 try:
                     preview = whatif.preview_quota_create(**proposed)
                 except ValidationError as exc:
-                    apply_validation_error(form, exc)
+                    apply_validation_error(form, exc, grid=formset)
                 except ActionError as exc:
                     form.add_error(None, str(exc))
                 else:
@@ -311,7 +311,7 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
             try:
                 created = actions.create_quota(Actor.of(request.user, Source.UI), **proposed)
             except ValidationError as exc:
-                apply_validation_error(form, exc)
+                apply_validation_error(form, exc, grid=formset)
             except ActionError as exc:
                 form.add_error(None, str(exc))
             else:

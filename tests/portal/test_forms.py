@@ -237,3 +237,24 @@ def test_the_preview_already_refuses_a_namespace_of_another_quota(site):
     assert "Namespace &#x27;team-b&#x27; already belongs to quota &#x27;team-b-q&#x27;." in (
         response.content.decode()
     )
+
+
+def test_errors_between_fields_are_marked_on_the_cells_they_concern(site):
+    root = site.client("root")
+    data = grid(site.quota, **{"res-0-min": "9", "res-0-max": "8", "action": "preview"})
+    page = root.post(edit_url(site), data).content.decode()
+    message = "min cpu (9) is more than max cpu (8)."
+    for cell in ("res-0-min", "res-0-max"):
+        assert re.search(
+            rf'id="id_{cell}"[^>]*aria-invalid="true" aria-describedby="err-{cell}"', page
+        ), cell
+        assert f'<ul class="errorlist" id="err-{cell}"><li>{message}</li></ul>' in page
+    assert "aria-invalid" not in page.split('id="id_res-1-min"')[1].split(">")[0]  # memory's
+    assert f'href="#id_res-0-min">cpu min: {message}' in page  # the summary links to the cell
+    # beyond the parent's limit: only the max cell
+    over = root.post(edit_url(site), grid(site.quota, **{"res-0-max": "900", "action": "preview"}))
+    text = over.content.decode()
+    assert 'id="id_res-0-max"' in text
+    assert "aria-invalid" in text.split('id="id_res-0-max"')[1].split(">")[0]
+    assert "aria-invalid" not in text.split('id="id_res-0-min"')[1].split(">")[0]
+    assert Quota.objects.get(pk=site.quota.pk).version == 1  # nothing saved
