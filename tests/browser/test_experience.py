@@ -308,3 +308,23 @@ def test_a_quota_edit_reaches_every_open_page_that_shows_it(esite, server_url, b
     elapsed = time.monotonic() - started
     print(f"three pages showed the edits {elapsed:.2f} s after they committed")
     assert elapsed <= 3.0
+
+
+def test_a_min_above_max_is_marked_on_both_cells(esite, server_url, browser_factory):
+    from playwright.sync_api import expect
+
+    page = browser_factory()
+    log_in(page, server_url, "root")
+    page.goto(f"{server_url}/tenants/{esite.tenant.name}/quotas/{esite.quota.name}/edit/")
+    page.get_by_label("cpu min").fill("9")
+    page.get_by_label("cpu max").fill("8")
+    page.get_by_role("button", name="Preview the change").click()
+    message = "min cpu (9) is more than max cpu (8)."
+    for label in ("cpu min", "cpu max"):
+        cell = page.get_by_label(label)
+        expect(cell).to_have_attribute("aria-invalid", "true")
+        described = cell.get_attribute("aria-describedby")
+        expect(page.locator(f"#{described}")).to_have_text(message)
+    expect(page.locator("#error-summary")).to_be_focused()
+    page.locator("#error-summary a").first.click()
+    expect(page.get_by_label("cpu min")).to_be_focused()
