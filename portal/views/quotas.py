@@ -9,7 +9,7 @@ started from, so a stale edit is refused rather than overwriting someone else's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from django.contrib import messages
@@ -36,6 +36,7 @@ from queueing import access, actions, whatif
 from queueing.actions import ActionError, Actor, ConflictError
 from queueing.choices import Role, Source
 from queueing.models import Quota, Tenant
+from queueing.quantities import parse_amount
 
 PREVIEW_ROWS = 100
 
@@ -149,7 +150,7 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     except ActionError as exc:
         form.add_error(None, str(exc))
         return render(request, "portal/quota_form.html", context, status=400)
-    context["preview"] = preview_context(preview.as_dict())
+    context["preview"] = preview_context(preview.as_dict(), preview.full_demand)
     bound = request.POST.copy()
     bound["preview_digest"] = digest
     context["form"] = QuotaForm(bound, instance=current)
@@ -166,8 +167,33 @@ def conflict_message(current: Quota, version: int) -> str:
     )
 
 
-def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Shape Preview.as_dict() for the template: changed quotas and workloads first."""
+# For a waiting workload: a lower position, an earlier ETA, being admitted are better.
+# For a quota: more runtime quota and more in use (admitted) are better for its workloads.
+# The limits themselves (min, max) are the edit, neither better nor worse.
+_LOWER_IS_BETTER = frozenset({"position", "global_position", "eta_p50", "eta_p90"})
+_HIGHER_IS_BETTER = frozenset({"admitted", "runtime", "used"})
+
+
+def direction(key: str, before: Any, after: Any) -> str:
+    """ "better", "worse", "changed" (neither) or "" (no change), for the what-if colours."""
+    if before == after:
+        return ""
+    if key in _LOWER_IS_BETTER:
+        # Not ranked or no forecast (None) is the worst place to be.
+        if before is None or after is None:
+            return "better" if before is None else "worse"
+        return "better" if after < before else "worse"
+    if key in _HIGHER_IS_BETTER:
+        b, a = int(before or 0), int(after or 0)
+        return "better" if a > b else "worse" if a < b else ""
+    return "changed"
+
+
+def preview_context(
+    data: Mapping[str, Any], full_demand: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Shape Preview.as_dict() for the template: changed quotas and workloads first; and
+    what the edit would change under full demand (for when it changes nothing now)."""
     quotas = []
     for row in data.get("quotas", []):
         before, after = row.get("before") or {}, row.get("after") or {}
@@ -181,7 +207,10 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
             for key in ("runtime", "used", "min", "max"):
                 b = (before.get(key) or {}).get(resource)
                 a = (after.get(key) or {}).get(resource)
-                cells.append({"key": key, "before": b, "after": a, "changed": a != b})
+                cells.append(
+                    {"key": key, "before": b, "after": a, "changed": a != b,
+                     "direction": direction(key, b, a)}
+                )  # fmt: skip
             lines.append(
                 {"resource": resource, "cells": cells, "changed": any(c["changed"] for c in cells)}
             )
@@ -194,7 +223,7 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
     for row in data.get("workloads", []):
         before, after = row.get("before") or {}, row.get("after") or {}
         diff = {
-            key: before.get(key) != after.get(key)
+            key: direction(key, before.get(key), after.get(key))
             for key in ("position", "global_position", "eta_p50", "eta_p90", "admitted")
         }
         workloads.append(
@@ -238,7 +267,31 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
         "workloads_changed": int(summary.get("changed_workloads", len(changed))),
         "quotas_changed": sum(1 for q in quotas if q["changed"]),
         "facts": facts,
+        "full_demand": [
+            {
+                "name": row["name"],
+                "lines": [
+                    {
+                        "resource": r,
+                        "before": _amount(r, row["before"].get(r)),
+                        "after": _amount(r, row["after"].get(r)),
+                        "direction": direction(
+                            "runtime",
+                            _amount(r, row["before"].get(r)),
+                            _amount(r, row["after"].get(r)),
+                        ),
+                    }
+                    for r in queries.resource_order(set(row["before"]) | set(row["after"]))
+                    if row["before"].get(r) != row["after"].get(r)
+                ],
+            }
+            for row in full_demand
+        ],
     }
+
+
+def _amount(resource: str, text: Any) -> int:
+    return parse_amount(resource, text) if text not in (None, "") else 0
 
 
 # --- create --------------------------------------------------------------------------
@@ -305,7 +358,7 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 except ActionError as exc:
                     form.add_error(None, str(exc))
                 else:
-                    context["preview"] = preview_context(preview.as_dict())
+                    context["preview"] = preview_context(preview.as_dict(), preview.full_demand)
                     return render(request, "portal/quota_form.html", context)
                 return render(request, "portal/quota_form.html", context, status=400)
             try:

@@ -258,3 +258,39 @@ def test_errors_between_fields_are_marked_on_the_cells_they_concern(site):
     assert "aria-invalid" in text.split('id="id_res-0-max"')[1].split(">")[0]
     assert "aria-invalid" not in text.split('id="id_res-0-min"')[1].split(">")[0]
     assert Quota.objects.get(pk=site.quota.pk).version == 1  # nothing saved
+
+
+def test_a_weight_change_that_changes_nothing_now_says_what_it_would_under_full_demand(site):
+    sibling = actions.create_quota(
+        SYSTEM, name="team-a-other", tenant=site.tenant, parent=site.world.root,
+        min={"cpu": "1"}, max={"cpu": "32"},  # the mins leave 3 of the 16 nodes' cpu idle
+    )  # fmt: skip
+    assert sibling.pk
+    root = site.client("root")
+    # Nobody waits: doubling team-a-q's weight changes no runtime quota now.
+    data = grid(site.quota, **{"res-0-weight": "64", "action": "preview"})
+    page = root.post(edit_url(site), data).content.decode()
+    assert "No quota's runtime quota or usage would change now." in page
+    assert (
+        "Nothing changes <em>now</em> because runtime quotas move only when quotas compete" in page
+    )
+    assert "Under full demand" in page
+    section = page.split('id="whatif-full-demand"')[1].split("</div>")[0]
+    assert f"<strong>{site.quota.name}</strong> cpu" in section
+    assert '<span class="change better">' in section  # more for the quota whose weight grew
+    assert '<span class="change worse">' in section  # less for its sibling
+    assert "<strong>team-a-other</strong> cpu" in section
+
+
+def test_what_if_colours_mean_better_and_worse():
+    from portal.views.quotas import direction
+
+    assert direction("eta_p50", "2026-01-01T10:13:00Z", "2026-01-01T10:14:00Z") == "worse"
+    assert direction("eta_p50", "2026-01-01T10:14:00Z", "2026-01-01T10:13:00Z") == "better"
+    assert direction("position", 3, 1) == "better"
+    assert direction("position", None, 4) == "better"  # ranked at last
+    assert direction("position", 4, None) == "worse"
+    assert direction("admitted", False, True) == "better"
+    assert direction("runtime", 8000, 6000) == "worse"
+    assert direction("max", 8000, 6000) == "changed"  # the edit itself: neither
+    assert direction("position", 2, 2) == ""
