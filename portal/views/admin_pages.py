@@ -79,6 +79,12 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
     rows = (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     )
+    if request.method == "GET" and request.GET.get("partial") == "live":
+        return render(
+            request,
+            "portal/_members_live.html",
+            {"tenant": tenant, "memberships": rows, "roles": Role.choices},
+        )
     return render(
         request,
         "portal/members.html",

@@ -150,6 +150,8 @@
   // element's partial on activity, at most every two seconds.
   document.querySelectorAll("[data-live-refresh]").forEach(function (el) {
     var timer = null, last = 0, inflight = false;
+    // data-live-types: refetch only on these messages (a members list ignores workloads).
+    var types = (el.getAttribute("data-live-types") || "").split(/\s+/).filter(Boolean);
     var announced = announce(el, null, true);
     function refetch() {
       if (timer) return;
@@ -157,6 +159,14 @@
       timer = setTimeout(function () {
         timer = null;
         if (inflight) { refetch(); return; }
+        // Never swap the fragment under someone's hands: wait until focus leaves it.
+        if (el.contains(document.activeElement) && document.activeElement !== document.body) {
+          el.addEventListener("focusout", function again() {
+            el.removeEventListener("focusout", again);
+            setTimeout(refetch, 0);
+          });
+          return;
+        }
         inflight = true;
         last = Date.now();
         fetch(el.getAttribute("data-live-refresh"), { credentials: "same-origin" })
@@ -178,7 +188,9 @@
       subscribe: workload
         ? { queues: [], workloads: [parseInt(workload, 10)] }
         : { summary: true },
-      onMessage: refetch,
+      onMessage: function (message) {
+        if (!types.length || types.indexOf(message.type) !== -1) refetch();
+      },
       onResync: refetch,
     });
   });

@@ -328,3 +328,20 @@ def test_a_min_above_max_is_marked_on_both_cells(esite, server_url, browser_fact
     expect(page.locator("#error-summary")).to_be_focused()
     page.locator("#error-summary a").first.click()
     expect(page.get_by_label("cpu min")).to_be_focused()
+
+
+def test_a_membership_change_reaches_an_open_members_page(esite, server_url, browser_factory):
+    from playwright.sync_api import expect
+
+    from queueing.choices import Role
+    from tests.builders import user
+
+    newcomer = off_loop(user, "newcomer")
+    page = browser_factory()
+    log_in(page, server_url, "ada")
+    page.goto(f"{server_url}/tenants/{esite.tenant.name}/members/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    off_loop(actions.set_membership, SYSTEM, esite.tenant, newcomer, Role.VIEWER)
+    row = page.locator("#members-live tr", has_text="newcomer")
+    expect(row).to_have_count(1)
+    expect(row.locator("select")).to_have_value("viewer")
