@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from queueing import actions
+from queueing import actions, history
 from queueing.actions import Actor
 from queueing.choices import WAITING_PHASES, Role
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
@@ -209,6 +209,7 @@ def seed(*, admin_password: str | None = None) -> list[Login] | None:
             user = users.objects.create_user(username, f"{username}@example.invalid", password)
             actions.set_membership(actor, tenants[tenant_name], user, role)
             logins.append(Login(username, password, role, tenant_name))
+    history.backfill()  # estimated fairness history, marked as such (queueing/history.py)
     path = logins_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
