@@ -56,6 +56,7 @@ from queueing.cluster.base import (
 )
 from queueing.lease import Fence, Lease
 from queueing.models import Quota, Workload
+from queueing.state.calls import Call, run_calls
 
 log = logging.getLogger(__name__)
 
@@ -134,22 +135,22 @@ class Checks:
 
 
 def _repair(cluster: Cluster, repairs: list[Repair], report: SyncReport, fence: Fence) -> None:
-    for repair in repairs:
-        fence.check()
-        try:
-            if repair.verb == "admit":
-                cluster.admit(repair.ref, node_selector=repair.node_selector)
-            else:
-                cluster.suspend(repair.ref)
-        except JobNotFound as exc:
-            if not repair.missing_ok:
-                report.errors.append(f"{repair.what}: {exc}")
-            continue
-        except ClusterError as exc:
-            report.errors.append(f"{repair.what}: {exc}")
-            log.warning("sync of %s failed: %s", repair.what, exc)
-            continue
-        setattr(report, repair.counter, getattr(report, repair.counter) + 1)
+    """The repairs, through the one loop for cluster calls after a commit (state.calls)."""
+
+    def count(counter: str) -> Callable[[], None]:
+        return lambda: setattr(report, counter, getattr(report, counter) + 1)
+
+    calls = [
+        Call(
+            repair.verb,
+            repair.ref,
+            repair.node_selector,
+            done=count(repair.counter),
+            missing_ok=repair.missing_ok,
+        )
+        for repair in repairs
+    ]
+    run_calls(cluster, calls, fence, report.errors, raise_lost=True)
 
 
 def pool_selector(workload: Workload) -> dict[str, str]:
