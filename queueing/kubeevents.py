@@ -15,13 +15,15 @@ deduplicates and rate-limits. What becomes an Event:
 Running, Succeeded and Failed are the job controller's to report. The timeline cursor
 (the last WorkloadEvent id published) is kept in the cache shared by the workers, so a
 restarted worker goes on where the last one stopped; each sync publishes at most
-``BUDGET`` steps (the rest follow at the next), and steps older than ``STALE`` are
-skipped: a burst of thousands of jobs is told, not replayed an hour late.
+``BUDGET`` steps and spends at most ``TIME_BUDGET_S`` on it (the rest follow at the
+next), and steps older than ``STALE`` are skipped: a burst of thousands of jobs is told,
+not replayed an hour late, and never slows the sync by more than that.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 CURSOR_KEY = "kq:kube-events:cursor"
 BUDGET = 50
+TIME_BUDGET_S = 0.2  # of each sync, at most
 STALE = timedelta(minutes=10)
 _explained: dict[int, str] = {}  # workload id -> explanation kind last told (this process)
 _since: dict[str, datetime] = {}  # "pending" -> when waiting workloads were last looked at
@@ -98,56 +101,68 @@ STEP_FIELDS = (
 )
 
 
-def _steps(now: datetime) -> list[KubeEvent]:
+def _steps(now: datetime) -> list[tuple[int, KubeEvent | None]]:
+    """The timeline steps after the cursor: (step id, its Event or None)."""
     cursor = cache.get(CURSOR_KEY)
     if cursor is None:  # first run (or a flushed cache): from now on, not the history
         cursor = WorkloadEvent.objects.aggregate(last=Max("id"))["last"] or 0
         cache.set(CURSOR_KEY, cursor, None)
         return []
-    rows = list(
+    rows = (
         WorkloadEvent.objects.filter(id__gt=cursor)
         .exclude(workload__object_uid="")
         .order_by("id")
         .values(*STEP_FIELDS)[:BUDGET]
     )
-    if not rows:
-        return []
-    cache.set(CURSOR_KEY, rows[-1]["id"], None)
-    events = [step_event(row) for row in rows if now - row["at"] <= STALE]
-    return [e for e in events if e is not None]
+    return [(row["id"], step_event(row) if now - row["at"] <= STALE else None) for row in rows]
 
 
-def _pending(now: datetime) -> list[KubeEvent]:
+def _pending(now: datetime) -> list[tuple[int, str, KubeEvent]]:
     """Waiting jobs whose explanation changed kind since they were last looked at."""
     since = _since.get("pending")
     _since["pending"] = now
     query = Workload.objects.filter(phase__in=WAITING_PHASES).exclude(object_uid="")
     if since is not None:
         query = query.filter(updated_at__gte=since - timedelta(seconds=1))
-    out: list[KubeEvent] = []
+    out: list[tuple[int, str, KubeEvent]] = []
     for row in query.values(
         "id", "kind", "api_version", "namespace", "name", "object_uid", "reason", "explanation"
     )[: BUDGET * 10]:
         kind = (row["explanation"] or {}).get("kind") or ""
         if not kind or _explained.get(row["id"]) == kind:
             continue
-        _explained[row["id"]] = kind
         ref = JobRef(
             row["kind"], row["api_version"], row["namespace"], row["name"], row["object_uid"]
         )
-        out.append(KubeEvent(ref, f"Pending{_camel(kind)}", row["reason"] or kind, at=now))
+        event = KubeEvent(ref, f"Pending{_camel(kind)}", row["reason"] or kind, at=now)
+        out.append((row["id"], kind, event))
     if len(_explained) > 200_000:
         _explained.clear()  # told again at most once: bounded memory over a long life
     return out[:BUDGET]
 
 
-def publish(cluster: Any, now: datetime) -> int:
-    """Tell the cluster what happened since the last sync; returns Events written."""
+def publish(cluster: Any, now: datetime, *, clock: Any = time.monotonic) -> int:
+    """Tell the cluster what happened since the last sync; returns Events written.
+
+    At most ``TIME_BUDGET_S`` of a sync goes to it: what is left waits for the next
+    sync (the cursor moves only over the steps told)."""
     if not getattr(settings, "KQ_KUBE_EVENTS", True) or not isinstance(cluster, EventSink):
         return 0
+    deadline = clock() + TIME_BUDGET_S
+    written = 0
     try:
-        events = _steps(now) + _pending(now)
-        return cluster.record_events(events) if events else 0
+        for step_id, event in _steps(now):
+            if clock() > deadline:
+                return written
+            if event is not None:
+                written += cluster.record_events([event])
+            cache.set(CURSOR_KEY, step_id, None)
+        for workload_id, kind, event in _pending(now):
+            if clock() > deadline:
+                _since.pop("pending", None)  # look at them all again next time
+                break
+            written += cluster.record_events([event])
+            _explained[workload_id] = kind
     except Exception:  # Events are advice: never the reason a sync fails
         log.exception("could not publish Kubernetes Events")
-        return 0
+    return written

@@ -1,15 +1,23 @@
 """What the sync does for Kubernetes after its own writes (one call from sync_cluster):
-tell the jobs' stories as Events, and write the runtime quota back to the ElasticQuotas.
-Each part is best-effort and rate-limited on its own; neither can fail a sync."""
+stop workloads past their running time limit, tell the jobs' stories as Events, and
+write the runtime quota back to the ElasticQuotas. Each part is best-effort and
+rate-limited on its own; none can fail a sync."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
-from queueing import kubeevents, quotawriteback
+from queueing import kubeevents, maxexec, quotawriteback
+
+log = logging.getLogger(__name__)
 
 
 def after_sync(cluster: Any, now: datetime) -> None:
+    try:
+        maxexec.enforce(now)
+    except Exception:  # the next sync checks again
+        log.exception("could not enforce maximum execution times")
     kubeevents.publish(cluster, now)
     quotawriteback.publish(cluster)

@@ -119,3 +119,39 @@ def test_the_cycle_tells_its_story_on_the_job(
     after = {e["metadata"]["name"]: e["count"] for e in events_of(fake, "team-a", "waits")}
     assert after == before
     cluster.api.close()
+
+
+class Sink:
+    """An EventSink that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[KubeEvent] = []
+
+    def record_events(self, events: Any) -> int:
+        self.told.extend(events)
+        return len(events)
+
+
+@pytest.mark.django_db
+def test_a_sync_spends_at_most_its_time_budget_and_the_rest_follows(
+    fake: FakeKube, api_errors: ApiErrors, use_cluster: Callable[[Any], None]
+) -> None:
+    cluster = make_adapter(fake.url, api_errors, namespaces=["team-a", "team-b"])
+    use_cluster(cluster)
+    world = build_world(fake, cluster)
+    for name in ("one", "two", "three"):
+        fake.create("jobs", job_manifest(name, cpu="20"), "team-a")  # never fits: stays queued
+    world.tick_until(lambda: Workload.objects.count() == 3)
+    cache.set(kubeevents.CURSOR_KEY, 0, None)
+    kubeevents._since.clear()
+    kubeevents._explained.clear()
+    ticks = iter(x * 0.15 for x in range(1000))  # each look at the clock: 150 ms later
+    sink = Sink()
+    now = Workload.objects.latest("id").created_at
+    first = kubeevents.publish(sink, now, clock=lambda: next(ticks))
+    assert first == 1  # the second step would start past the 200 ms budget
+    while kubeevents.publish(sink, now, clock=lambda: next(ticks)):
+        pass
+    queued = sorted(e.ref.name for e in sink.told if e.reason == "Queued")
+    assert queued == ["one", "three", "two"]  # each told once, none lost
+    cluster.api.close()
