@@ -299,6 +299,10 @@ KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
 KQ_KUBE_EVENTS = _bool("KQ_KUBE_EVENTS", True)
 # Runtime quota written back to ElasticQuotas at most this often per quota.
 KQ_QUOTA_WRITEBACK_S = _float("KQ_QUOTA_WRITEBACK_S", 10.0, 0.0)
+# ElasticQuotas, Queues and ResourceQuotas as live configuration (docs/kube-queue-compat.md).
+KQ_KUBE_LIVE_CONFIG = _bool("KQ_KUBE_LIVE_CONFIG", False)
+KQ_KUBE_CONFIG_SYNC_S = _float("KQ_KUBE_CONFIG_SYNC_S", 5.0, 0.0)
+KQ_KUBE_ROOT = env.str("KQ_KUBE_ROOT", default="")  # the root to import under, when several
 # Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
 KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)
