@@ -61,7 +61,9 @@ def test_configuration_events_applied_to_a_fetched_state_match_a_fresh_fetch(
     monkeypatch, django_capture_on_commit_callbacks
 ):
     sent: list[tuple[int | None, dict[str, Any]]] = []
-    monkeypatch.setattr(events, "send", lambda tenant_id, payload: sent.append((tenant_id, payload)))
+    monkeypatch.setattr(
+        events, "send", lambda tenant_id, payload: sent.append((tenant_id, payload))
+    )
     stream = Stream(Subscription.parse({"summary": True}))
     root = actions.create_quota(
         SYSTEM, name="root", tenant=None, parent=None, min={"cpu": "100"}, max={"cpu": "100"}
