@@ -445,7 +445,7 @@ def measure_world_cycle(pending: int, cycles: int) -> None:
             expected_runtime_s=1.0,
         )
         # The in-memory part, as cycle_root runs it (without the lease and the apply).
-        if profile is not None:
+        if profile is not None and os.environ["KQ_BENCH_PROFILE"] != "whole":
             profile.enable()
         started = time.perf_counter()
         tree.refresh(quota_ids)
@@ -459,9 +459,13 @@ def measure_world_cycle(pending: int, cycles: int) -> None:
         engine.append((done - engine_started) * 1000)
         # The whole cycle, database writes included (heads-only, as at scale).
         state.full_cycle_done("cohort", 60.0)  # keeps the next cycle heads-only
+        if profile is not None and os.environ["KQ_BENCH_PROFILE"] == "whole":
+            profile.enable()
         started = time.perf_counter()
         cycle_root("cohort", cluster=cluster, nodes=nodes)
         whole.append((time.perf_counter() - started) * 1000)
+        if profile is not None:
+            profile.disable()
     if profile is not None:
         import pstats
 
