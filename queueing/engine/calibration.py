@@ -124,13 +124,12 @@ class Residuals:
 
 
 class ArrivalLoad:
-    """Offered load of recent arrivals per quota and priority (for the engine).
+    """Offered load of recent arrivals per root quota and priority (for the engine).
 
-    Each workload seen for the first time adds ``dominant share of what its quota could
-    ever use (its chain's maxes, the cluster) x expected runtime``; over the last
-    ``window_s`` that sums to a load (0.3 = work arriving at 30 % of that). Queue
-    order is priority first within a quota, so it is its own quota's higher-priority
-    arrivals that overtake a waiting workload; across quotas fair share decides.
+    Each workload seen for the first time adds ``dominant share of its tree's capacity
+    (the root's max, the cluster) x expected runtime``; over the last ``window_s`` that
+    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). Capacity is
+    shared within a tree, so every higher-priority arrival there may go first.
     """
 
     def __init__(self, window_s: float = 300.0) -> None:
@@ -152,21 +151,25 @@ class ArrivalLoad:
                 for k, v in n.allocatable.items():
                     cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
         caps: dict[str, dict[str, int]] = {}
+        roots: dict[str, str] = {}
         for w in snap.workloads:
             if w.id in self.seen or w.quota not in parent:
                 continue
             self.seen.add(w.id)
-            # What the quota could ever use: every max on its chain, and the cluster.
-            qcap = caps.get(w.quota)
+            # Where capacity is shared: the root of its tree (its max, and the cluster).
+            root = roots.get(w.quota)
+            if root is None:
+                at: str = w.quota
+                while parent[at] is not None:
+                    at = parent[at]  # type: ignore[assignment]
+                root = roots[w.quota] = at
+            qcap = caps.get(root)
             if qcap is None:
                 qcap = dict(cap)
-                at: str | None = w.quota
-                while at is not None:
-                    for k, m in maxes[at].items():
-                        if m < qcap.get(k, 0):
-                            qcap[k] = m
-                    at = parent[at]
-                caps[w.quota] = qcap
+                for k, m in maxes[root].items():
+                    if m < qcap.get(k, 0):
+                        qcap[k] = m
+                caps[root] = qcap
             share = 0.0
             for k, v in w.request.items():
                 c = qcap.get(k, 0)
@@ -176,7 +179,7 @@ class ArrivalLoad:
             r = ratio.get(w.queue)
             if r is not None:
                 runtime *= r[0]
-            self.recent.append((now, w.quota, w.priority, share * runtime))
+            self.recent.append((now, root, w.priority, share * runtime))
         while self.recent and self.recent[0][0] < now - self.window_s:
             self.recent.popleft()
 
