@@ -30,6 +30,7 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from queueing.engine.types import (
     EXPLAIN_NEVER,
@@ -57,6 +58,7 @@ __all__ = [
 FLOOR_S = 10.0
 
 
+@lru_cache(maxsize=4096)
 def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
     """The 1-based order statistic that bounds quantile ``q`` from above at ``confidence``.
 
@@ -64,9 +66,11 @@ def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
     too small for any observation to be such a bound.
     """
     cdf = 0.0
+    lq, lp = math.log(q), math.log1p(-q)
+    head = math.lgamma(n + 1)
     for k in range(n + 1):
-        # P(X = k) for X ~ Binomial(n, q)
-        cdf += math.comb(n, k) * q**k * (1 - q) ** (n - k)
+        # P(X = k) for X ~ Binomial(n, q), in logs (n may be in the thousands)
+        cdf += math.exp(head - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lp)
         if cdf >= confidence:
             return k + 1 if k + 1 <= n else None
     return None
@@ -107,11 +111,26 @@ class Residuals:
                 got = self.errors[key] = deque(maxlen=self.window)
             got.append(e)
 
-    def quantiles(self) -> dict[str, tuple[float, float]]:
+    def quantiles(
+        self, overdue: Mapping[str, list[float]] | None = None
+    ) -> dict[str, tuple[float, float]]:
         """Per class with enough observations (and "" always, or the prior): the median
-        and the QBETS upper bound of the 0.9 quantile of the errors."""
+        and the QBETS upper bound of the 0.9 quantile of the errors.
+
+        ``overdue``: per class, the errors so far of workloads still waiting past their
+        forecast. They are lower bounds (censored: the wait is not over), counted as
+        they stand -- without them a class whose work waits long would be learnt only
+        once that work is admitted, too late for everything queued meanwhile.
+        """
         out: dict[str, tuple[float, float]] = {}
-        for key, errors in self.errors.items():
+        keys = set(self.errors) | set(overdue or ())
+        for key in keys:
+            errors = list(self.errors.get(key, ()))
+            if overdue and key in overdue:
+                late = overdue[key]
+                if len(late) > self.window:  # evenly thinned: the window bounds the cost
+                    late = sorted(late)[:: -(-len(late) // self.window)]
+                errors.extend(late)
             n = len(errors)
             if n < self.minimum:
                 continue
@@ -253,10 +272,20 @@ class EtaRecorder:
         if not self.calibrate:
             return dataclasses.replace(snap, previous_etas=self.previous)
         self.arrivals.update(snap, ratio)
+        overdue: dict[str, list[float]] = {}
+        for tr in self.tracks.values():
+            if tr.raw_p50 is None:
+                continue
+            predicted = max(0.0, tr.raw_p50 - tr.first_t)
+            waited = now - tr.first_t
+            if waited > predicted:
+                e = (waited - predicted) / max(predicted, FLOOR_S)
+                for key in tr.classes:
+                    overdue.setdefault(key, []).append(e)
         return dataclasses.replace(
             snap,
             previous_etas=self.previous,
-            eta_residuals=self.residuals.quantiles(),
+            eta_residuals=self.residuals.quantiles(overdue),
             runtime_ratio=ratio,
             arrival_load=self.arrivals.load(now),
         )
