@@ -226,7 +226,7 @@ class _Track:
     flips: int = 0
     steps: int = 0
     # (t, p50) of every observation, to judge flips once the admission is known.
-    series: list[tuple[float, float | None]] = field(default_factory=list)
+    series: list[tuple[float, float | None, int, str, str]] = field(default_factory=list)
 
 
 class EtaRecorder:
@@ -343,7 +343,8 @@ class EtaRecorder:
                     raw_p50=eta.forecast,
                     classes=eta_classes(w.queue, w.priority) if w is not None else ("",),
                 )
-            tr.series.append((now, eta.p50))
+            pos = result.positions.get(wid)
+            tr.series.append((now, eta.p50, pos.in_queue if pos else 0, e.kind, eta.moved))
         self.inversions += block_inversions(snap, result)
 
     def metrics(self) -> dict[str, float]:
@@ -357,16 +358,24 @@ class EtaRecorder:
         p90_ok = sum(1 for _, _, p90, at in firsts if at <= p90 + 1e-6)
         p50_ok = sum(1 for _, p50, _, at in firsts if at <= p50 + 1e-6)
         rel = [abs((at - t0) - (p50 - t0)) / max(at - t0, FLOOR_S) for t0, p50, _, at in firsts]
-        steps = flips = 0
+        # A flip: consecutive p50s of one wait more than twice the remaining wait apart.
+        # It is "explained" when the world visibly changed for that workload between
+        # the two cycles: its position in its queue, the kind of its reason, or the
+        # old estimate passed without the start it promised (overdue).
+        steps = flips = unexplained = 0
         for t in done:
-            prev: float | None = None
-            for at, p50 in t.series:
-                if p50 is not None and prev is not None:
+            prev: tuple[float, int, str] | None = None
+            for at, p50, pos, kind, moved in t.series:
+                if p50 is None:
+                    continue
+                if prev is not None:
                     steps += 1
                     remaining = max((t.admitted_at or at) - at, FLOOR_S)
-                    if abs(p50 - prev) > 2 * remaining:
+                    if abs(p50 - prev[0]) > 2 * remaining:
                         flips += 1
-                prev = p50 if p50 is not None else prev
+                        if pos == prev[1] and kind == prev[2] and moved != "overdue":
+                            unexplained += 1
+                prev = (p50, pos, kind)
         n = len(firsts)
         return {
             "observations": self.observations,
@@ -376,6 +385,7 @@ class EtaRecorder:
             "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
             "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
             "flips_pct": round(100.0 * flips / max(1, steps), 3),
+            "flips_unexplained_pct": round(100.0 * unexplained / max(1, steps), 3),
             "block_inversions": self.inversions,
             "contradictions": self.contradictions,
         }
