@@ -195,7 +195,7 @@ def _batch(cycle_id: int | None) -> _Batch:
     conn = transaction.get_connection()
     batch: _Batch | None = getattr(conn, "_kq_stream_batch", None)
     # A batch no callback can flush any more belonged to a transaction that rolled back
-    # (other callbacks, e.g. the node view's, may still be pending: look for its own).
+    # (its callbacks went with it, even when others, of a new transaction, are pending).
     stale = (
         batch is None
         or batch.sent
@@ -221,10 +221,12 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
         batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
     transaction.on_commit(batch.flush)
     if cycle_id is None:
-        # Not the cycle's own writes: what changed may change a decision (docs/realtime.md).
+        # Not the cycle's own writes (it journals those itself): the trees' worlds hear
+        # of them, and what changed may change a decision (docs/realtime.md).
         from queueing import wake
 
         ids = [int(workload_id) for _, _, workload_id in items]
+        wake.journal_workloads(ids)
         transaction.on_commit(lambda: wake.wake_workloads(ids))
 
 

@@ -32,8 +32,12 @@ def _fast_password_hashing() -> None:
 
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
+    from queueing import world
+
+    world.forget()  # each test's trees start from its own database, as a new worker would
     yield
     set_cluster(None)
+    world.forget()
 
 
 @pytest.fixture(scope="session")

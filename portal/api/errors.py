@@ -12,6 +12,7 @@ the stale version came in ``If-Match``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,6 +113,17 @@ def to_api_exception(exc: Exception) -> Exception:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     exc = to_api_exception(exc)
+    request = context.get("request")
+    if request is not None and isinstance(
+        exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed
+    ):
+        # Failed authentication is counted too (it never reaches the throttles): past the
+        # anonymous rate, or many wrong keys of one prefix, a 429 instead of another 401.
+        from portal.api.throttling import count_failed_auth
+
+        wait = count_failed_auth(request)
+        if wait is not None:
+            exc = exceptions.Throttled(wait=math.ceil(wait))
     response = drf_exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response

@@ -25,12 +25,14 @@ from queueing.actions.queues import create_queue
 from queueing.events import config_message, quota_row
 from queueing.models import Queue, Quota, Tenant, Workload
 from queueing.quantities import QuantityError, parse_resources
-from queueing.validation import Errors, QuotaProposal, validate_quota
+from queueing.validation import Amounts, Errors, QuotaProposal, validate_quota
 
 
 def _weights_or_error(errors: Errors, values: Any) -> dict[str, int]:
     if values is None:
         return {}
+    if isinstance(values, Amounts):
+        return dict(values)
     if not isinstance(values, Mapping):
         errors.add("shared_weight", "shared_weight must be a map of resource name to weight.")
         return {}

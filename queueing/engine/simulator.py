@@ -34,12 +34,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from time import perf_counter, process_time
-from typing import Any
+from typing import Any, Protocol
 
 from queueing.engine import ledger as ledger_mod
 from queueing.engine.cycle import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
+    CycleResult,
     EngineConfig,
     NodeSpec,
     QueueSpec,
@@ -48,10 +49,30 @@ from queueing.engine.types import (
     WorkloadSpec,
 )
 
-__all__ = ["CYCLE_MODES", "Arrival", "Scenario", "SimResult", "next_cycle_at", "simulate"]
+__all__ = [
+    "CYCLE_MODES",
+    "Arrival",
+    "CycleObserver",
+    "Scenario",
+    "SimResult",
+    "next_cycle_at",
+    "simulate",
+]
 
 #: When cycles run: on beat's timer, or woken by events (debounced).
 CYCLE_MODES = ("interval", "on-event")
+
+
+class CycleObserver(Protocol):
+    """Watches every cycle of a simulated run (e.g. :class:`~.calibration.EtaRecorder`).
+
+    ``before`` may return an amended snapshot (what the database side would add from
+    its memory: earlier ETAs, measured errors); ``after`` sees the decisions.
+    """
+
+    def before(self, snap: Snapshot) -> Snapshot: ...
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +187,15 @@ def simulate(
     config: EngineConfig | None = None,
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,
+    observer: CycleObserver | None = None,
 ) -> SimResult:
     """Run ``scenario`` through the engine in virtual time and measure it.
 
     ``cycle`` is one of :data:`CYCLE_MODES` (see the module's docstring);
     ``debounce_s`` is the on-event mode's wake-up delay. ``epoch`` is added to
     virtual times to make snapshot clocks look like epoch seconds; results are
-    reported relative to the start (t = 0).
+    reported relative to the start (t = 0). With an ``observer`` the cycles also
+    forecast (positions, ETAs), and the observer sees each snapshot and result.
     """
     if cycle not in CYCLE_MODES:
         raise ValueError(f"unknown cycle mode {cycle!r}; expected one of {CYCLE_MODES}")
@@ -312,10 +335,14 @@ def simulate(
             ledger=ledger,
             config=cfg,
         )
+        if observer is not None:
+            snap = observer.before(snap)
         c0, p0 = perf_counter(), process_time()
-        result = run_cycle(snap, forecast=False)
+        result = run_cycle(snap, forecast=observer is not None)
         engine_times.append(perf_counter() - c0)
         engine_cpu += process_time() - p0
+        if observer is not None:
+            observer.after(snap, result)
         cycles += 1
         most_admitted = max(most_admitted, len(result.admissions))
         # Apply.
@@ -345,6 +372,11 @@ def simulate(
             # Still holding (usage counted) until the eviction is confirmed.
             preempted[w.id] = dataclasses.replace(w, phase="Preempted", preempted_by=p.preemptor_id)
             evictions += 1
+        # Set aside as inadmissible (never fits as specified): out of the run, as a
+        # user would delete it; it would wait for ever otherwise.
+        for wid, e in result.explanations.items():
+            if e.kind == "never-fits" and wid in pending:
+                del pending[wid]
         # Only flags that change: a scan of every pending workload per cycle would cost
         # more than the engine at 10x.
         for wid in flagged | nominated:

@@ -4,6 +4,7 @@ QueueUnit mirror use: every request they make against the fake is checked agains
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -41,6 +42,28 @@ def used(fake: FakeKube) -> set[tuple[str, str, str]]:
     return out
 
 
+def mpijob(name: str) -> dict[str, Any]:
+    replica = kubeflow("PyTorchJob", name)["spec"]["pytorchReplicaSpecs"]["Master"]
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {"mpiReplicaSpecs": {"Launcher": replica, "Worker": replica}},
+    }
+
+
+def trainjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": "1"}}},
+        },
+    }
+
+
 def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     fake.add_namespace("team-a")
     fake.add_node("n1", {"cpu": "8", "memory": "32Gi"})
@@ -56,6 +79,8 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
         ("ray", rayjob("ray")),
         ("pt", kubeflow("PyTorchJob", "pt")),
         ("tf", kubeflow("TFJob", "tf")),
+        ("mpi", mpijob("mpi")),
+        ("train", trainjob("train")),
     ):
         refs.append(
             cluster.create_job(

@@ -111,6 +111,10 @@ class KubernetesCluster:
     def namespaces(self) -> list[str]:
         return self.reader.namespaces
 
+    @namespaces.setter
+    def namespaces(self, value: Sequence[str]) -> None:
+        self.reader.namespaces = list(value)
+
     def scopes(self) -> list[str | None]:
         return self.reader.scopes()
 

@@ -6,7 +6,7 @@ so ``kubectl get queueunits`` and kube-queue's tooling keep working after a migr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queueing import compat
 from queueing.cluster.base import JobInfo, JobKey
@@ -90,6 +90,12 @@ def queue_unit_hints(unit: Obj, annotations: dict[str, str]) -> dict[str, str]:
     priority = dig(unit, "spec", "priority")
     if isinstance(priority, int) and compat.annotation(out, compat.PRIORITY_KEY) is None:
         out["kube-queue/" + compat.PRIORITY_KEY] = str(priority)
+    priority_class = dig(unit, "spec", "priorityClassName")
+    if priority_class and compat.annotation(out, compat.PRIORITY_CLASS_KEY) is None:
+        out["kube-queue/" + compat.PRIORITY_CLASS_KEY] = str(priority_class)
+    limit = dig(unit, "spec", "maximumExecutionTimeSeconds")
+    if isinstance(limit, int) and limit > 0 and compat.annotation(out, compat.MAX_EXEC_KEY) is None:
+        out["kube-queue/" + compat.MAX_EXEC_KEY] = str(limit)
     return out
 
 
@@ -106,6 +112,9 @@ def queue_unit_for(job: JobInfo) -> Obj:
             "namespace": job.ref.namespace,
         },
         "resource": {name: format_amount(name, amount) for name, amount in sorted(total.items())},
+        # koord-queue's podSets: what it computes a unit's request from (PodRequests of
+        # each template, times count); the templates carry what the queue accounted.
+        "podSets": [_pod_set(pod_set) for pod_set in job.pod_sets],
     }
     queue = compat.queue_name(job.labels, job.annotations)
     if queue:
@@ -114,7 +123,10 @@ def queue_unit_for(job: JobInfo) -> Obj:
         spec["priority"] = job.priority
     if job.priority_class:
         spec["priorityClassName"] = job.priority_class
-    name = f"{job.ref.name}-{job.ref.kind.lower()}"[:253]
+    limit = compat.max_execution_s(job.labels, job.annotations)
+    if limit is not None:
+        spec["maximumExecutionTimeSeconds"] = limit
+    name = compat.queue_unit_name(job.ref.kind, job.ref.name)
     return {
         "apiVersion": "/".join(QUEUE_UNITS[:2]),
         "kind": "QueueUnit",
@@ -133,4 +145,21 @@ def queue_unit_for(job: JobInfo) -> Obj:
             ],
         },
         "spec": spec,
+    }
+
+
+def _pod_set(pod_set: Mapping[str, Any]) -> Obj:
+    requests = {
+        name: format_amount(name, int(amount))
+        for name, amount in sorted((pod_set.get("requests") or {}).items())
+    }
+    spec: Obj = {"containers": [{"name": "main", "resources": {"requests": requests}}]}
+    if pod_set.get("node_selector"):
+        spec["nodeSelector"] = dict(pod_set["node_selector"])
+    if pod_set.get("tolerations"):
+        spec["tolerations"] = list(pod_set["tolerations"])
+    return {
+        "name": str(pod_set.get("name") or "main"),
+        "count": int(pod_set.get("count", 1)),
+        "template": {"spec": spec},
     }
