@@ -9,6 +9,7 @@ numbers) is attached back to the form with apply_validation_error.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,14 +36,40 @@ FIELD_LABELS = {
 }
 
 
-def apply_validation_error(form: forms.Form, exc: ValidationError) -> None:
-    """Attach an action's ValidationError to the form, by field where the form has one."""
+# Which cell of the resource grid a phrase of a quota error names: "min cpu", "max memory".
+_CELL_WORDS = {"min": "min", "max": "max", "shared weight": "weight", "weight": "weight"}
+
+
+def grid_cells(message: str, grid: Any) -> list[tuple[Any, str]]:
+    """The grid's (row form, cell) pairs a quota error concerns: "min cpu (9) is more than
+    max cpu (8)" names both cpu cells; "max cpu (900) is more than the parent ..." one."""
+    found = []
+    for row in getattr(grid, "forms", ()):
+        data = getattr(row, "cleaned_data", None) or {}
+        resource = data.get("resource") or row.initial.get("resource")
+        if not resource:
+            continue
+        words = "|".join(re.escape(w) for w in _CELL_WORDS)
+        for match in re.finditer(rf"\b({words}) {re.escape(resource)}\b", message):
+            cell = (row, _CELL_WORDS[match.group(1)])
+            if cell not in found:
+                found.append(cell)
+    return found
+
+
+def apply_validation_error(form: forms.Form, exc: ValidationError, grid: Any = None) -> None:
+    """Attach an action's ValidationError to the form, by field where the form has one;
+    with a resource ``grid``, on the cells a message names (min above max marks both)."""
     if hasattr(exc, "error_dict"):
         for field, errors in exc.error_dict.items():
             messages = [m for e in errors for m in e.messages]
             target = field if field in form.fields else None
             for message in messages:
-                if target is None and field not in ("__all__",):
+                cells = grid_cells(message, grid) if grid is not None else []
+                if cells and target is None:
+                    for row, key in cells:
+                        row.add_error(key, message)
+                elif target is None and field not in ("__all__",):
                     label = FIELD_LABELS.get(field, field)
                     form.add_error(None, f"{label}: {message}")
                 else:

@@ -14,21 +14,23 @@ from datetime import datetime
 from typing import Any
 
 from portal import queries
-from queueing.cluster import get_cluster
-from queueing.cluster.base import ClusterError, NodeInfo
+from queueing import nodeview
+from queueing.cluster.base import NodeInfo
 from queueing.models import Queue, Quota, Tenant
+
+NO_NODE_VIEW = "No node view yet: no admission cycle has read the cluster's nodes."
 
 
 def node_source() -> list[NodeInfo]:
-    """The nodes every overview shows. One call, so that reading a persisted node view
-    instead of the cluster adapter is a change of this line alone."""
-    return list(get_cluster().nodes())
+    """The nodes every overview shows: the node view the cycle keeps (queueing.nodeview);
+    a page or the API never calls the cluster."""
+    return nodeview.read()
 
 
 @dataclass
 class ClusterOverview:
     nodes: list[NodeInfo]
-    node_error: str  # why there are no nodes to show, if the source failed
+    node_error: str  # why there are no nodes to show
     capacity: dict[str, Any]
     quotas: list[queries.QuotaRow]
     last_cycle: datetime | None
@@ -59,11 +61,8 @@ def capacity(nodes: Sequence[NodeInfo], used: dict[str, int]) -> dict[str, Any]:
 
 def cluster_overview(quotas: Sequence[Quota]) -> ClusterOverview:
     """The overview of ``quotas`` (what the reader may see) and the whole cluster."""
-    node_error = ""
-    try:
-        nodes = sorted(node_source(), key=lambda n: n.name)
-    except ClusterError as exc:
-        nodes, node_error = [], str(exc)
+    nodes = node_source()
+    node_error = "" if nodes else NO_NODE_VIEW
     totals = queries.live_totals()
     return ClusterOverview(
         nodes=nodes,

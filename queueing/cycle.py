@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from queueing import lease as leases
-from queueing import state, wake
+from queueing import nodeview, state, wake, world
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
@@ -78,24 +78,48 @@ def cycle_root(
     if held is None:
         return None
     started = time.perf_counter()
+    tree = world.world_of(root) if world.enabled() else None
     try:
         if nodes is None:
             nodes = cluster.nodes()
+            nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
         # At scale most cycles read only the head of each queue (state.full_cycle_due).
         full = state.full_cycle_due(root)
+        if tree is not None:
+            tree.refresh(state.tree_quota_ids(root))
         snapshot, index = state.build_snapshot(
-            root, nodes=nodes, now=now, head=None if full else state.HEAD_ROWS
+            root, nodes=nodes, now=now, head=None if full else state.HEAD_ROWS, world=tree
         )
+        forecast = full or state.forecast_due(root)
         engine_started = time.perf_counter()
-        result = engine_cycle(snapshot)
+        result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000
-        report = state.apply(result, snapshot, index, held, cluster, engine_ms=engine_ms, full=full)
+        report = state.apply(
+            result,
+            snapshot,
+            index,
+            held,
+            cluster,
+            engine_ms=engine_ms,
+            full=full,
+            annotate=forecast,
+        )
+        if forecast:
+            state.forecast_done(root)
         assert report.cycle_id is not None
+        if tree is not None and report.conflicts > len(report.displaced):
+            tree.invalidate()  # it believed something the database no longer says
         elapsed = time.perf_counter() - started
         if full:
             state.full_cycle_done(root, elapsed)
         CycleRun.objects.filter(id=report.cycle_id).update(duration_ms=elapsed * 1000)
         return report
+    except BaseException:
+        # A lost lease, a database error: whatever this world believed, the next cycle
+        # starts again from the database.
+        if tree is not None:
+            tree.invalidate()
+        raise
     finally:
         leases.release(held)
 
@@ -172,6 +196,7 @@ def _cycle_roots(
     if not roots:
         return
     nodes = cluster.nodes()
+    nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
     for root in roots:
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)

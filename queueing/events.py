@@ -224,10 +224,12 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
         batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
     transaction.on_commit(batch.flush)
     if cycle_id is None:
-        # Not the cycle's own writes: what changed may change a decision (docs/realtime.md).
+        # Not the cycle's own writes (it journals those itself): the trees' worlds hear
+        # of them, and what changed may change a decision (docs/realtime.md).
         from queueing import wake
 
         ids = [int(workload_id) for _, _, workload_id in items]
+        wake.journal_workloads(ids)
         transaction.on_commit(lambda: wake.wake_workloads(ids))
 
 

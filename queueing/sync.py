@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat
+from queueing import actions, compat, kubequeue, kubesync
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -55,7 +55,8 @@ from queueing.cluster.base import (
     QueueUnitMirror,
 )
 from queueing.lease import Fence, Lease
-from queueing.models import Queue, Quota, Workload
+from queueing.models import Quota, Workload
+from queueing.state.calls import Call, run_calls
 
 log = logging.getLogger(__name__)
 
@@ -134,22 +135,22 @@ class Checks:
 
 
 def _repair(cluster: Cluster, repairs: list[Repair], report: SyncReport, fence: Fence) -> None:
-    for repair in repairs:
-        fence.check()
-        try:
-            if repair.verb == "admit":
-                cluster.admit(repair.ref, node_selector=repair.node_selector)
-            else:
-                cluster.suspend(repair.ref)
-        except JobNotFound as exc:
-            if not repair.missing_ok:
-                report.errors.append(f"{repair.what}: {exc}")
-            continue
-        except ClusterError as exc:
-            report.errors.append(f"{repair.what}: {exc}")
-            log.warning("sync of %s failed: %s", repair.what, exc)
-            continue
-        setattr(report, repair.counter, getattr(report, repair.counter) + 1)
+    """The repairs, through the one loop for cluster calls after a commit (state.calls)."""
+
+    def count(counter: str) -> Callable[[], None]:
+        return lambda: setattr(report, counter, getattr(report, counter) + 1)
+
+    calls = [
+        Call(
+            repair.verb,
+            repair.ref,
+            repair.node_selector,
+            done=count(repair.counter),
+            missing_ok=repair.missing_ok,
+        )
+        for repair in repairs
+    ]
+    run_calls(cluster, calls, fence, report.errors, raise_lost=True)
 
 
 def pool_selector(workload: Workload) -> dict[str, str]:
@@ -214,6 +215,7 @@ def sync_cluster(
             report.mirrored = mirror_queue_units(cluster, now)
         except ClusterError as exc:
             report.errors.append(f"QueueUnit mirroring: {exc}")
+    kubesync.after_sync(cluster, now)
     return report
 
 
@@ -426,7 +428,7 @@ def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Pla
     quota_name = compat.quota_name(job.labels) or ""
     key = (job.ref.namespace, queue_name, quota_name)
     if key not in memo:
-        queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
+        queue = kubequeue.find_queue(queue_name, job.ref.namespace) if queue_name else None
         quota = Quota.objects.filter(name=quota_name).first() if quota_name else None
         try:
             tenant, quota, queue, _namespace = actions.resolve_placement(

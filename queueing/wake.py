@@ -132,16 +132,21 @@ def taken(target: str) -> None:
 
 def roots_of_quotas(quota_ids: Iterable[int]) -> set[str]:
     """The root names of the trees holding ``quota_ids`` (one small query of the tree)."""
+    return set(root_of_each(quota_ids).values())
+
+
+def root_of_each(quota_ids: Iterable[int]) -> dict[int, str]:
+    """quota id -> the name of its tree's root (quotas no longer there are left out)."""
     from queueing.models import Quota
 
     wanted = set(quota_ids)
     if not wanted:
-        return set()
+        return {}
     parents: dict[int, tuple[int | None, str]] = {
         qid: (parent, name)
         for qid, parent, name in Quota.objects.values_list("id", "parent_id", "name")
     }
-    found: set[str] = set()
+    found: dict[int, str] = {}
     for quota_id in wanted:
         current: int | None = quota_id
         seen: set[int] = set()
@@ -149,25 +154,47 @@ def roots_of_quotas(quota_ids: Iterable[int]) -> set[str]:
             seen.add(current)
             parent, name = parents[current]
             if parent is None:
-                found.add(name)
+                found[quota_id] = name
             current = parent
     return found
 
 
 def wake_workloads(workload_ids: Iterable[int], *, reason: str = "changed") -> int:
-    """After a commit that changed these workloads: wake the trees they belong to."""
-    if not enabled() or getattr(_local, "suppressed", False):
+    """After a commit that changed these workloads: journal them for their trees' worlds
+    (queueing.world) and wake the trees' cycles."""
+    from queueing import world
+
+    if not (enabled() or world.enabled()):
         return 0
+    roots = _roots_of_workloads(workload_ids)
+    if world.enabled():
+        world.record(roots)
+    if not roots or not enabled() or getattr(_local, "suppressed", False):
+        return 0
+    return wake(roots, reason=reason)
+
+
+def journal_workloads(workload_ids: Iterable[int]) -> None:
+    """Inside the writing transaction (see world.record_now_and_on_commit)."""
+    from queueing import world
+
+    if world.enabled():
+        world.record(_roots_of_workloads(workload_ids))
+
+
+def _roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
     from queueing.models import Workload
 
     ids = list(workload_ids)
     if not ids:
-        return 0
-    quota_ids = set(
-        Workload.objects.filter(id__in=ids).values_list("quota_id", flat=True).distinct()
-    )
-    roots = roots_of_quotas(quota_ids)
-    return wake(roots, reason=reason) if roots else 0
+        return {}
+    by_quota: dict[int, list[int]] = {}
+    for workload_id, quota_id in Workload.objects.filter(id__in=ids).values_list("id", "quota_id"):
+        by_quota.setdefault(quota_id, []).append(workload_id)
+    out: dict[str, list[int]] = {}
+    for quota_id, root in root_of_each(by_quota).items():
+        out.setdefault(root, []).extend(by_quota[quota_id])
+    return out
 
 
 # --- timers: the simulated cluster's jobs finish at known instants ------------------------

@@ -28,12 +28,18 @@ def _fast_password_hashing() -> None:
     # The test process wakes no cycles (tests/queueing/test_wake.py turns it on); the
     # workers that end-to-end tests start do.
     settings.KQ_WAKE = False
+    # Tests tick many times a second: every cycle forecasts unless a test says otherwise.
+    settings.KQ_FORECAST_EVERY_S = 0.0
 
 
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
+    from queueing import world
+
+    world.forget()  # each test's trees start from its own database, as a new worker would
     yield
     set_cluster(None)
+    world.forget()
 
 
 @pytest.fixture(scope="session")

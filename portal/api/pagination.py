@@ -22,8 +22,12 @@ def bounded_int(request: Request, name: str, *, minimum: int, maximum: int) -> i
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    # str.isdigit accepts other scripts' digits ("١") and superscripts; only ASCII will do.
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12 or not (minimum <= int(raw) <= maximum):
+    # str.isdigit accepts other scripts' digits (Arabic-Indic ones) and superscripts: ASCII only.
+    if (
+        not (raw.isascii() and raw.isdigit())
+        or len(raw) > 12
+        or not (minimum <= int(raw) <= maximum)
+    ):
         raise exceptions.ValidationError(
             {name: [f"Must be a whole number from {minimum} to {maximum}, not {raw[:40]!r}."]}
         )

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from queueing import events, state
-from queueing.cluster.base import ClusterError
+from queueing.cluster.base import ClusterError, JobRef
 from queueing.lease import Fence, LeaseLost
+from queueing.state.calls import Call, run_calls
 
 ROW = {
     "kind": "Job",
@@ -23,10 +24,20 @@ ROW = {
 
 
 class Wide:
-    """A cluster that takes ``write_concurrency`` writes at once."""
+    """A cluster that takes ``write_concurrency`` writes at once; each admit of job-<i>
+    runs ``recorder.call(i)``."""
 
-    def __init__(self, width: int) -> None:
-        self.write_concurrency = width
+    def __init__(self, width: int | None, recorder: Recorder) -> None:
+        if width is not None:
+            self.write_concurrency = width
+        self.recorder = recorder
+
+    def admit(self, ref: JobRef, *, node_selector: Any) -> None:
+        self.recorder.call(int(ref.name.rsplit("-", 1)[1]))(ref)
+
+
+def calls(count: int) -> list[Call]:
+    return [Call("admit", JobRef("Job", "batch/v1", "team-a", f"job-{i}")) for i in range(count)]
 
 
 class Recorder:
@@ -59,8 +70,7 @@ class Recorder:
 def test_writes_go_out_concurrently_and_each_failure_is_reported():
     recorder = Recorder(fail=frozenset({3, 7}))
     report = state.ApplyReport()
-    calls = [({**ROW, "name": f"job-{i}"}, recorder.call(i)) for i in range(10)]
-    state._cluster_calls(report, calls, Fence(None), Wide(4))
+    run_calls(Wide(4, recorder), calls(10), Fence(None), report.errors)  # type: ignore[arg-type]
     assert sorted(recorder.calls) == list(range(10))
     assert all(name.startswith("kq-write") for name in recorder.threads)
     assert 1 < recorder.most_inside <= 4
@@ -71,8 +81,7 @@ def test_writes_go_out_concurrently_and_each_failure_is_reported():
 def test_one_write_at_a_time_for_a_cluster_that_says_nothing():
     recorder = Recorder()
     report = state.ApplyReport()
-    calls = [(ROW, recorder.call(i)) for i in range(3)]
-    state._cluster_calls(report, calls, Fence(None), object())
+    run_calls(Wide(None, recorder), calls(3), Fence(None), report.errors)  # type: ignore[arg-type]
     assert recorder.calls == [0, 1, 2]
     assert set(recorder.threads) == {threading.current_thread().name}
 
@@ -93,8 +102,7 @@ class LosingFence(Fence):
 def test_a_lost_lease_stops_the_writes_between_rounds():
     recorder = Recorder()
     report = state.ApplyReport()
-    calls = [(ROW, recorder.call(i)) for i in range(10)]
-    state._cluster_calls(report, calls, LosingFence(2), Wide(3))
+    run_calls(Wide(3, recorder), calls(10), LosingFence(2), report.errors)  # type: ignore[arg-type]
     assert sorted(recorder.calls) == [0, 1, 2, 3, 4, 5]  # two rounds of three
     assert report.errors == ["the lease expired"]
 

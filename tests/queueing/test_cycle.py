@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.core.management import call_command
@@ -10,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, lease, state
-from queueing.choices import Phase
+from queueing.choices import HOLDING_PHASES, Phase
 from queueing.cycle import cycle_root, tick
 from queueing.engine import run_cycle
 from queueing.models import CycleRun, Quota, SimJob, UsageLedger, Workload
@@ -242,3 +243,92 @@ def test_a_heads_only_cycle_records_every_pending_workload(world, monkeypatch):
     run = CycleRun.objects.get(pk=report.cycle_id)
     assert run.stats["full"] == 0.0
     assert run.pending == 304 - len(report.admitted)  # 176 of them were not listed
+
+
+def _second_tree(name: str = "other", cpu: str = "16") -> Quota:
+    root = actions.create_quota(
+        SYSTEM, name=name, tenant=None, parent=None, min={"cpu": cpu}, max={"cpu": cpu}
+    )
+    tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
+    return actions.create_quota(
+        SYSTEM,
+        name=f"{name}-q",
+        tenant=tenant,
+        parent=root,
+        min={"cpu": cpu},
+        max={"cpu": cpu},
+        namespaces=[f"{name}-t"],
+    )
+
+
+def held_per_node() -> dict[str, int]:
+    held: dict[str, int] = {}
+    for assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
+        "assignment", flat=True
+    ):
+        for node, resources in (assignment or {}).items():
+            held[node] = held.get(node, 0) + int(resources.get("cpu", 0))
+    return held
+
+
+def test_two_trees_cycled_at_once_never_overfill_a_shared_node(world):
+    # Two trees of 16 cpu each over the same two 8-cpu nodes, each with 16 cpu of work.
+    other = _second_tree()
+    mine = [submit(world, f"a{i}", cpu="4") for i in range(4)]
+    theirs = [submit(world, f"b{i}", cpu="4", quota=other) for i in range(4)]
+    nodes = world.cluster.nodes()
+    # Both snapshots are read before either tree applies: each sees empty nodes.
+    snap_a, index_a = state.build_snapshot("cluster", nodes=nodes, now=world.clock())
+    snap_b, index_b = state.build_snapshot("other", nodes=nodes, now=world.clock())
+    result_a, result_b = run_cycle(snap_a), run_cycle(snap_b)
+    assert len(result_a.admissions) == len(result_b.admissions) == 4  # 32 cpu on 16
+    first = state.apply(result_a, snap_a, index_a, None, world.cluster)
+    second = state.apply(result_b, snap_b, index_b, None, world.cluster)
+    assert sorted(first.admitted) == sorted(w.pk for w in mine)
+    assert second.admitted == []
+    assert second.displaced == sorted(w.pk for w in theirs)
+    assert held_per_node() == {"node-1": 8000, "node-2": 8000}  # millicores
+    assert set(Workload.objects.filter(quota=other).values_list("phase", flat=True)) == {
+        Phase.PENDING
+    }
+    assert SimJob.objects.filter(suspended=False).count() == 4
+
+
+def test_room_left_by_another_tree_is_still_used(world):
+    # Positive control of the check above: the other tree grew on the nodes since the
+    # snapshot (so the admissions are replayed), but there is room for both.
+    other = _second_tree()
+    submit(world, "a0", cpu="4")
+    theirs = submit(world, "b0", cpu="4", quota=other)
+    nodes = world.cluster.nodes()
+    snap_a, index_a = state.build_snapshot("cluster", nodes=nodes, now=world.clock())
+    snap_b, index_b = state.build_snapshot("other", nodes=nodes, now=world.clock())
+    result_a, result_b = run_cycle(snap_a), run_cycle(snap_b)
+    state.apply(result_a, snap_a, index_a, None, world.cluster)
+    second = state.apply(result_b, snap_b, index_b, None, world.cluster)
+    assert (second.admitted, second.displaced) == ([theirs.pk], [])
+    assert sum(held_per_node().values()) == 8000
+
+
+def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(world, settings):
+    settings.KQ_FORECAST_EVERY_S = 1.0
+    state._forecasts.clear()
+    state._full_cycles["cluster"] = (time.monotonic(), 60.0)  # heads-only cycles from now
+    submit(world, "big", cpu="8", count=2, runtime=600)
+    waiting = submit(world, "waits", cpu="8", count=2, runtime=600)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # forecasts
+    assert Workload.objects.get(pk=waiting.pk).position == 1
+    small = submit(world, "small", cpu="1", runtime=600)
+    late = submit(world, "late", cpu="8", count=2, runtime=600)
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.admitted == []  # the root is full: nothing fits, not even small
+    assert report.annotated == 0  # within a second of the last forecast: none written
+    assert Workload.objects.get(pk=late.pk).position is None
+    # A second later the forecast runs again and the newcomers get their places.
+    state._forecasts["cluster"] -= 1.0
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.annotated >= 2
+    assert Workload.objects.get(pk=late.pk).position is not None
+    assert Workload.objects.get(pk=small.pk).position is not None

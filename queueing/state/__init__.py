@@ -1,0 +1,62 @@
+"""Between the database and the engine: the cycle's database side, in steps.
+
+- ``snapshot``: ORM -> Snapshot, a fixed number of queries whatever the workloads;
+- ``apply``: the decisions in one transaction of numbered steps (fence, shared nodes,
+  phases, nominations, annotations, quotas, record, publish), then the cluster calls;
+- ``placement``: node capacity is one truth across trees (docs/realtime.md);
+- ``annotate``: position, ETA and reason of the waiting, and the full-cycle budget;
+- ``quotas``: ledgers, usage samples, runtime quota and usage;
+- ``calls``: the one loop for cluster calls after a commit (the sync's too).
+"""
+
+from queueing.state.annotate import (
+    ANNOTATE_FRONT,
+    FULL_CYCLE_CHEAP_S,
+    FULL_CYCLE_SHARE,
+    HEAD_ROWS,
+    _forecasts,
+    _full_cycles,
+    forecast_done,
+    forecast_due,
+    full_cycle_done,
+    full_cycle_due,
+)
+from queueing.state.apply import ApplyReport, Change, apply, move
+from queueing.state.calls import Call, run_calls
+from queueing.state.snapshot import (
+    SnapshotIndex,
+    build_snapshot,
+    engine_config,
+    epoch,
+    from_epoch,
+    roots,
+    subtree,
+    tree_quota_ids,
+)
+
+__all__ = [
+    "ANNOTATE_FRONT",
+    "FULL_CYCLE_CHEAP_S",
+    "FULL_CYCLE_SHARE",
+    "HEAD_ROWS",
+    "ApplyReport",
+    "Call",
+    "Change",
+    "SnapshotIndex",
+    "_forecasts",
+    "_full_cycles",
+    "apply",
+    "build_snapshot",
+    "engine_config",
+    "epoch",
+    "forecast_done",
+    "forecast_due",
+    "from_epoch",
+    "full_cycle_done",
+    "full_cycle_due",
+    "move",
+    "roots",
+    "run_calls",
+    "subtree",
+    "tree_quota_ids",
+]

@@ -1,0 +1,175 @@
+"""The waiting workloads' annotations: position, ETA, reason, explanation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from queueing.choices import WAITING_PHASES
+from queueing.engine.types import (
+    CycleResult,
+)
+from queueing.models import (
+    Workload,
+)
+from queueing.state.snapshot import SnapshotIndex, from_epoch
+
+log = logging.getLogger(__name__)
+
+
+def _eta_changed(old: datetime | None, new: datetime | None, now: datetime) -> bool:
+    """Avoid rewriting every row each cycle for an ETA that moved by a few seconds."""
+    if old is None or new is None:
+        return old is not new
+    tolerance = max(5.0, 0.02 * abs((new - now).total_seconds()))
+    return abs((new - old).total_seconds()) > tolerance
+
+
+# A full cycle reads every live workload of its tree and rewrites the annotations
+# (position, ETA, reason, explanation) of all waiting ones. While that is cheap every
+# cycle is full. Once a full cycle costs more than FULL_CYCLE_CHEAP_S, full cycles run
+# at most FULL_CYCLE_SHARE of the time (per tree, per process); the cycles between read
+# only the first HEAD_ROWS competing workloads of each queue (``build_snapshot(head=)``)
+# and re-annotate the first ANNOTATE_FRONT of each queue and the workloads that have no
+# position yet: what people look at first, and what is new.
+FULL_CYCLE_CHEAP_S = 0.25
+FULL_CYCLE_SHARE = 0.1
+HEAD_ROWS = 128
+ANNOTATE_FRONT = 20
+_full_cycles: dict[str, tuple[float, float]] = {}  # root -> (monotonic, cost in s)
+
+
+def full_cycle_due(root: str) -> bool:
+    """Whether the next cycle of ``root`` should be full. The trees of a process share
+    one budget: each comes round again once all of their full cycles together fit in
+    FULL_CYCLE_SHARE of the time since."""
+    last = _full_cycles.get(root)
+    if last is None:
+        return True
+    at, cost = last
+    if cost <= FULL_CYCLE_CHEAP_S:
+        return True
+    together = sum(c for _, c in _full_cycles.values())
+    return time.monotonic() - at >= together / FULL_CYCLE_SHARE
+
+
+def full_cycle_done(root: str, cost_s: float) -> None:
+    _full_cycles[root] = (time.monotonic(), cost_s)
+
+
+# Woken cycles come as often as events do; admissions need every one of them, but the
+# forecast of positions and ETAs (most of the engine's time on long queues) is refreshed
+# at most every KQ_FORECAST_EVERY_S per tree. A cycle without it leaves the stored
+# positions, ETAs and reasons as they are (apply's step 5 is skipped).
+_forecasts: dict[str, float] = {}  # root -> monotonic time of its last forecast
+
+
+def forecast_due(root: str) -> bool:
+    from django.conf import settings
+
+    last = _forecasts.get(root)
+    return last is None or time.monotonic() - last >= settings.KQ_FORECAST_EVERY_S
+
+
+def forecast_done(root: str) -> None:
+    _forecasts[root] = time.monotonic()
+
+
+def pending_annotations(
+    result: CycleResult, index: SnapshotIndex, *, full: bool = True
+) -> list[tuple[int, dict[str, Any]]]:
+    """Per waiting workload, the stored fields that changed: position, ETA, reason.
+
+    ``full=False`` looks only at the front of each queue and at new workloads."""
+    admitted = {a.workload_id for a in result.admissions}
+    candidates: list[tuple[int, Mapping[str, Any], Mapping[str, Any]]] = []
+    for workload_id, row in index.rows.items():
+        if row["phase"] not in WAITING_PHASES or workload_id in admitted:
+            continue
+        position = result.positions.get(workload_id)
+        if (
+            not full
+            and row["position"] is not None
+            and (position is None or position.in_queue > ANNOTATE_FRONT)
+        ):
+            continue
+        eta = result.etas.get(workload_id)
+        candidates.append(
+            (
+                workload_id,
+                row,
+                {
+                    "position": position.in_queue if position else None,
+                    # Across queues, a heads-only cycle cannot tell: the full one will.
+                    "global_position": (
+                        position.global_
+                        if position and (full or row["global_position"] is None)
+                        else row["global_position"]
+                    ),
+                    "eta_p50": from_epoch(eta.p50) if eta else None,
+                    "eta_p90": from_epoch(eta.p90) if eta else None,
+                },
+            )
+        )
+    # The stored explanations, read only for the rows looked at (JSON is not cheap).
+    if len(candidates) > 2_000:  # most of the tree: select it by tree, not a huge IN list
+        looked_at = Workload.objects.filter(
+            phase__in=WAITING_PHASES, quota_id__in=list(index.quota_ids.values())
+        )
+    else:
+        looked_at = Workload.objects.filter(id__in=[c[0] for c in candidates])
+    stored = dict(looked_at.values_list("id", "explanation")) if candidates else {}
+    changed: list[tuple[int, dict[str, Any]]] = []
+    for workload_id, before, fields in candidates:
+        new = dict(fields)
+        explanation = result.explanations.get(workload_id)
+        as_dict = explanation.to_dict() if explanation else None
+        new["reason"] = as_dict["sentence"][:500] if as_dict else ""
+        new["explanation"] = as_dict
+        if (
+            new["position"] != before["position"]
+            or new["global_position"] != before["global_position"]
+            or new["reason"] != before["reason"]
+            or new["explanation"] != stored.get(workload_id)
+            or _eta_changed(before["eta_p50"], new["eta_p50"], index.now)
+            or _eta_changed(before["eta_p90"], new["eta_p90"], index.now)
+        ):
+            changed.append((workload_id, new))
+    return changed
+
+
+def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: datetime) -> int:
+    """One executemany for all changed rows, guarded by phase so racing moves win."""
+    if not changes:
+        return 0
+    table = Workload._meta.db_table
+    json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    waiting = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)
+    sql = (
+        f"UPDATE {table} SET position = %s, global_position = %s, eta_p50 = %s, eta_p90 = %s, "
+        f"reason = %s, explanation = %s{json_cast}, updated_at = %s "
+        f"WHERE id = %s AND phase IN ({waiting})"
+    )
+    to_db = connection.ops.adapt_datetimefield_value
+    params = [
+        (
+            new["position"],
+            new["global_position"],
+            to_db(new["eta_p50"]),
+            to_db(new["eta_p90"]),
+            new["reason"],
+            json.dumps(new["explanation"]) if new["explanation"] is not None else None,
+            to_db(now),
+            workload_id,
+        )
+        for workload_id, new in changes
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+    return len(changes)

@@ -1,0 +1,103 @@
+"""The one loop for cluster calls made after a commit, shared by the cycle and the sync.
+
+No transaction stays open across a cluster round trip: the database writes commit
+first, then the cluster is made to follow. Every call is idempotent; what one misses,
+the next sync repeats. The fence is checked before each round: a round takes at most
+one call's time, which is what the fence's margin covers, so a worker that lost its
+lease stops before it unsuspends a job another worker has decided about since.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from queueing.cluster.base import Cluster, ClusterError, JobNotFound, JobRef
+from queueing.lease import Fence, LeaseLost
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One cluster write: ``verb`` is "admit" or "suspend"."""
+
+    verb: str
+    ref: JobRef
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Runs (in the calling thread's round) when the write succeeded.
+    done: Callable[[], None] | None = None
+    #: A vanished job is no error (the next sync cancels its workload).
+    missing_ok: bool = False
+
+    @property
+    def what(self) -> str:
+        return f"{self.ref.namespace}/{self.ref.name}"
+
+
+def admit_call(
+    ref: JobRef, pool: str, pool_label: str, *, done: Callable[[], None] | None = None
+) -> Call:
+    return Call("admit", ref, {pool_label: pool} if pool else {}, done=done)
+
+
+def run_calls(
+    cluster: Cluster,
+    calls: Sequence[Call],
+    fence: Fence,
+    errors: list[str],
+    *,
+    raise_lost: bool = False,
+) -> int:
+    """Make the calls, ``write_concurrency`` of the cluster at a time (an API server takes
+    concurrent writes; the simulated cluster writes its own rows, one at a time). Failures
+    go to ``errors``; returns how many succeeded. Stops when the lease behind ``fence`` is
+    lost: with an error, or by raising LeaseLost (``raise_lost``)."""
+    width = max(1, int(getattr(cluster, "write_concurrency", 1) or 1))
+    pool = ThreadPoolExecutor(width, thread_name_prefix="kq-write") if width > 1 else None
+    succeeded = 0
+    try:
+        for start in range(0, len(calls), width):
+            try:
+                fence.check()
+            except LeaseLost as exc:
+                if raise_lost:
+                    raise
+                errors.append(str(exc))
+                return succeeded
+            round_ = calls[start : start + width]
+            if pool is None:
+                outcomes = [_call(cluster, call) for call in round_]
+            else:
+                outcomes = [
+                    future.result()
+                    for future in [pool.submit(_call, cluster, call) for call in round_]
+                ]
+            for call, error in zip(round_, outcomes, strict=True):
+                if error is None:
+                    succeeded += 1
+                    if call.done is not None:
+                        call.done()
+                elif error:
+                    errors.append(error)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    return succeeded
+
+
+def _call(cluster: Cluster, call: Call) -> str | None:
+    """None when it succeeded, "" when it failed harmlessly, else the error."""
+    try:
+        if call.verb == "admit":
+            cluster.admit(call.ref, node_selector=call.node_selector)
+        else:
+            cluster.suspend(call.ref)
+    except JobNotFound as exc:
+        return "" if call.missing_ok else f"{call.what}: {exc}"
+    except ClusterError as exc:
+        log.warning("cluster call for %s failed: %s", call.what, exc)
+        return f"{call.what}: {exc} (will retry at next sync)"
+    return None

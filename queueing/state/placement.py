@@ -1,0 +1,124 @@
+"""Node capacity is one truth across quota trees (docs/realtime.md).
+
+Each tree's cycle runs under its own lease, so two trees may be cycled at the same
+moment by two workers, each from a snapshot that counted what the *other* trees held on
+the nodes when it was read. Between that read and the apply, another tree may have
+placed work on the same nodes. ``check`` closes that window at apply time:
+
+1. the applying transaction takes the placement lock (one row, updated first: on
+   PostgreSQL a row lock held to the commit, on SQLite the database's write lock, which
+   IMMEDIATE transactions take anyway), so applies that place work are serialised while
+   snapshots and engines still run in parallel;
+2. under it, it reads what the other trees hold now, per node;
+3. where they hold more than the snapshot counted, the admissions are replayed against
+   the nodes in the engine's order, and an admission that no longer fits is withdrawn
+   (it stays waiting; the woken cycle that follows tries again with the truth).
+
+Cost: one query of the holding workloads' assignments per apply that admits, and a lock
+held from that read to the commit. The alternative designs are weighed in
+docs/realtime.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from queueing.choices import HOLDING_PHASES
+from queueing.engine.types import Admission, Snapshot
+from queueing.models import CycleLease, Workload
+
+LOCK_NAME = "placement"
+
+Usage = dict[str, dict[str, int]]  # node -> resource -> amount
+
+
+def ensure_lock_row() -> None:
+    """The lock's row exists before any transaction needs it (outside one: a race to
+    create it must not poison the caller's transaction)."""
+    if CycleLease.objects.filter(name=LOCK_NAME).exists():
+        return
+    try:
+        with transaction.atomic():
+            CycleLease.objects.get_or_create(name=LOCK_NAME)
+    except IntegrityError:
+        pass  # created by a racing worker
+
+
+def lock() -> None:
+    """Inside the apply's transaction: wait for (and hold) the placement lock."""
+    CycleLease.objects.filter(name=LOCK_NAME).update(token=F("token") + 1)
+
+
+def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
+    """What workloads of other trees hold on each node now."""
+    usage: Usage = defaultdict(dict)
+    for assignment in (
+        Workload.objects.filter(phase__in=HOLDING_PHASES)
+        .exclude(quota_id__in=list(quota_ids))
+        .values_list("assignment", flat=True)
+    ):
+        _add(usage, assignment or {})
+    return usage
+
+
+def _add(usage: Usage, assignment: Mapping[str, Mapping[str, int]]) -> None:
+    for node, held in assignment.items():
+        bucket = usage[node]
+        for resource, amount in held.items():
+            bucket[resource] = bucket.get(resource, 0) + int(amount)
+
+
+def grew(before: Mapping[str, Mapping[str, int]], now: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether other trees hold more of anything on any node than the snapshot counted."""
+    for node, held in now.items():
+        seen = before.get(node, {})
+        if any(amount > seen.get(resource, 0) for resource, amount in held.items()):
+            return True
+    return False
+
+
+def withdrawn(
+    admissions: Sequence[Admission],
+    snapshot: Snapshot,
+    before: Mapping[str, Mapping[str, int]],
+    now: Mapping[str, Mapping[str, int]],
+) -> set[int]:
+    """The admissions that no longer fit once other trees' growth is counted: replayed in
+    the engine's order against each node's room (allocatable minus what the snapshot
+    reserved, what this tree held, and what the other trees added since)."""
+    room: Usage = {}
+    for node in snapshot.nodes:
+        free = {r: int(node.allocatable.raw.get(r, 0)) for r in node.allocatable.raw}
+        for resource, amount in node.reserved.raw.items():
+            free[resource] = free.get(resource, 0) - int(amount)
+        added = now.get(node.name, {})
+        seen = before.get(node.name, {})
+        for resource, amount in added.items():
+            free[resource] = free.get(resource, 0) - max(0, amount - seen.get(resource, 0))
+        room[node.name] = free
+    for workload in snapshot.workloads:
+        if workload.phase in HOLDING_PHASES:
+            for node_name, held in workload.assignment.items():
+                bucket = room.setdefault(node_name, {})
+                for resource, amount in held.raw.items():
+                    bucket[resource] = bucket.get(resource, 0) - int(amount)
+    out: set[int] = set()
+    for admission in admissions:
+        fits = all(
+            room.get(node_name, {}).get(resource, 0) >= int(amount)
+            for node_name, held in admission.assignment.items()
+            for resource, amount in held.raw.items()
+            if int(amount) > 0
+        )
+        if not fits:
+            out.add(admission.workload_id)
+            continue
+        for node_name, held in admission.assignment.items():
+            bucket = room.setdefault(node_name, {})
+            for resource, amount in held.raw.items():
+                bucket[resource] = bucket.get(resource, 0) - int(amount)
+    return out

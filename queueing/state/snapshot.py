@@ -1,0 +1,465 @@
+"""ORM -> Snapshot: ``build_snapshot`` reads a tree with a fixed number of queries,
+whatever the number of workloads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+
+from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
+from queueing.cluster.base import NodeInfo
+from queueing.engine import ledger as engine_ledger
+from queueing.engine.resources import Resources
+from queueing.engine.types import (
+    EngineConfig,
+    NodeSpec,
+    PodSet,
+    QueueSpec,
+    QuotaNode,
+    Snapshot,
+    Taint,
+    Toleration,
+    WorkloadSpec,
+)
+from queueing.models import (
+    Queue,
+    Quota,
+    UsageLedger,
+    Workload,
+)
+
+if TYPE_CHECKING:
+    from queueing.world import TreeWorld
+
+log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = 5000  # finished workloads that feed the runtime quantiles
+
+
+def epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def from_epoch(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+def engine_config() -> EngineConfig:
+    return EngineConfig(
+        fair_share_mode=settings.KQ_FAIR_SHARE_MODE,
+        usage_half_life_s=settings.KQ_USAGE_HALF_LIFE_S,
+        pool_label=settings.KQ_POOL_LABEL,
+    )
+
+
+# --- snapshot ------------------------------------------------------------------------
+
+WORKLOAD_FIELDS = (
+    "id",
+    "name",
+    "namespace",
+    "kind",
+    "api_version",
+    "object_uid",
+    "tenant_id",
+    "quota_id",
+    "queue_id",
+    "priority",
+    "queue_order_at",
+    "pod_sets",
+    "phase",
+    "requeue_at",
+    "attempts",
+    "expected_runtime_s",
+    "admitted_at",
+    "started_at",
+    "assignment",
+    "preempted_by_id",
+    "nominated",
+    "position",
+    "global_position",
+    "eta_p50",
+    "eta_p90",
+    "reason",
+)
+
+
+# What a tree's world keeps of each row (queueing.world): the above and its total request.
+WORLD_FIELDS = (*WORKLOAD_FIELDS, "total_request")
+
+
+@dataclass
+class SnapshotIndex:
+    """What apply() needs beside the snapshot: ids, owners and the stored annotations."""
+
+    root: str
+    rows: dict[int, dict[str, Any]]
+    quota_ids: dict[str, int]
+    queue_ids: dict[str, int]
+    quota_names: dict[int, str]
+    queue_names: dict[int, str]
+    ledgers: dict[str, tuple[dict[str, float], datetime | None]]
+    now: datetime
+    #: Competing workloads left out of a heads-only snapshot (``head``), not in ``rows``.
+    unlisted: int = 0
+    #: What other trees held per node when the snapshot was read (state.placement).
+    elsewhere: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mapping[str, Any]]:
+    """The quotas under ``root`` (inclusive); every quota when root is None."""
+    if root is None:
+        return list(quotas)
+    children: dict[int | None, list[Mapping[str, Any]]] = defaultdict(list)
+    for quota in quotas:
+        children[quota["parent_id"]].append(quota)
+    top = [q for q in quotas if q["name"] == root]
+    out: list[Mapping[str, Any]] = []
+    stack = list(top)
+    while stack:
+        quota = stack.pop()
+        out.append(quota)
+        stack.extend(children.get(quota["id"], ()))
+    return out
+
+
+def tree_quota_ids(root: str) -> list[int]:
+    """The ids of the quotas under ``root`` (inclusive)."""
+    quotas = list(Quota.objects.values("id", "name", "parent_id"))
+    return [q["id"] for q in subtree(quotas, root)]
+
+
+def roots() -> list[str]:
+    return list(Quota.objects.filter(parent__isnull=True).values_list("name", flat=True))
+
+
+_TOLERATION_KEYS = ("key", "operator", "value", "effect")
+
+
+def _pod_sets(
+    raw: Sequence[Mapping[str, Any]], cache: dict[str, tuple[PodSet, ...]]
+) -> tuple[PodSet, ...]:
+    # Many workloads share a shape; parse each distinct shape once.
+    key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    found = cache.get(key)
+    if found is None:
+        found = tuple(
+            PodSet(
+                name=str(ps.get("name", "main")),
+                count=int(ps.get("count", 1)),
+                requests=Resources(ps.get("requests") or {}),
+                node_selector=dict(ps.get("node_selector") or {}),
+                tolerations=tuple(
+                    Toleration(**{k: str(t[k]) for k in _TOLERATION_KEYS if t.get(k) is not None})
+                    for t in ps.get("tolerations") or ()
+                ),
+            )
+            for ps in raw
+        )
+        cache[key] = found
+    return found
+
+
+def _runtime_history(queue_ids: Iterable[int]) -> dict[int, tuple[float, float]]:
+    rows = (
+        Workload.objects.filter(
+            queue_id__in=list(queue_ids),
+            phase=Phase.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .order_by("-finished_at")
+        .values_list("queue_id", "started_at", "finished_at")[:HISTORY_LIMIT]
+    )
+    durations: dict[int, list[float]] = defaultdict(list)
+    for queue_id, started, finished in rows:
+        if started is not None and finished is not None:
+            durations[queue_id].append(max(0.0, (finished - started).total_seconds()))
+    out: dict[int, tuple[float, float]] = {}
+    for queue_id, values in durations.items():
+        if len(values) >= 2:
+            deciles = statistics.quantiles(values, n=10, method="inclusive")
+            out[queue_id] = (statistics.median(values), deciles[8])
+        else:
+            out[queue_id] = (values[0], values[0])
+    return out
+
+
+HISTORY_TTL_S = 30.0
+_history: dict[frozenset[int], tuple[float, dict[int, tuple[float, float]]]] = {}
+
+
+def _runtime_history_cached(
+    queue_ids: Iterable[int], *, fresh: bool
+) -> dict[int, tuple[float, float]]:
+    """Full cycles read the runtime history afresh; heads-only cycles reuse what a cycle
+    of this process read in the last HISTORY_TTL_S (it is the same for every tree)."""
+    key = frozenset(queue_ids)
+    hit = _history.get(key)
+    if not fresh and hit is not None and time.monotonic() - hit[0] < HISTORY_TTL_S:
+        return hit[1]
+    value = _runtime_history(key)
+    _history.clear()
+    _history[key] = (time.monotonic(), value)
+    return value
+
+
+def build_snapshot(
+    root: str | None,
+    *,
+    nodes: Sequence[NodeInfo],
+    now: datetime | None = None,
+    config: EngineConfig | None = None,
+    head: int | None = None,
+    world: TreeWorld | None = None,
+) -> tuple[Snapshot, SnapshotIndex]:
+    """Read the database into a Snapshot of the tree under ``root`` (None: every tree).
+
+    A fixed number of queries: quotas, queues, live workloads, other trees' holdings,
+    ledgers, runtime history.
+
+    ``head``: list only the first ``head`` competing workloads of each queue (in the
+    engine's queue order) and give the rest as ``unlisted_demand``; waiting workloads
+    that do not compete yet (Backoff until later) are left out. The admissions are
+    those of a full snapshot while no queue admits past its head (see the engine's
+    ``Snapshot``); positions and ETAs cover the listed heads only.
+
+    ``world``: the tree's rows come from its world kept in memory (queueing.world), which
+    the caller has refreshed; no workload of the tree is read here.
+    """
+    now = now or timezone.now()
+    config = config or engine_config()
+    all_quotas = list(
+        Quota.objects.values("id", "name", "parent_id", "min", "max", "shared_weight", "allow_lent")
+    )
+    quotas = subtree(all_quotas, root)
+    quota_ids = {q["name"]: q["id"] for q in quotas}
+    id_to_quota = {q["id"]: q["name"] for q in all_quotas}
+
+    queue_rows = list(
+        Queue.objects.values(
+            "id",
+            "name",
+            "policy",
+            "priority",
+            "priority_threshold",
+            "max_depth",
+            "preempt_within_quota",
+            "reclaim",
+            "admission_timeout_s",
+            "backoff_base_s",
+            "backoff_max_s",
+            "backoff_jitter",
+        )
+    )
+    queue_names = {q["id"]: q["name"] for q in queue_rows}
+
+    if world is not None:
+        rows, demand_by_id, unlisted = world.select(head, now)
+        unlisted_demand = {id_to_quota[qid]: held for qid, held in demand_by_id.items()}
+    else:
+        rows, unlisted_demand, unlisted = _read_rows(
+            list(quota_ids.values()), id_to_quota, head, now
+        )
+    # Nodes are shared between trees: what other trees hold is not free for this one.
+    elsewhere: dict[str, dict[str, int]] = defaultdict(dict)
+    if root is not None:
+        for assignment in (
+            Workload.objects.filter(phase__in=HOLDING_PHASES)
+            .exclude(quota_id__in=list(quota_ids.values()))
+            .values_list("assignment", flat=True)
+        ):
+            for node, held in (assignment or {}).items():
+                bucket = elsewhere[node]
+                for resource, amount in held.items():
+                    bucket[resource] = bucket.get(resource, 0) + int(amount)
+
+    ledgers: dict[str, tuple[dict[str, float], datetime | None]] = {}
+    for quota_id, usage, updated in UsageLedger.objects.filter(
+        quota_id__in=list(quota_ids.values())
+    ).values_list("quota_id", "usage", "updated_at"):
+        ledgers[id_to_quota[quota_id]] = (dict(usage), updated)
+    history = _runtime_history_cached(queue_names, fresh=head is None)
+
+    used_queue_ids = {row["queue_id"] for row in rows.values()}
+    snapshot = Snapshot(
+        now=now.timestamp(),
+        quotas=tuple(
+            QuotaNode(
+                name=q["name"],
+                parent=id_to_quota.get(q["parent_id"])
+                if q["parent_id"] in quota_ids.values()
+                else None,
+                min=Resources(q["min"] or {}),
+                max=dict(q["max"] or {}),
+                shared_weight=dict(q["shared_weight"] or {}),
+                allow_lent=q["allow_lent"],
+            )
+            for q in quotas
+        ),
+        queues=tuple(
+            QueueSpec(
+                name=q["name"],
+                policy=q["policy"],
+                priority=q["priority"],
+                priority_threshold=q["priority_threshold"],
+                max_depth=q["max_depth"],
+                preempt_within_quota=q["preempt_within_quota"],
+                reclaim=q["reclaim"],
+                admission_timeout_s=q["admission_timeout_s"],
+                backoff_base_s=q["backoff_base_s"],
+                backoff_max_s=q["backoff_max_s"],
+                backoff_jitter=q["backoff_jitter"],
+            )
+            for q in queue_rows
+            if q["id"] in used_queue_ids
+        ),
+        workloads=_workload_specs(
+            rows.values(), id_to_quota, queue_names, world.specs if world is not None else None
+        ),
+        nodes=tuple(_node_spec(node, elsewhere.get(node.name)) for node in nodes),
+        ledger={
+            name: engine_ledger.decay(
+                usage,
+                (now - updated).total_seconds() if updated else 0.0,
+                config.usage_half_life_s,
+            )
+            for name, (usage, updated) in ledgers.items()
+        },
+        runtime_history={
+            queue_names[qid]: value for qid, value in history.items() if qid in queue_names
+        },
+        config=config,
+        unlisted_demand=unlisted_demand,
+    )
+    index = SnapshotIndex(
+        root=root or "*",
+        rows=rows,
+        quota_ids=quota_ids,
+        queue_ids={name: qid for qid, name in queue_names.items()},
+        quota_names=id_to_quota,
+        queue_names=queue_names,
+        ledgers=ledgers,
+        now=now,
+        unlisted=unlisted,
+        elsewhere={node: dict(held) for node, held in elsewhere.items()},
+    )
+    return snapshot, index
+
+
+def _read_rows(
+    quota_ids: list[int], id_to_quota: Mapping[int, str], head: int | None, now: datetime
+) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], int]:
+    """The tree's rows from the database: (rows, unlisted demand per quota, unlisted)."""
+    in_tree = Workload.objects.filter(quota_id__in=quota_ids)
+    unlisted_demand: dict[str, dict[str, int]] = {}
+    unlisted = 0
+    if head is None:
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=[*WAITING_PHASES, *HOLDING_PHASES]).values(
+                *WORKLOAD_FIELDS
+            )
+        }
+    else:
+        competing = (
+            Q(phase=Phase.PENDING)
+            | Q(phase=Phase.BACKOFF, requeue_at__isnull=True)
+            | Q(phase=Phase.BACKOFF, requeue_at__lte=now)
+        )
+        rows = {
+            row["id"]: row
+            for row in in_tree.filter(phase__in=HOLDING_PHASES).values(*WORKLOAD_FIELDS)
+        }
+        ranked = in_tree.filter(competing).annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("queue_id")],
+                order_by=[F("priority").desc(), F("queue_order_at").asc(), F("id").asc()],
+            )
+        )
+        for row in ranked.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
+            rows[row["id"]] = row
+        for workload_id, quota_id, request in in_tree.filter(competing).values_list(
+            "id", "quota_id", "total_request"
+        ):
+            if workload_id in rows:
+                continue
+            unlisted += 1
+            bucket = unlisted_demand.setdefault(id_to_quota[quota_id], {})
+            for resource, amount in (request or {}).items():
+                bucket[resource] = bucket.get(resource, 0) + int(amount)
+    return rows, unlisted_demand, unlisted
+
+
+def _workload_specs(
+    rows: Iterable[Mapping[str, Any]],
+    quota_names: Mapping[int, str],
+    queue_names: Mapping[int, str],
+    reuse: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] | None = None,
+) -> tuple[WorkloadSpec, ...]:
+    """The engine's view of the rows. ``reuse``: a world's specs of earlier cycles, kept
+    for as long as their row (the same object) is unchanged."""
+    cache: dict[str, tuple[PodSet, ...]] = {}
+    specs = []
+    for row in rows:
+        if reuse is not None:
+            known = reuse.get(row["id"])
+            if known is not None and known[0] is row:
+                specs.append(known[1])
+                continue
+        spec = WorkloadSpec(
+            id=row["id"],
+            name=row["name"],
+            quota=quota_names[row["quota_id"]],
+            queue=queue_names[row["queue_id"]],
+            priority=row["priority"],
+            queue_order_at=row["queue_order_at"].timestamp(),
+            pod_sets=_pod_sets(row["pod_sets"], cache),
+            phase=row["phase"],
+            requeue_at=epoch(row["requeue_at"]),
+            attempts=row["attempts"],
+            expected_runtime_s=row["expected_runtime_s"],
+            admitted_at=epoch(row["admitted_at"]),
+            started_at=epoch(row["started_at"]),
+            assignment={node: Resources(held) for node, held in (row["assignment"] or {}).items()},
+            preempted_by=row["preempted_by_id"],
+            nominated=row["nominated"],
+        )
+        if reuse is not None:
+            reuse[row["id"]] = (row, spec)
+        specs.append(spec)
+    return tuple(specs)
+
+
+def _node_spec(node: NodeInfo, elsewhere: Mapping[str, int] | None) -> NodeSpec:
+    reserved = dict(node.reserved)
+    for resource, amount in (elsewhere or {}).items():
+        reserved[resource] = reserved.get(resource, 0) + amount
+    return NodeSpec(
+        name=node.name,
+        allocatable=Resources(node.allocatable),
+        reserved=Resources(reserved),
+        labels=dict(node.labels),
+        taints=tuple(
+            Taint(
+                key=str(t.get("key", "")),
+                value=str(t.get("value", "")),
+                effect=str(t.get("effect", "NoSchedule")),
+            )
+            for t in node.taints
+        ),
+        unschedulable=node.unschedulable,
+    )

@@ -1,0 +1,423 @@
+"""The world of a quota tree, kept in memory by the process that cycles it.
+
+Kueue's scheduler keeps a cache and a queue manager, fed by watch events, and its cycle
+reads those, never the API server. Here the database stays the durable record and each
+cycle process keeps, per tree, the live workloads (waiting and holding) as rows in
+memory, brought up to date incrementally from the product's own change journal:
+
+- every commit that changes workloads appends their ids to the journal of their tree
+  (``record``: the cycle's own apply, and, through ``events.notify_changes``, every
+  action and the sync, which also reflect what the cluster's watch events did);
+- before a cycle, ``TreeWorld.refresh`` reads the ids appended since its cursor and
+  re-reads exactly those rows (one query); a cycle never reads the whole tree again.
+
+The journal is a Redis stream per tree (``kq:journal:<root>``, capped), each world
+keeping its own cursor, so several processes can keep worlds of one tree; without Redis
+(tests, one process) it is a list in the process. A world rebuilds from the database
+(one query of the tree's live rows) when it starts, when its cursor fell off the capped
+stream or the stream is gone (a Redis restart), on a full cycle (the periodic
+reconciliation; state.full_cycle_due), when the tree's quotas changed, and after a
+cycle lost its lease or met conflicts (its view was stale). Whatever a world misses in
+between costs at most a late decision, never a wrong one: apply's conditional updates
+and the placement lock decide against the database.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import transaction
+
+from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
+from queueing.engine.types import WorkloadSpec
+
+log = logging.getLogger(__name__)
+
+LIVE = frozenset((*WAITING_PHASES, *HOLDING_PHASES))
+MAXLEN = 100_000  # journal entries kept per tree (each a commit's ids)
+Cursor = str  # a stream id ("<ms>-<seq>"); "0-0" before the first entry
+
+
+# --- the journal -----------------------------------------------------------------------
+
+
+class Journal(Protocol):
+    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
+        """Record changed workload ids per tree root."""
+        ...
+
+    def head(self, root: str) -> Cursor:
+        """A cursor after everything recorded so far."""
+        ...
+
+    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
+        """(a new cursor, the ids recorded after ``cursor``); None: some were lost."""
+        ...
+
+
+def _seq(cursor: Cursor) -> tuple[int, int]:
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class RedisJournal:
+    """A capped Redis stream per tree; each reader keeps its own cursor."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.client: Any = redis.Redis.from_url(url, socket_timeout=5.0, decode_responses=True)
+
+    @staticmethod
+    def key(root: str) -> str:
+        return f"kq:journal:{root}"
+
+    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for root, ids in changes.items():
+            text = ",".join(str(i) for i in sorted(set(ids)))
+            if text:
+                pipe.xadd(self.key(root), {"ids": text}, maxlen=MAXLEN, approximate=True)
+        pipe.execute()
+
+    def head(self, root: str) -> Cursor:
+        last = self.client.xrevrange(self.key(root), count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
+        key = self.key(root)
+        first = self.client.xrange(key, count=1)
+        if not first:
+            # Nothing recorded, ever, or the stream is gone (a Redis restart): only the
+            # first is safe to believe.
+            return cursor, (set() if cursor == "0-0" else None)
+        if cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor):
+            return cursor, None  # trimmed past our cursor
+        ids: set[int] = set()
+        last = cursor
+        while True:
+            batch = self.client.xrange(key, min=f"({last}", count=5000)
+            if not batch:
+                break
+            for entry_id, fields in batch:
+                last = str(entry_id)
+                ids.update(int(i) for i in str(fields["ids"]).split(",") if i)
+        return last, ids
+
+
+class LocalJournal:
+    """The journal of one process (no Redis): the same semantics, in lists. A cursor is
+    "<seq>-<generation>"; ``reset`` starts a new generation (as a Redis restart would
+    lose the streams), which every older cursor notices."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: dict[str, list[tuple[int, frozenset[int]]]] = defaultdict(list)
+        self.dropped: dict[str, int] = {}  # root -> the last seq trimmed away
+        self.seq = 0
+        self.generation = 1
+
+    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
+        with self.lock:
+            for root, ids in changes.items():
+                self.seq += 1
+                entries = self.entries[root]
+                entries.append((self.seq, frozenset(ids)))
+                if len(entries) > MAXLEN:
+                    cut = len(entries) - MAXLEN
+                    self.dropped[root] = entries[cut - 1][0]
+                    del entries[:cut]
+
+    def head(self, root: str) -> Cursor:
+        with self.lock:
+            return f"{self.seq}-{self.generation}"
+
+    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
+        after, generation = _seq(cursor)
+        with self.lock:
+            if generation != self.generation or after < self.dropped.get(root, 0):
+                return cursor, None
+            ids: set[int] = set()
+            for seq, changed in self.entries.get(root, ()):
+                if seq > after:
+                    ids.update(changed)
+            return f"{self.seq}-{self.generation}", ids
+
+    def reset(self) -> None:
+        """Forget everything (tests: as if Redis restarted)."""
+        with self.lock:
+            self.entries.clear()
+            self.dropped.clear()
+            self.generation += 1
+
+
+_journal: Journal | None = None
+_journal_lock = threading.Lock()
+
+
+def journal() -> Journal:
+    global _journal
+    with _journal_lock:
+        if _journal is None:
+            _journal = RedisJournal(settings.REDIS_URL) if settings.REDIS_URL else LocalJournal()
+        return _journal
+
+
+def set_journal(value: Journal | None) -> None:
+    global _journal
+    with _journal_lock:
+        _journal = value
+
+
+def record(changes: Mapping[str, Iterable[int]]) -> None:
+    """Append to the journal now (call after the commit). A failure only costs the
+    worlds a rebuild: they find their cursor fell behind, or see the rows at the next
+    full cycle."""
+    changes = {root: list(ids) for root, ids in changes.items() if ids}
+    if not changes:
+        return
+    try:
+        journal().append(changes)
+    except Exception:
+        log.exception("could not record changes in the journal; worlds catch up later")
+        _invalidate_all()
+
+
+def record_now_and_on_commit(changes: Mapping[str, Iterable[int]]) -> None:
+    """Record inside the writing transaction and again once it commits. The first is
+    what a reader on the same connection needs (it sees the uncommitted rows); the second
+    is what every other reader needs (one that read the ids before the commit saw the old
+    rows, and reads them again). An id too many only costs a row read again."""
+    chosen = {root: list(ids) for root, ids in changes.items() if ids}
+    if not chosen:
+        return
+    record(chosen)
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(lambda: record(chosen))
+
+
+# --- the world of a tree ----------------------------------------------------------------
+
+
+Key = tuple[int, datetime, int]  # (-priority, queue order time, id): the engine's order
+
+
+class _QueueOrder:
+    """One queue's waiting rows in the engine's order, kept sorted as rows come and go,
+    with the total request of its Pending rows per quota (for the unlisted demand)."""
+
+    __slots__ = ("backoff", "demand", "keys", "pending")
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.pending = 0
+        self.demand: dict[int, dict[str, int]] = {}
+        self.backoff: set[int] = set()
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        bisect.insort(self.keys, _key(row))
+        if row["phase"] == Phase.BACKOFF:
+            self.backoff.add(row["id"])
+        else:
+            self.pending += 1
+            _charge(self.demand, row, 1)
+
+    def remove(self, row: Mapping[str, Any]) -> None:
+        key = _key(row)
+        at = bisect.bisect_left(self.keys, key)
+        if at < len(self.keys) and self.keys[at] == key:
+            del self.keys[at]
+        if row["phase"] == Phase.BACKOFF:
+            self.backoff.discard(row["id"])
+        else:
+            self.pending -= 1
+            _charge(self.demand, row, -1)
+
+
+def _key(row: Mapping[str, Any]) -> Key:
+    return (-row["priority"], row["queue_order_at"], row["id"])
+
+
+def _charge(demand: dict[int, dict[str, int]], row: Mapping[str, Any], sign: int) -> None:
+    bucket = demand.setdefault(row["quota_id"], {})
+    for resource, amount in (row["total_request"] or {}).items():
+        bucket[resource] = bucket.get(resource, 0) + sign * int(amount)
+
+
+class TreeWorld:
+    """The live workloads of one tree, as rows (the fields build_snapshot reads), with
+    each queue's waiting rows kept in the engine's order."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.holding: set[int] = set()
+        self.queues: dict[int, _QueueOrder] = defaultdict(_QueueOrder)
+        self.cursor: Cursor | None = None
+        self.quota_ids: frozenset[int] = frozenset()
+        self.rebuilt_at = 0.0
+        self.rebuilds = 0
+        self.reread = 0  # rows re-read by the last refresh
+        #: Engine specs of unchanged rows, reused between cycles (state.snapshot).
+        self.specs: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] = {}
+
+    def invalidate(self) -> None:
+        self.cursor = None
+
+    def refresh(self, quota_ids: Iterable[int]) -> None:
+        """Bring the rows up to date: the journal's ids since the cursor, or a rebuild
+        (at least every KQ_WORLD_REBUILD_S: the periodic reconciliation)."""
+        wanted = frozenset(quota_ids)
+        stale = time.monotonic() - self.rebuilt_at > settings.KQ_WORLD_REBUILD_S
+        if stale or self.cursor is None or wanted != self.quota_ids:
+            self._rebuild(wanted)
+            return
+        cursor, ids = journal().since(self.root, self.cursor)
+        if ids is None:
+            self._rebuild(wanted)
+            return
+        self.cursor = cursor
+        self.reread = len(ids)
+        if ids:
+            self._reread(ids)
+
+    def _rebuild(self, quota_ids: frozenset[int]) -> None:
+        from queueing.models import Workload
+        from queueing.state.snapshot import WORLD_FIELDS
+
+        # The cursor first: what commits during the load is read again next time.
+        cursor = journal().head(self.root)
+        rows = Workload.objects.filter(quota_id__in=list(quota_ids), phase__in=list(LIVE)).values(
+            *WORLD_FIELDS
+        )
+        self.rows = {}
+        self.holding = set()
+        self.queues = defaultdict(_QueueOrder)
+        self.specs = {}
+        for row in rows:
+            self._put(row)
+        self.quota_ids = quota_ids
+        self.cursor = cursor
+        self.rebuilt_at = time.monotonic()
+        self.rebuilds += 1
+        self.reread = len(self.rows)
+
+    def _reread(self, ids: set[int]) -> None:
+        from queueing.models import Workload
+        from queueing.state.snapshot import WORLD_FIELDS
+
+        found = {
+            row["id"]: row
+            for row in Workload.objects.filter(id__in=list(ids)).values(*WORLD_FIELDS)
+        }
+        for workload_id in ids:
+            self._drop(workload_id)
+            row = found.get(workload_id)
+            if row is not None and row["phase"] in LIVE and row["quota_id"] in self.quota_ids:
+                self._put(row)
+
+    def _put(self, row: dict[str, Any]) -> None:
+        self.rows[row["id"]] = row
+        if row["phase"] in HOLDING_PHASES:
+            self.holding.add(row["id"])
+        else:
+            self.queues[row["queue_id"]].add(row)
+
+    def _drop(self, workload_id: int) -> None:
+        old = self.rows.pop(workload_id, None)
+        self.specs.pop(workload_id, None)
+        if old is None:
+            return
+        if old["phase"] in HOLDING_PHASES:
+            self.holding.discard(workload_id)
+        else:
+            self.queues[old["queue_id"]].remove(old)
+
+    def select(
+        self, head: int | None, now: datetime
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, int]], int]:
+        """What build_snapshot lists: (rows, unlisted demand per quota id, unlisted count).
+
+        ``head`` None: every live row. Otherwise the holding rows and the first ``head``
+        competing rows of each queue in the engine's queue order (priority, then queue
+        order time, then id); the other competing rows (Pending, or Backoff that is due)
+        are counted as demand. Walks only each queue's front and its Backoff rows."""
+        if head is None:
+            return dict(self.rows), {}, 0
+        rows = self.rows
+        listed = {workload_id: rows[workload_id] for workload_id in self.holding}
+        demand: dict[int, dict[str, int]] = {}
+        unlisted = 0
+        for order in self.queues.values():
+            taken = 0
+            listed_pending: list[dict[str, Any]] = []
+            for _, _, workload_id in order.keys:
+                if taken >= head:
+                    break
+                row = rows[workload_id]
+                if row["phase"] == Phase.BACKOFF:
+                    if row["requeue_at"] is not None and row["requeue_at"] > now:
+                        continue  # not competing yet
+                else:
+                    listed_pending.append(row)
+                listed[workload_id] = row
+                taken += 1
+            # Unlisted demand: every Pending row's request, less the listed ones', plus
+            # the due Backoff rows left out.
+            for quota_id, amounts in order.demand.items():
+                bucket = demand.setdefault(quota_id, {})
+                for resource, amount in amounts.items():
+                    bucket[resource] = bucket.get(resource, 0) + amount
+            for row in listed_pending:
+                _charge(demand, row, -1)
+            unlisted += order.pending - len(listed_pending)
+            for workload_id in order.backoff:
+                row = rows[workload_id]
+                due = row["requeue_at"] is None or row["requeue_at"] <= now
+                if due and workload_id not in listed:
+                    unlisted += 1
+                    _charge(demand, row, 1)
+        demand = {
+            quota_id: {r: a for r, a in amounts.items() if a}
+            for quota_id, amounts in demand.items()
+        }
+        return listed, {q: a for q, a in demand.items() if a}, unlisted
+
+
+_worlds: dict[str, TreeWorld] = {}
+
+
+def enabled() -> bool:
+    return bool(settings.KQ_WORLD)
+
+
+def world_of(root: str) -> TreeWorld:
+    found = _worlds.get(root)
+    if found is None:
+        found = _worlds[root] = TreeWorld(root)
+    return found
+
+
+def drop(root: str) -> None:
+    """After a lost lease or an error: the next cycle of ``root`` rebuilds its world."""
+    found = _worlds.get(root)
+    if found is not None:
+        found.invalidate()
+
+
+def _invalidate_all() -> None:
+    for found in _worlds.values():
+        found.invalidate()
+
+
+def forget() -> None:
+    """Tests: drop every world of this process (as a restarted worker would)."""
+    _worlds.clear()

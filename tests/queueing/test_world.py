@@ -1,0 +1,176 @@
+"""The world of a tree kept in memory (queueing.world): incremental, and always what a
+fresh read of the database says."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from queueing import actions, state, world
+from queueing.choices import Phase
+from queueing.cycle import cycle_root, tick
+from queueing.models import Workload
+from queueing.state.snapshot import WORLD_FIELDS
+from queueing.world import LIVE, LocalJournal
+from tests.builders import SYSTEM, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def from_database(root_quota_ids: list[int]) -> dict[int, dict]:
+    rows = Workload.objects.filter(quota_id__in=root_quota_ids, phase__in=list(LIVE))
+    return {row["id"]: row for row in rows.values(*WORLD_FIELDS)}
+
+
+@pytest.fixture
+def journal():
+    local = LocalJournal()
+    world.set_journal(local)
+    yield local
+    world.set_journal(None)
+
+
+def test_a_refresh_rereads_only_what_the_journal_names(world, journal):
+    for i in range(6):
+        submit(world, f"w{i}", cpu="4", runtime=30)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # builds it, admits 4
+    tree = world_of("cluster")
+    assert tree.rebuilds == 1
+    quota_ids = state.tree_quota_ids("cluster")
+    tree.refresh(quota_ids)  # what the next cycle starts with: the admissions, re-read
+    assert tree.reread == 6  # the four admitted, the two left waiting (annotated)
+    assert tree.rows == from_database(quota_ids)
+    # Changes of three kinds: a submission, a cancellation, jobs that start (the sync).
+    new = submit(world, "late", cpu="4")
+    actions.cancel_workload(SYSTEM, Workload.objects.get(name="w5"))
+    world.clock.advance(1)
+    tick(cluster=world.cluster, now=world.clock())
+    tree.refresh(quota_ids)
+    assert tree.rebuilds == 1  # never read whole again
+    assert new.pk in tree.rows
+    assert Workload.objects.get(name="w5").pk not in tree.rows
+    assert tree.rows == from_database(quota_ids)
+    assert {row["phase"] for row in tree.rows.values()} == {Phase.RUNNING, Phase.PENDING}
+
+
+def test_the_world_stays_what_the_database_says_through_random_histories(world, journal):
+    rng = random.Random(7)
+    quota_ids = state.tree_quota_ids("cluster")
+    names = 0
+    for _step in range(40):
+        choice = rng.random()
+        if choice < 0.45:
+            names += 1
+            submit(
+                world,
+                f"r{names}",
+                cpu=str(rng.choice([1, 2, 4, 8])),
+                priority=rng.choice([0, 5, 10]),
+                runtime=rng.choice([1, 5, 20]),
+            )
+        elif choice < 0.6:
+            live = list(Workload.objects.filter(phase__in=list(LIVE)).order_by("id"))
+            if live:
+                actions.cancel_workload(SYSTEM, rng.choice(live))
+        else:
+            tick(cluster=world.cluster, now=world.clock.advance(rng.choice([0.5, 2, 6])))
+        tree = world_of("cluster")
+        tree.refresh(quota_ids)
+        assert tree.rows == from_database(quota_ids)
+    assert world_of("cluster").rebuilds == 1
+
+
+def world_of(root: str) -> world.TreeWorld:
+    return world.world_of(root)
+
+
+def test_a_lost_journal_makes_the_world_rebuild(world, journal):
+    submit(world, "a", cpu="4")
+    quota_ids = state.tree_quota_ids("cluster")
+    tree = world_of("cluster")
+    tree.refresh(quota_ids)
+    assert tree.rebuilds == 1
+    tree.refresh(quota_ids)
+    assert tree.rebuilds == 1  # positive control: nothing lost, no rebuild
+    journal.reset()  # as if Redis restarted
+    submit(world, "b", cpu="4")
+    tree.refresh(quota_ids)
+    assert tree.rebuilds == 2
+    assert tree.rows == from_database(quota_ids)
+
+
+def test_a_cycle_reads_no_workload_of_its_tree_but_those_the_journal_names(world, journal):
+    for i in range(5):
+        submit(world, f"w{i}", cpu="1", runtime=600)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # builds the world
+    submit(world, "new", cpu="1")
+    with CaptureQueriesContext(connection) as queries:
+        report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert len(report.admitted) == 1
+    table = Workload._meta.db_table
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("SELECT") and f'"{table}"."pod_sets"' in q["sql"]
+    ]
+    # One read of rows: the journal's ids, by id.
+    assert len(reads) == 1, reads
+    assert f'"{table}"."id" IN' in reads[0]
+
+
+def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, settings):
+    made = [submit(world, f"w{i}", cpu="2", priority=i % 3, runtime=600) for i in range(12)]
+    nodes = world.cluster.nodes()
+    tree = world_of("cluster")
+    tree.refresh(state.tree_quota_ids("cluster"))
+    from_db, _ = state.build_snapshot("cluster", nodes=nodes, now=world.clock(), head=3)
+    from_mem, index = state.build_snapshot(
+        "cluster", nodes=nodes, now=world.clock(), head=3, world=tree
+    )
+    assert from_mem.workloads == from_db.workloads
+    assert from_mem.unlisted_demand == from_db.unlisted_demand == {"team-a-q": {"cpu": 18000}}
+    assert index.unlisted == 9
+    # Backoff: two due (they compete), two later (they do not), one at the very front.
+    later = world.clock() + timedelta(minutes=5)
+    earlier = world.clock() - timedelta(minutes=5)
+    for workload, requeue_at in zip(made[:4], (later, later, earlier, None), strict=True):
+        actions.transition(workload, Phase.BACKOFF, reason="test", requeue_at=requeue_at)
+    tree.refresh(state.tree_quota_ids("cluster"))
+    assert tree.rebuilds == 1  # the journal carried the moves
+    for head in (1, 3, 20):
+        from_db, db_index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head
+        )
+        from_mem, index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head, world=tree
+        )
+        assert sorted(w.id for w in from_mem.workloads) == sorted(w.id for w in from_db.workloads)
+        assert from_mem.unlisted_demand == from_db.unlisted_demand
+        assert index.unlisted == db_index.unlisted
+    assert index.unlisted == 0  # head 20: all ten competing are listed
+
+
+def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
+    first = submit(world, "a", cpu="4")
+    tree = world_of("cluster")
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert tree.rebuilds == 1
+    # A write behind the journal's back (as a lost notification would be): the world
+    # still believes "b" waits, the database says it was cancelled.
+    second = submit(world, "b", cpu="4")
+    tree.refresh(state.tree_quota_ids("cluster"))
+    Workload.objects.filter(pk=second.pk).update(phase=Phase.CANCELLED)
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.conflicts == 1
+    assert report.admitted == []
+    assert Workload.objects.get(pk=second.pk).phase == Phase.CANCELLED  # not admitted
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert tree.rebuilds == 2
+    assert second.pk not in tree.rows
+    assert first.pk in tree.rows
