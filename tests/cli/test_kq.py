@@ -283,6 +283,7 @@ def test_configuration_errors_and_a_config_file(kq, site):
     readable = kq("whoami", who=None, KQ_URL="")
     assert readable.code == 2
     assert f"chmod 600 {config}" in readable.err
+    assert kq("whoami", who="mem").code == 0  # with URL and token in the environment, unread
     config.chmod(0o600)
     me = kq("whoami", who=None, KQ_URL="")
     assert me.code == 0, me.err
