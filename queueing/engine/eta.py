@@ -40,9 +40,9 @@ __all__ = ["finish_etas"]
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
 TOLERANCE = 0.25
-#: Higher-priority arrivals stretch a wait at most this many times (a load at or above
-#: the capacity would stretch it without bound; calibration takes over from there).
-MAX_STRETCH = 10.0
+#: Higher-priority arrivals stretch a wait at most this many times (a load near or above
+#: the capacity would stretch it without bound; the measured error takes over there).
+MAX_STRETCH = 3.0
 
 
 def finish_etas(
@@ -68,6 +68,7 @@ def finish_etas(
     stretch: dict[int, float] = {}
     load = snap.arrival_load
     if res or load:
+        tree = cy.tree
         above_cache: dict[tuple[str, int], float] = {}
         for q in cy.queues:
             for cw in q.cands:
@@ -76,10 +77,11 @@ def finish_etas(
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
                 if load:
-                    lkey = (cw.quota, cw.priority)
+                    root = tree.names[tree.chains[cy.quota_of[cw.id]][-1]]
+                    lkey = (root, cw.priority)
                     f = above_cache.get(lkey)
                     if f is None:
-                        bands = load.get(cw.quota, {})
+                        bands = load.get(root, {})
                         above = sum(v for p, v in bands.items() if p > cw.priority)
                         f = above_cache[lkey] = 1.0 / max(1.0 - above, 1.0 / MAX_STRETCH)
                     stretch[cw.id] = f
