@@ -344,12 +344,24 @@ class Cycle(CycleState):
         prim = self.nodes.primary(ps.elig, ps.req)
         if prim is None:
             return
-        take: dict[int, dict[str, int]] = {}
+        # Hold back only what the gang needs: the nodes with the most free room first,
+        # until together they could hold all its pods (Slurm reserves the nodes a
+        # backfilled job will run on, not the whole partition).
+        per_pod = ps.req.get(prim, 0)
+        if per_pod <= 0:
+            return
         free = self.nodes.free
-        for i in self.nodes.eligible(ps.elig):
-            f = free[i].get(prim, 0)
-            if f > 0:
-                take[i] = {prim: f}
+        room = sorted(
+            ((free[i].get(prim, 0), i) for i in self.nodes.eligible(ps.elig)),
+            reverse=True,
+        )
+        take: dict[int, dict[str, int]] = {}
+        pods = 0
+        for f, i in room:
+            if f <= 0 or pods >= ps.pods:
+                break
+            take[i] = {prim: f}
+            pods += f // per_pod
         self.draining[w.id] = prim
         if take:
             self.nodes.commit(take)
