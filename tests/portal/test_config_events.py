@@ -178,7 +178,9 @@ def test_the_cycles_quota_messages_bring_a_fetched_state_up_to_date(
     from tests.builders import submit
 
     sent: list[tuple[int | None, dict[str, Any]]] = []
-    monkeypatch.setattr(events, "send", lambda tenant_id, payload: sent.append((tenant_id, payload)))
+    monkeypatch.setattr(
+        events, "send", lambda tenant_id, payload: sent.append((tenant_id, payload))
+    )
     state = fetch()
     submit(world, "w", cpu="4")
     sent.clear()
