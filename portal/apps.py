@@ -6,3 +6,6 @@ class PortalConfig(AppConfig):
 
     name = "portal"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from portal import security  # noqa: F401  # connects the lockout audit receiver

@@ -25,6 +25,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from portal import delivery, stream_queries
 from queueing import access, events
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 FORBIDDEN = 4403  # close code: not allowed to watch this tenant (also for unknown ones)
 REAUTHORISE_S = 60.0  # a removed member stops receiving within this long
 POLICY_VIOLATION = 1008  # close code: kept flooding after being told to slow down
+SERVICE_RESTART = 1012  # close code: the channel layer (Redis) went away; reconnect
+# What a channel layer raises when its Redis restarts or is away.
+LAYER_ERRORS = (ConnectionError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 clock = time.monotonic  # the frame budget's clock; tests turn it by hand
 
 
@@ -84,6 +89,19 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
     tenant_id: int | None = None
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # When Redis restarts, the layer's receive raises and the group membership is gone
+        # with Redis' memory: close with 1012 so the client reconnects (and rejoins, and
+        # resyncs) instead of an unhandled exception - or a connection left open and silent.
+        try:
+            await super().__call__(scope, receive, send)
+        except LAYER_ERRORS as exc:
+            log.warning("live stream: the channel layer went away (%s); closing with 1012", exc)
+            try:
+                await send({"type": "websocket.close", "code": SERVICE_RESTART})
+            except Exception:  # the connection may be gone already
+                log.debug("could not close the live stream", exc_info=True)
+
     async def allowed(self) -> bool:
         user = self.scope.get("user")
         return bool(await database_sync_to_async(access.has_role)(user, self.tenant_id, "viewer"))
@@ -103,7 +121,11 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         self.flush_lock = asyncio.Lock()  # one flush at a time keeps frames in order
         self.closed = False
         self.checked_at = time.monotonic()
-        await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except LAYER_ERRORS:
+            # A pooled connection from before a Redis restart fails once; a fresh one works.
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send_json(
             {
@@ -137,7 +159,8 @@ class TenantConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self.send_error("invalid", "Send JSON text frames, not binary ones.")
             return
-        if len(text_data) > max_frame_bytes() or len(text_data.encode()) > max_frame_bytes():
+        size = len(text_data.encode("utf-8", "replace"))  # a lone surrogate is no crash
+        if size > max_frame_bytes():
             await self.send_error(
                 "too_large", f"A message may be at most {max_frame_bytes()} bytes."
             )

@@ -1,14 +1,15 @@
 """Forms parse what people type; queueing.actions validate, save and audit.
 
-A form never saves a model. Quantities are checked cell by cell here so an error sits
-next to the number that caused it, then passed to the action exactly as typed; the
-action's own ValidationError (which names fields and numbers) is attached back to the
-form with apply_validation_error.
+A form never saves a model. Quantities are parsed cell by cell here, once, so an error
+sits next to the number that caused it; the action receives canonical ``Amounts`` and
+does not parse them again. The action's own ValidationError (which names fields and
+numbers) is attached back to the form with apply_validation_error.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.utils.crypto import salted_hmac
 from queueing.choices import Policy, ReclaimPolicy, Role, Source, WithinQuotaPreemption
 from queueing.models import Queue, Quota, Tenant
 from queueing.quantities import QuantityError, format_amount, parse_amount, validate_resource_name
+from queueing.validation import Amounts
 
 FIELD_LABELS = {
     "min": "Min (guaranteed)",
@@ -34,14 +36,40 @@ FIELD_LABELS = {
 }
 
 
-def apply_validation_error(form: forms.Form, exc: ValidationError) -> None:
-    """Attach an action's ValidationError to the form, by field where the form has one."""
+# Which cell of the resource grid a phrase of a quota error names: "min cpu", "max memory".
+_CELL_WORDS = {"min": "min", "max": "max", "shared weight": "weight", "weight": "weight"}
+
+
+def grid_cells(message: str, grid: Any) -> list[tuple[Any, str]]:
+    """The grid's (row form, cell) pairs a quota error concerns: "min cpu (9) is more than
+    max cpu (8)" names both cpu cells; "max cpu (900) is more than the parent ..." one."""
+    found = []
+    for row in getattr(grid, "forms", ()):
+        data = getattr(row, "cleaned_data", None) or {}
+        resource = data.get("resource") or row.initial.get("resource")
+        if not resource:
+            continue
+        words = "|".join(re.escape(w) for w in _CELL_WORDS)
+        for match in re.finditer(rf"\b({words}) {re.escape(resource)}\b", message):
+            cell = (row, _CELL_WORDS[match.group(1)])
+            if cell not in found:
+                found.append(cell)
+    return found
+
+
+def apply_validation_error(form: forms.Form, exc: ValidationError, grid: Any = None) -> None:
+    """Attach an action's ValidationError to the form, by field where the form has one;
+    with a resource ``grid``, on the cells a message names (min above max marks both)."""
     if hasattr(exc, "error_dict"):
         for field, errors in exc.error_dict.items():
             messages = [m for e in errors for m in e.messages]
             target = field if field in form.fields else None
             for message in messages:
-                if target is None and field not in ("__all__",):
+                cells = grid_cells(message, grid) if grid is not None else []
+                if cells and target is None:
+                    for row, key in cells:
+                        row.add_error(key, message)
+                elif target is None and field not in ("__all__",):
                     label = FIELD_LABELS.get(field, field)
                     form.add_error(None, f"{label}: {message}")
                 else:
@@ -54,31 +82,44 @@ def apply_validation_error(form: forms.Form, exc: ValidationError) -> None:
 # --- queues --------------------------------------------------------------------------
 
 
+def _default(name: str) -> Any:
+    """A queue setting's default: the model's, the one place defaults live (the API's
+    serializer takes them from the model too)."""
+    return Queue._meta.get_field(name).get_default()
+
+
 class QueueForm(forms.Form):
     """A queue's policy. ``version`` carries optimistic concurrency."""
 
     name = forms.CharField(max_length=63, help_text="A Kubernetes name; it cannot change later.")
-    policy = forms.ChoiceField(choices=Policy.choices)
-    priority = forms.IntegerField(initial=0, help_text="Higher queues are considered first.")
+    policy = forms.ChoiceField(choices=Policy.choices, initial=_default("policy"))
+    priority = forms.IntegerField(
+        initial=_default("priority"), help_text="Higher queues are considered first."
+    )
     priority_threshold = forms.IntegerField(
-        initial=0, help_text="Intelligent: workloads at or above this priority block the queue."
+        initial=_default("priority_threshold"),
+        help_text="Intelligent: workloads at or above this priority block the queue.",
     )
     max_depth = forms.IntegerField(
-        min_value=0, initial=0, help_text="How far the cycle looks past the head; 0 = no limit."
+        min_value=0,
+        initial=_default("max_depth"),
+        help_text="How far the cycle looks past the head; 0 = no limit.",
     )
     preempt_within_quota = forms.ChoiceField(
-        choices=WithinQuotaPreemption.choices, initial=WithinQuotaPreemption.LOWER_PRIORITY
+        choices=WithinQuotaPreemption.choices, initial=_default("preempt_within_quota")
     )
-    reclaim = forms.ChoiceField(choices=ReclaimPolicy.choices, initial=ReclaimPolicy.ANY)
+    reclaim = forms.ChoiceField(choices=ReclaimPolicy.choices, initial=_default("reclaim"))
     admission_timeout_s = forms.IntegerField(
         min_value=1,
         required=False,
         label="Admission timeout (s)",
         help_text="Requeue an admitted workload that has not started after this long; blank = never.",
     )
-    backoff_base_s = forms.FloatField(label="Backoff base (s)", initial=10.0)
-    backoff_max_s = forms.FloatField(label="Backoff max (s)", initial=600.0)
-    backoff_jitter = forms.FloatField(label="Backoff jitter (0 to 1)", initial=0.1)
+    backoff_base_s = forms.FloatField(label="Backoff base (s)", initial=_default("backoff_base_s"))
+    backoff_max_s = forms.FloatField(label="Backoff max (s)", initial=_default("backoff_max_s"))
+    backoff_jitter = forms.FloatField(
+        label="Backoff jitter (0 to 1)", initial=_default("backoff_jitter")
+    )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args: Any, instance: Queue | None = None, **kwargs: Any) -> None:
@@ -133,16 +174,15 @@ class ResourceRowForm(forms.Form):
         except QuantityError as exc:
             self.add_error("resource", str(exc))
             return data
+        data["resource"] = name
         for key, text in values.items():
+            data[key] = None
             if not text:
                 continue
             try:
-                parse_amount(name, text)
+                data[key] = parse_amount(name, text)
             except QuantityError as exc:
-                label = {"min": "min", "max": "max", "weight": "weight"}[key]
-                self.add_error(key, f"{label} {exc}")
-        data["resource"] = name
-        data.update(values)
+                self.add_error(key, f"{key} {exc}")
         return data
 
 
@@ -159,16 +199,16 @@ class BaseResourceFormSet(forms.BaseFormSet):
                 form.add_error("resource", f"{name} is listed twice.")
             seen.add(name)
 
-    def maps(self) -> dict[str, dict[str, str]]:
-        """The typed quantities as the action takes them: {"min": {...}, "max": ..., ...}."""
-        out: dict[str, dict[str, str]] = {"min": {}, "max": {}, "shared_weight": {}}
+    def maps(self) -> dict[str, Amounts]:
+        """The parsed amounts as the action takes them: {"min": {...}, "max": ..., ...}."""
+        out = {"min": Amounts(), "max": Amounts(), "shared_weight": Amounts()}
         for form in self.forms:
             data = form.cleaned_data
             name = data.get("resource")
             if not name:
                 continue
             for key, target in (("min", "min"), ("max", "max"), ("weight", "shared_weight")):
-                if data.get(key):
+                if data.get(key) is not None:
                     out[target][name] = data[key]
         return out
 

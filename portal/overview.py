@@ -2,7 +2,8 @@
 
 Both show the same numbers because both come from here: the nodes (one source,
 ``node_source``), capacity totals over the schedulable nodes, and the quota tree with
-used, pending and runtime quota per quota (``queries.quota_tree``).
+used, pending and runtime quota per quota (``queries.quota_tree``). The tenant
+overview (``tenant_overview``) is built from the same tree.
 """
 
 from __future__ import annotations
@@ -13,21 +14,23 @@ from datetime import datetime
 from typing import Any
 
 from portal import queries
-from queueing.cluster import get_cluster
-from queueing.cluster.base import ClusterError, NodeInfo
-from queueing.models import Quota
+from queueing import nodeview
+from queueing.cluster.base import NodeInfo
+from queueing.models import Queue, Quota, Tenant
+
+NO_NODE_VIEW = "No node view yet: no admission cycle has read the cluster's nodes."
 
 
 def node_source() -> list[NodeInfo]:
-    """The nodes every overview shows. One call, so that reading a persisted node view
-    instead of the cluster adapter is a change of this line alone."""
-    return list(get_cluster().nodes())
+    """The nodes every overview shows: the node view the cycle keeps (queueing.nodeview);
+    a page or the API never calls the cluster."""
+    return nodeview.read()
 
 
 @dataclass
 class ClusterOverview:
     nodes: list[NodeInfo]
-    node_error: str  # why there are no nodes to show, if the source failed
+    node_error: str  # why there are no nodes to show
     capacity: dict[str, Any]
     quotas: list[queries.QuotaRow]
     last_cycle: datetime | None
@@ -58,11 +61,8 @@ def capacity(nodes: Sequence[NodeInfo], used: dict[str, int]) -> dict[str, Any]:
 
 def cluster_overview(quotas: Sequence[Quota]) -> ClusterOverview:
     """The overview of ``quotas`` (what the reader may see) and the whole cluster."""
-    node_error = ""
-    try:
-        nodes = sorted(node_source(), key=lambda n: n.name)
-    except ClusterError as exc:
-        nodes, node_error = [], str(exc)
+    nodes = node_source()
+    node_error = "" if nodes else NO_NODE_VIEW
     totals = queries.live_totals()
     return ClusterOverview(
         nodes=nodes,
@@ -70,4 +70,42 @@ def cluster_overview(quotas: Sequence[Quota]) -> ClusterOverview:
         capacity=capacity(nodes, totals.cluster_used()),
         quotas=queries.quota_tree(quotas, totals),
         last_cycle=queries.last_cycle_at(),
+    )
+
+
+@dataclass
+class TenantOverview:
+    tenant: Tenant
+    queues: list[Queue]  # with their counts (queries.queue_counts)
+    quotas: list[queries.QuotaRow]  # the tenant's, depth-first
+    tops: list[queries.QuotaRow]  # its entitlements: quotas under a parent not its own
+    root: Quota | None  # the root of the tree the entitlements hang from
+    fair_share: list[dict[str, Any]]
+
+    @property
+    def leaves(self) -> list[Quota]:
+        return [row.quota for row in self.quotas if not row.children]
+
+
+def tenant_overview(tenant: Tenant) -> TenantOverview:
+    queues = list(queries.queue_counts(Queue.objects.filter(tenant=tenant)))
+    every = list(Quota.objects.select_related("parent", "default_queue"))
+    by_id = {q.pk: q for q in every}
+    mine = queries.quota_tree([q for q in every if q.tenant_id == tenant.pk])
+    top_ids = {q.pk for q in queries.tenant_top_quotas(tenant, [r.quota for r in mine])}
+    tops = [row for row in mine if row.quota.pk in top_ids]
+    root = None
+    if tops:
+        root = tops[0].quota
+        seen = {root.pk}
+        while root.parent_id in by_id and root.parent_id not in seen:
+            root = by_id[root.parent_id]
+            seen.add(root.pk)
+    return TenantOverview(
+        tenant=tenant,
+        queues=queues,
+        quotas=mine,
+        tops=tops,
+        root=root,
+        fair_share=queries.fair_share(tops, root),
     )

@@ -8,6 +8,7 @@ points (manage.py, asgi.py, celery.py) print without a traceback.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -53,17 +54,23 @@ def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-DEBUG = _bool("DEBUG", True)
+# Off unless asked for: a debug page lists URL patterns and settings to whoever asks.
+DEBUG = _bool("DEBUG", False)
 TESTING = _bool("KQ_TESTING", False)
+# Served over TLS (by this process or a proxy in front): cookies only over HTTPS, HSTS,
+# and a SECRET_KEY from the environment. Said explicitly (deploy/config.yaml does):
+# `make run`, CI and the tests serve plain HTTP on loopback, where a Secure cookie would
+# never come back and a key kept under var/ does.
+KQ_TLS = _bool("KQ_TLS", False)
 
 
 def _secret_key() -> str:
     key = env.str("SECRET_KEY", default="")
     if key:
         return key
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
-    # Development: generate once and keep it under var/ so sessions survive restarts.
+    if KQ_TLS:
+        raise ImproperlyConfigured("SECRET_KEY must be set when KQ_TLS is on (a deployment).")
+    # Loopback (make run, tests): generate once and keep it under var/ so sessions survive.
     path = VAR_DIR / "secret_key"
     if not path.exists():
         VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -77,12 +84,56 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-if not DEBUG:
-    SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", True)
-    CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", True)
+SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", KQ_TLS)
+CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", KQ_TLS)
+if KQ_TLS:
+    # SecurityMiddleware sends it on HTTPS answers only, so plain HTTP never pins a host.
+    SECURE_HSTS_SECONDS = _int("SECURE_HSTS_SECONDS", 31536000, 0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+if _bool("KQ_BEHIND_TLS_PROXY", False):
+    # Only behind a proxy that sets (and strips clients' own) X-Forwarded-Proto.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Request bodies: the API's largest honest body (a workload with its manifest) is far
+# below this; Django answers a larger one with 400 before any view reads it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _int("KQ_MAX_BODY_BYTES", 1024 * 1024, 1024)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 2000
+
+# Content-Security-Policy (django-csp): scripts only from our own static files, no inline
+# script anywhere; style attributes (the quota bars' widths) are the one inline allowance.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Failed logins (django-axes): a username, and separately an address, is locked after
+# AXES_FAILURE_LIMIT failures for the cool-off; 429 with Retry-After; audited.
+AXES_FAILURE_LIMIT = _int("KQ_LOGIN_FAILURE_LIMIT", 5, 1)
+AXES_COOLOFF_TIME = timedelta(minutes=_float("KQ_LOGIN_COOLOFF_MIN", 15.0, 0.1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.security.lockout_response"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)  # forwarded headers can be forged
+AXES_VERBOSE = False
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -97,12 +148,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
+    "csp",
     "queueing",
     "portal",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.outage.ServiceOutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -110,6 +164,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -242,6 +298,16 @@ KQ_CLUSTER = _choice("KQ_CLUSTER", "simulated", ("simulated", "kubernetes"))
 KQ_NAMESPACES = env.list("KQ_NAMESPACES", default=[])
 KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
 KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
+# Kubernetes Events on managed jobs (queued, admitted, preempted, why pending).
+KQ_KUBE_EVENTS = _bool("KQ_KUBE_EVENTS", True)
+# Runtime quota written back to ElasticQuotas at most this often per quota.
+KQ_QUOTA_WRITEBACK_S = _float("KQ_QUOTA_WRITEBACK_S", 10.0, 0.0)
+# ElasticQuotas, Queues and ResourceQuotas as live configuration (docs/kube-queue-compat.md).
+KQ_KUBE_LIVE_CONFIG = _bool("KQ_KUBE_LIVE_CONFIG", False)
+KQ_KUBE_CONFIG_SYNC_S = _float("KQ_KUBE_CONFIG_SYNC_S", 5.0, 0.0)
+KQ_KUBE_ROOT = env.str("KQ_KUBE_ROOT", default="")  # the root to import under, when several
+# Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
+KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)
 if KQ_SIM_FAILURE_RATE > 1:
     raise ImproperlyConfigured(
@@ -254,7 +320,7 @@ KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
 KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
 # Kinds the Kubernetes adapter manages; a kind whose CRD is not installed is skipped.
-KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob")
+KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob", "MPIJob", "TrainJob")
 KQ_KINDS = env.list("KQ_KINDS", default=list(KQ_KINDS_ALL))
 _unknown_kinds = sorted(set(KQ_KINDS) - set(KQ_KINDS_ALL))
 if _unknown_kinds:
@@ -293,7 +359,9 @@ KQ_API_RATES = {
     "token": env.str("KQ_API_RATE", default="1200/min"),
     "anon": env.str("KQ_API_ANON_RATE", default="60/min"),
 }
-for _scope, _rate in KQ_API_RATES.items():
+# Wrong keys that share one token's prefix, from any address ("" = unlimited).
+KQ_API_AUTH_FAIL_RATE = env.str("KQ_API_AUTH_FAIL_RATE", default="20/min")
+for _scope, _rate in {**KQ_API_RATES, "failed authentication": KQ_API_AUTH_FAIL_RATE}.items():
     if _rate:
         _count, _, _period = _rate.partition("/")
         if not _count.isdigit() or _period not in ("s", "sec", "m", "min", "h", "hour", "d", "day"):
@@ -357,11 +425,20 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"client_errors_in_one_line": {"()": "portal.logfilters.ClientErrorsInOneLine"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["client_errors_in_one_line"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # One line per task every few seconds is noise; our cycle logs what matters.
         "celery.app.trace": {"level": "WARNING"},
+        # django-axes narrates every login at INFO; lockouts are audited (portal.security).
+        "axes": {"level": "WARNING"},
     },
 }

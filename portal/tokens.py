@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from portal.models import APIToken
 from queueing.actions import Actor, audit
+from queueing.events import iso
 
 KEY_PREFIX = "kq_"
 PREFIX_LENGTH = 10  # "kq_" and 7 characters of the secret: enough to tell keys apart
@@ -44,7 +45,7 @@ def _snapshot(token: APIToken) -> dict[str, Any]:
         "name": token.name,
         "prefix": token.prefix,
         "read_only": token.read_only,
-        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        "expires_at": iso(token.expires_at),
     }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from queueing import lease as leases
-from queueing import state, wake, world
+from queueing import nodeview, state, wake, world
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
@@ -82,6 +82,7 @@ def cycle_root(
     try:
         if nodes is None:
             nodes = cluster.nodes()
+            nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
         # At scale most cycles read only the head of each queue (state.full_cycle_due).
         full = state.full_cycle_due(root)
         if tree is not None:
@@ -195,6 +196,7 @@ def _cycle_roots(
     if not roots:
         return
     nodes = cluster.nodes()
+    nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
     for root in roots:
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)

@@ -16,9 +16,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from queueing import actions
+from queueing import actions, history
 from queueing.actions import Actor
 from queueing.choices import WAITING_PHASES, Role
+from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
 from queueing.models import Queue, Quota, SimNode, Tenant, Workload
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -208,6 +209,7 @@ def seed(*, admin_password: str | None = None) -> list[Login] | None:
             user = users.objects.create_user(username, f"{username}@example.invalid", password)
             actions.set_membership(actor, tenants[tenant_name], user, role)
             logins.append(Login(username, password, role, tenant_name))
+    history.backfill()  # estimated fairness history, marked as such (queueing/history.py)
     path = logins_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -236,6 +238,9 @@ SHAPES: list[tuple[str, int, dict[str, str], tuple[int, int], int, int]] = [
 GPU_QUOTAS = ("vision-train", "vision-dev", "nlp-prod", "nlp-research")
 CPU_QUOTAS = ("analytics-etl", "analytics-adhoc", "nlp-research", "vision-dev")
 MAX_WAITING = 120
+#: A demo job runs this share of its declared runtime (uniform), as in
+#: ``queueing.engine.scenarios.demo_world``.
+RUNTIME_USAGE = (0.4, 1.0)
 
 
 def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
@@ -262,6 +267,7 @@ def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
         queue = None
         if quota.name.startswith("nlp") and rng.random() < 0.3:
             queue = Queue.objects.filter(name="nlp-shared").first()
+        declared = float(rng.randint(low, high))
         actions.submit_workload(
             Actor.system(),
             tenant=None,
@@ -270,7 +276,10 @@ def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
             name=f"{label}-{timezone.now():%H%M%S}-{secrets.token_hex(2)}",
             pod_sets=[pod_set],
             priority=priority + rng.randint(0, 200),
-            expected_runtime_s=float(rng.randint(low, high)),
+            expected_runtime_s=declared,
+            # Work ends before its declared limit, by a varying margin: what an ETA has
+            # to learn (the engine's eta_calibration benchmark models the same world).
+            annotations={SIM_RUNTIME_ANNOTATION: f"{declared * rng.uniform(*RUNTIME_USAGE):.1f}"},
         )
         submitted += 1
     return submitted

@@ -194,8 +194,14 @@ class _Batch:
 def _batch(cycle_id: int | None) -> _Batch:
     conn = transaction.get_connection()
     batch: _Batch | None = getattr(conn, "_kq_stream_batch", None)
-    # A batch no callback can flush any more belonged to a transaction that rolled back.
-    stale = batch is None or batch.sent or not conn.in_atomic_block or not conn.run_on_commit
+    # A batch no callback can flush any more belonged to a transaction that rolled back
+    # (its callbacks went with it, even when others, of a new transaction, are pending).
+    stale = (
+        batch is None
+        or batch.sent
+        or not conn.in_atomic_block
+        or not any(entry[1] == batch.flush for entry in conn.run_on_commit)
+    )
     if stale or (batch is not None and cycle_id is not None and batch.cycle_id != cycle_id):
         batch = _Batch(cycle_id=cycle_id)
         conn._kq_stream_batch = batch

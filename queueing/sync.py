@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat
+from queueing import actions, compat, kubequeue, kubesync
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -55,7 +55,7 @@ from queueing.cluster.base import (
     QueueUnitMirror,
 )
 from queueing.lease import Fence, Lease
-from queueing.models import Queue, Quota, Workload
+from queueing.models import Quota, Workload
 from queueing.state.calls import Call, run_calls
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,7 @@ def sync_cluster(
             report.mirrored = mirror_queue_units(cluster, now)
         except ClusterError as exc:
             report.errors.append(f"QueueUnit mirroring: {exc}")
+    kubesync.after_sync(cluster, now)
     return report
 
 
@@ -427,7 +428,7 @@ def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Pla
     quota_name = compat.quota_name(job.labels) or ""
     key = (job.ref.namespace, queue_name, quota_name)
     if key not in memo:
-        queue = Queue.objects.filter(name=queue_name).first() if queue_name else None
+        queue = kubequeue.find_queue(queue_name, job.ref.namespace) if queue_name else None
         quota = Quota.objects.filter(name=quota_name).first() if quota_name else None
         try:
             tenant, quota, queue, _namespace = actions.resolve_placement(

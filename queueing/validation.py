@@ -15,7 +15,44 @@ from django.core.exceptions import ValidationError
 from queueing.choices import ACTIVE_PHASES
 from queueing.models import Quota, Workload
 from queueing.models.tenancy import dns_label
-from queueing.quantities import QuantityError, format_amount, validate_resource_name
+from queueing.quantities import (
+    QuantityError,
+    format_amount,
+    parse_resources,
+    validate_resource_name,
+)
+
+
+class Amounts(dict[str, int]):
+    """A resource map in canonical integer units (cpu in millicores, memory in bytes),
+    parsed once where it came in: a form's or serializer's quantity field
+    (``parse_amounts``), or a row read back from the database (``canonical``).
+
+    Actions take an ``Amounts`` as it is; any other map (commands, tests, manifests
+    typing "4" or "500m") they parse themselves. Never re-parse an ``Amounts``: its
+    integers are canonical, and "4" cpu parsed again would be 4 cores, not 4 millicores.
+    """
+
+
+def parse_amounts(values: Mapping[str, Any] | None) -> Amounts:
+    """Typed quantities -> canonical amounts; QuantityError names the resource and value."""
+    return Amounts(parse_resources(values))
+
+
+def as_amounts(values: Mapping[str, Any] | None) -> Amounts:
+    """``values`` as canonical amounts: an ``Amounts`` as it is, anything else parsed."""
+    return values if isinstance(values, Amounts) else parse_amounts(values)
+
+
+def canonical(values: Mapping[str, Any] | None) -> Amounts:
+    """Amounts that are canonical already (read from a row): checked, never parsed."""
+    out = Amounts()
+    for resource, amount in (values or {}).items():
+        validate_resource_name(str(resource))
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise QuantityError(f"{resource}: {amount!r} is not a canonical amount.")
+        out[str(resource)] = amount
+    return out
 
 
 @dataclass

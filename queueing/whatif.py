@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from queueing import nodeview
 from queueing.actions import new_quota_proposal, quota_proposal
 from queueing.choices import WAITING_PHASES
-from queueing.cluster import get_cluster
 from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import CycleResult, QuotaNode, Snapshot
+from queueing.events import iso
 from queueing.models import Quota, Tenant
 from queueing.quantities import format_resources
 from queueing.state import SnapshotIndex, build_snapshot, from_epoch
@@ -33,6 +34,9 @@ class Preview:
     quotas: list[dict[str, Any]] = field(default_factory=list)
     workloads: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    # Runtime quotas that would change if every leaf quota asked for all it may hold:
+    # what a weight or max edit does once quotas compete, when it changes nothing now.
+    full_demand: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"quotas": self.quotas, "workloads": self.workloads, "summary": self.summary}
@@ -66,15 +70,60 @@ def modified(snapshot: Snapshot, proposal: QuotaProposal) -> Snapshot:
     return dataclasses.replace(snapshot, quotas=quotas)
 
 
+def under_full_demand(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with no workloads and every leaf quota demanding its ceiling (its own
+    max, else the nearest ancestor's, else the root's capacity): runtime quotas are then
+    water-filled as they would be under contention."""
+    nodes = {node.name: node for node in snapshot.quotas}
+    parents = {node.parent for node in snapshot.quotas if node.parent}
+    resources: set[str] = set()
+    for node in snapshot.quotas:
+        resources |= set(node.min) | set(node.max)
+    capacity: dict[str, int] = {}
+    for spec in snapshot.nodes:
+        for resource, amount in spec.allocatable.items():
+            capacity[resource] = capacity.get(resource, 0) + int(amount)
+
+    def ceiling(name: str, resource: str) -> int:
+        node: QuotaNode | None = nodes.get(name)
+        seen: set[str] = set()
+        while node is not None and node.name not in seen:
+            seen.add(node.name)
+            if resource in node.max:
+                return int(node.max[resource])
+            node = nodes.get(node.parent) if node.parent else None
+        return capacity.get(resource, 0)
+
+    demand = {
+        node.name: {resource: ceiling(node.name, resource) for resource in sorted(resources)}
+        for node in snapshot.quotas
+        if node.name not in parents
+    }
+    return dataclasses.replace(snapshot, workloads=(), unlisted_demand=demand)
+
+
+def _runtime_changes(before: Snapshot, after: Snapshot) -> list[dict[str, Any]]:
+    old, new = run_cycle(under_full_demand(before)), run_cycle(under_full_demand(after))
+    changes = []
+    for name in sorted(set(old.runtime_quota) | set(new.runtime_quota)):
+        a = format_resources(old.runtime_quota.get(name, Resources({})))
+        b = format_resources(new.runtime_quota.get(name, Resources({})))
+        if a != b:
+            changes.append({"name": name, "before": a, "after": b})
+    return changes
+
+
 def preview_quota_change(
     quota: Quota, changes: Mapping[str, Any], *, now: datetime | None = None
 ) -> Preview:
     """Predict the effect of editing ``quota``; raises ValidationError like update_quota."""
     proposal = quota_proposal(quota, {k: v for k, v in changes.items() if k != "version"})
     root = root_of(quota)
-    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    snapshot, index = build_snapshot(root.name, nodes=nodeview.read(), now=now)
     proposed = modified(snapshot, proposal)
-    return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+    preview = compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+    preview.full_demand = _runtime_changes(snapshot, proposed)
+    return preview
 
 
 def preview_quota_create(
@@ -103,7 +152,7 @@ def preview_quota_create(
         namespaces=namespaces,
     )
     root = root_of(parent)
-    snapshot, index = build_snapshot(root.name, nodes=get_cluster().nodes(), now=now)
+    snapshot, index = build_snapshot(root.name, nodes=nodeview.read(), now=now)
     added = QuotaNode(
         name=proposal.name,
         parent=parent.name,
@@ -113,7 +162,9 @@ def preview_quota_create(
         allow_lent=proposal.allow_lent,
     )
     proposed = dataclasses.replace(snapshot, quotas=(*snapshot.quotas, added))
-    return compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+    preview = compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)
+    preview.full_demand = _runtime_changes(snapshot, proposed)
+    return preview
 
 
 def _quota_state(
@@ -136,8 +187,8 @@ def _workload_state(result: CycleResult, workload_id: int, admitted: set[int]) -
         "admitted": workload_id in admitted,
         "position": position.in_queue if position else None,
         "global_position": position.global_ if position else None,
-        "eta_p50": p50.isoformat() if p50 else None,
-        "eta_p90": p90.isoformat() if p90 else None,
+        "eta_p50": iso(p50),
+        "eta_p90": iso(p90),
     }
 
 

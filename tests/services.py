@@ -6,14 +6,15 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
 from django.db import connection
+
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -23,20 +24,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(
-    check: Callable[[], T], *, timeout: float, interval: float = 0.1, what: str = ""
-) -> T:
-    """Poll ``check`` until it returns something truthy, or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
-        time.sleep(interval)
 
 
 def port_open(port: int) -> bool:

@@ -12,10 +12,13 @@ the stale version came in ``If-Match``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -42,6 +45,14 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
     default_detail = "The object changed meanwhile; reload and try again."
+
+
+class PayloadTooLarge(exceptions.APIException):
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE (KQ_MAX_BODY_BYTES); nothing was read."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+    default_detail = "The request body is too large."
 
 
 class PreconditionFailed(exceptions.APIException):
@@ -103,6 +114,9 @@ def to_api_exception(exc: Exception) -> Exception:
         return Conflict(str(exc))
     if isinstance(exc, ActionError):
         return Refused(str(exc))
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return PayloadTooLarge(f"The request body may be at most {limit} bytes.")
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
@@ -112,6 +126,17 @@ def to_api_exception(exc: Exception) -> Exception:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     exc = to_api_exception(exc)
+    request = context.get("request")
+    if request is not None and isinstance(
+        exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed
+    ):
+        # Failed authentication is counted too (it never reaches the throttles): past the
+        # anonymous rate, or many wrong keys of one prefix, a 429 instead of another 401.
+        from portal.api.throttling import count_failed_auth
+
+        wait = count_failed_auth(request)
+        if wait is not None:
+            exc = exceptions.Throttled(wait=math.ceil(wait))
     response = drf_exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response

@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queueing.quantities import QuantityError, format_resources, parse_amount
+from queueing.validation import Amounts
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
@@ -45,19 +46,19 @@ def reject_nul(value: Any, where: str = "value") -> None:
 class ResourcesField(serializers.Field):
     """A map of resource name to Kubernetes quantity.
 
-    Input is checked here so errors name the resource; the action parses again (it is the
-    authority), so what passes on is the quantity as text. Output is canonical amounts
-    written back as quantities ("8", "500m", "64Gi").
+    Input is parsed here, once, into canonical ``Amounts`` that the action takes as they
+    are (errors name the resource). Output is canonical amounts written back as
+    quantities ("8", "500m", "64Gi").
     """
 
     default_error_messages = {"not_a_map": "Expected a map of resource name to quantity."}
 
-    def to_internal_value(self, data: Any) -> dict[str, str]:
+    def to_internal_value(self, data: Any) -> Amounts:
         if not isinstance(data, Mapping):
             self.fail("not_a_map")
         reject_nul(data, self.field_name or "value")
         errors: list[str] = []
-        out: dict[str, str] = {}
+        out = Amounts()
         for name, value in data.items():
             if isinstance(value, float) and not math.isfinite(value):
                 errors.append(f"{name}: {value!r} is not a quantity.")
@@ -70,7 +71,7 @@ class ResourcesField(serializers.Field):
             if amount > INT64:
                 errors.append(f"{name}: {value} is more than any cluster holds.")
                 continue
-            out[str(name)] = str(value)
+            out[str(name)] = amount
         if errors:
             raise serializers.ValidationError(errors)
         return out

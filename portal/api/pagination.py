@@ -22,7 +22,7 @@ def bounded_int(request: Request, name: str, *, minimum: int, maximum: int) -> i
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    # str.isdigit accepts other scripts' digits ("١") and superscripts; only ASCII will do.
+    # str.isdigit accepts other scripts' digits (Arabic-Indic ones) and superscripts: ASCII only.
     if (
         not (raw.isascii() and raw.isdigit())
         or len(raw) > 12

@@ -4,6 +4,12 @@ A fixed window counted with the cache's atomic ``incr`` (Redis when REDIS_URL is
 every web process shares the count; process-local otherwise). One cache round trip per
 request, unlike DRF's SimpleRateThrottle which rewrites a list of timestamps. Over the
 limit the answer is 429 with ``Retry-After`` (seconds until the window ends).
+
+Requests that fail authentication never reach a throttle (DRF checks permissions first,
+and a bad token fails before that): ``count_failed_auth``, called for every 401 by the
+API's exception handler, counts it against the client's anonymous rate and, for a wrong
+key shaped like one of ours, against that key's prefix, and turns the 401 into a 429
+past either limit.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from django.core.cache import cache
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from portal import security, tokens
 from portal.models import APIToken
+from queueing.choices import Source
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +78,7 @@ def hit(key: str, *, ttl: int) -> int:
         pipe.incr(key)
         return int(pipe.execute()[1])
     except redis.RedisError:
-        log.warning("rate limiting is off: Redis did not answer", exc_info=True)
+        log.warning("rate limiting is off for this request: Redis did not answer")
         return 0
 
 
@@ -91,14 +99,47 @@ class TokenRateThrottle(BaseThrottle):
         rate = settings.KQ_API_RATES.get(scope)
         if not rate:
             return True
-        limit, period = parse_rate(rate)
-        now = time.time()
-        window = int(now // period)
-        count = hit(f"kq:throttle:{ident}:{period}:{window}", ttl=period + 1)
+        count, limit, remaining = _window("throttle", ident, rate)
         if count <= limit:
             return True
-        self._wait = (window + 1) * period - now
+        self._wait = remaining
         return False
 
     def wait(self) -> float | None:
         return math.ceil(self._wait) if self._wait is not None else None
+
+
+def _window(scope: str, ident: str, rate: str) -> tuple[int, int, float]:
+    """Count one hit of ``ident`` at ``rate``: (count, limit, seconds to the window's end)."""
+    limit, period = parse_rate(rate)
+    now = time.time()
+    window = int(now // period)
+    count = hit(f"kq:{scope}:{ident}:{period}:{window}", ttl=period + 1)
+    return count, limit, (window + 1) * period - now
+
+
+def count_failed_auth(request: Request) -> float | None:
+    """Count a request that failed authentication; seconds to wait when over a limit."""
+    checks: list[tuple[str, str, str]] = []
+    anon_rate = settings.KQ_API_RATES.get("anon")
+    if anon_rate:
+        # The same count as the anonymous throttle's: 401s and anonymous 200s share it.
+        checks.append(("throttle", f"anon:{BaseThrottle().get_ident(request)}", anon_rate))
+    key_rate = settings.KQ_API_AUTH_FAIL_RATE
+    header = request.META.get("HTTP_AUTHORIZATION", "").split()
+    if key_rate and len(header) == 2 and header[1].startswith(tokens.KEY_PREFIX):
+        checks.append(("authfail", f"prefix:{header[1][: tokens.PREFIX_LENGTH]}", key_rate))
+    wait: float | None = None
+    for scope, ident, rate in checks:
+        count, limit, remaining = _window(scope, ident, rate)
+        if count > limit:
+            if count == limit + 1:  # once per window and client (or key prefix)
+                security.record(
+                    "auth.throttled",
+                    object_type=ident.split(":")[0],
+                    object_id=ident.split(":", 1)[1],
+                    source=Source.API,
+                    details={"rate": rate, "path": request.path[:200]},
+                )
+            wait = max(wait or 0.0, remaining)
+    return wait

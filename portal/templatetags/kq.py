@@ -12,29 +12,23 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from portal import units
 from queueing import compat
 from queueing.choices import priority_band
-from queueing.quantities import describe, format_amount
 
 register = template.Library()
 
 
 @register.filter
 def quantity(amount: Any, resource: str) -> str:
-    """``{{ amount|quantity:"memory" }}`` -> "64Gi"; blank for None."""
-    if amount is None or amount == "":
-        return "—"
-    if isinstance(amount, str):  # already a quantity ("8", "64Gi")
-        return amount
-    try:
-        return format_amount(resource, int(amount))
-    except (TypeError, ValueError):
-        return str(amount)
+    """``{{ amount|quantity:"memory" }}`` -> "9.16Gi" (portal.units; JS: static/js/quantity.js)."""
+    return units.human_or_text(resource, amount)
 
 
 @register.filter
-def resources(values: Mapping[str, int] | None) -> str:
-    return describe({k: int(v) for k, v in (values or {}).items()})
+def resources(values: Mapping[str, Any] | None) -> str:
+    """``{{ workload.total_request|resources }}`` -> "cpu 4, memory 16Gi"."""
+    return units.describe(values)
 
 
 @register.filter
@@ -118,3 +112,18 @@ def pct(value: Any) -> str:
     if value is None:
         return "—"
     return f"{float(value):.0f}%"
+
+
+@register.filter
+def pct100(value: Any) -> str:
+    """A ratio as a percentage: 0.873 -> "87%"."""
+    if value is None:
+        return "—"
+    return f"{float(value) * 100:.0f}%"
+
+
+@register.filter
+def isotime(value: Any) -> str:
+    """An ISO 8601 timestamp for a data attribute, from a datetime or an ISO string."""
+    when = as_datetime(value)
+    return when.isoformat() if when is not None else ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, time
-from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -14,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
+from portal import audit_text
 from portal.forms import AuditFilterForm, MembershipForm, apply_validation_error
 from portal.views.common import (
     page_number,
@@ -25,9 +25,6 @@ from queueing import actions
 from queueing.actions import Actor
 from queueing.choices import Role, Source
 from queueing.models import AuditEvent, Membership
-from queueing.quantities import format_resources
-
-RESOURCE_KEYS = ("min", "max", "shared_weight", "total_request", "allocatable", "reserved")
 
 
 @login_required
@@ -49,7 +46,11 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
                 except ValidationError as exc:
                     apply_validation_error(form, exc)
                 else:
-                    messages.success(request, f"{form.cleaned_data['username']} is now a member.")
+                    role = Role(form.cleaned_data["role"]).label.lower()
+                    messages.success(
+                        request,
+                        f"{form.cleaned_data['username']} is now {_article(role)} {role} of {tenant}.",
+                    )
                     return redirect("members", name=tenant.name)
             status = 400
         else:
@@ -66,8 +67,9 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
                     actions.set_membership(
                         actor, tenant, membership.user, request.POST.get("role", "")
                     )
+                    role = Role(request.POST.get("role", "")).label.lower()
                     messages.success(
-                        request, f"{membership.user} is now {request.POST.get('role')}."
+                        request, f"{membership.user} is now {_article(role)} {role} of {tenant}."
                     )
             except ValidationError as exc:
                 messages.error(request, " ".join(exc.messages))
@@ -77,6 +79,12 @@ def members(request: HttpRequest, name: str) -> HttpResponse:
     rows = (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     )
+    if request.method == "GET" and request.GET.get("partial") == "live":
+        return render(
+            request,
+            "portal/_members_live.html",
+            {"tenant": tenant, "memberships": rows, "roles": Role.choices},
+        )
     return render(
         request,
         "portal/members.html",
@@ -133,33 +141,11 @@ def audit(request: HttpRequest, name: str | None = None) -> HttpResponse:
             "tenant": tenant,
             "form": form,
             "page": page,
-            "rows": [audit_row(event) for event in page],
+            "rows": audit_text.lines(list(page)),
             "query": query.urlencode(),
         },
     )
 
 
-def audit_row(event: AuditEvent) -> dict[str, Any]:
-    """The fields that changed, with resource maps shown as quantities."""
-    before, after = event.before or {}, event.after or {}
-    changes = []
-    for key in sorted(set(before) | set(after)):
-        b, a = before.get(key), after.get(key)
-        if event.before is not None and event.after is not None and a == b:
-            continue
-        changes.append({"field": key, "before": _show(key, b), "after": _show(key, a)})
-    return {"event": event, "changes": changes}
-
-
-def _show(key: str, value: Any) -> str:
-    if value is None:
-        return "—"
-    if key in RESOURCE_KEYS and isinstance(value, dict):
-        try:
-            shown = format_resources({k: int(v) for k, v in value.items()})
-        except (TypeError, ValueError):
-            shown = value
-        return ", ".join(f"{k} {v}" for k, v in shown.items()) or "{}"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "[]"
-    return str(value)
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

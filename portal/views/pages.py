@@ -12,11 +12,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from portal import charts, queries
+from portal import charts, overview, queries
 from portal.views.common import role_flags, visible_tenant_or_404
 from queueing import access
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
-from queueing.models import Queue, Quota, Tenant, Workload
+from queueing.models import Tenant, Workload
 
 
 @login_required
@@ -68,21 +68,9 @@ def tenant_page(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def tenant_context(tenant: Tenant) -> dict[str, Any]:
-    queues = list(queries.queue_counts(Queue.objects.filter(tenant=tenant)))
-    all_quotas = list(Quota.objects.select_related("parent", "default_queue"))
-    by_id = {q.pk: q for q in all_quotas}
-    mine = queries.quota_tree([q for q in all_quotas if q.tenant_id == tenant.pk])
-    tops = {q.pk for q in queries.tenant_top_quotas(tenant, [r.quota for r in mine])}
-    top_rows = [row for row in mine if row.quota.pk in tops]
-    root = None
-    if top_rows:  # the root of the tree the tenant's entitlement hangs from
-        root = top_rows[0].quota
-        seen = {root.pk}
-        while root.parent_id in by_id and root.parent_id not in seen:
-            root = by_id[root.parent_id]
-            seen.add(root.pk)
-    leaves = [row.quota for row in mine if not row.children]
-    series = queries.usage_series(leaves)
+    view = overview.tenant_overview(tenant)
+    mine = view.quotas
+    series = queries.usage_series(view.leaves)
     usage_charts = []
     for resource, points in series.items():
         unit, divisor = charts.usage_unit(resource)
@@ -103,10 +91,10 @@ def tenant_context(tenant: Tenant) -> dict[str, Any]:
     min_depth = min((row.depth for row in mine), default=0)
     return {
         "tenant": tenant,
-        "queues": queues,
+        "queues": view.queues,
         "quota_rows": mine,
         "min_depth": min_depth,
-        "fair_share": queries.fair_share(top_rows, root),
+        "fair_share": view.fair_share,
         "usage_charts": usage_charts,
         "last_cycle_at": queries.last_cycle_at(),
         "live_url": reverse("tenant", args=[tenant.name]) + "?partial=live",

@@ -9,7 +9,7 @@ started from, so a stale edit is refused rather than overwriting someone else's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from django.contrib import messages
@@ -36,6 +36,7 @@ from queueing import access, actions, whatif
 from queueing.actions import ActionError, Actor, ConflictError
 from queueing.choices import Role, Source
 from queueing.models import Quota, Tenant
+from queueing.quantities import parse_amount
 
 PREVIEW_ROWS = 100
 
@@ -45,10 +46,24 @@ def quota_for_edit(request: HttpRequest, tenant: Tenant | None, name: str) -> Qu
     if quota is None or quota.tenant_id != (tenant.pk if tenant else None):
         raise Http404("No such quota.")
     if not access.can_edit_quota(request.user, quota):
-        raise PermissionDenied(
-            "Only cluster admins edit a tenant's top quota; tenant admins edit the quotas below it."
-        )
+        raise PermissionDenied(why_not_edit(request, quota))
     return quota
+
+
+def why_not_edit(request: HttpRequest, quota: Quota) -> str:
+    """The real reason this user may not edit this quota, naming their role."""
+    if quota.tenant_id is None:
+        return "Only cluster admins edit the cluster's quotas."
+    parent_tenant = quota.parent.tenant_id if quota.parent is not None else None
+    if parent_tenant != quota.tenant_id:
+        return (
+            f"{quota.name} is the top quota of {quota.tenant}, its entitlement: only cluster "
+            "admins edit it; tenant admins edit the quotas below it."
+        )
+    role = access.role_in(request.user, quota.tenant_id) or "not a member"
+    return (
+        f"You are {role} of {quota.tenant}; only its admins (and cluster admins) edit its quotas."
+    )
 
 
 def back_url(tenant: Tenant | None) -> str:
@@ -90,9 +105,6 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     data = form.cleaned_data
     changes: dict[str, Any] = {**formset.maps(), "allow_lent": data["allow_lent"]}
     version = data.get("version") or current.version
-    if version != current.version:
-        context["conflict"] = conflict_message(current, version)
-        return render(request, "portal/quota_form.html", context, status=409)
     digest = preview_digest(current, {**changes, "namespaces": data["namespaces"]})
     wants_save = request.POST.get("action") == "save"
     previewed = constant_time_compare(data.get("preview_digest") or "", digest)
@@ -107,7 +119,7 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
                 **changes,
             )
         except ValidationError as exc:
-            apply_validation_error(form, exc)
+            apply_validation_error(form, exc, grid=formset)
             return render(request, "portal/quota_form.html", context, status=400)
         except ConflictError as exc:
             context["conflict"] = str(exc)
@@ -124,18 +136,23 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
             "The values changed since the last preview: check this preview, then save."
         )
     try:
+        # What Save would refuse, said before the preview (the same check, not a copy).
+        actions.check_version("Quota", current, version)
         # namespaces do not change the simulation, but validating them now keeps Save
         # from failing on something the preview did not mention.
         preview = whatif.preview_quota_change(
             current, {**changes, "namespaces": data["namespaces"]}
         )
+    except ConflictError as exc:
+        context["conflict"] = str(exc)
+        return render(request, "portal/quota_form.html", context, status=409)
     except ValidationError as exc:
-        apply_validation_error(form, exc)
+        apply_validation_error(form, exc, grid=formset)
         return render(request, "portal/quota_form.html", context, status=400)
     except ActionError as exc:
         form.add_error(None, str(exc))
         return render(request, "portal/quota_form.html", context, status=400)
-    context["preview"] = preview_context(preview.as_dict())
+    context["preview"] = preview_context(preview.as_dict(), preview.full_demand)
     bound = request.POST.copy()
     bound["preview_digest"] = digest
     context["form"] = QuotaForm(bound, instance=current)
@@ -144,16 +161,33 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
     return render(request, "portal/quota_form.html", context)
 
 
-def conflict_message(current: Quota, version: int) -> str:
-    return (
-        f"Quota {current.name!r} was changed by someone else (now version {current.version}, "
-        f"your edit started from version {version}). Nothing was saved. Reload to see their "
-        f"values and make your change again."
-    )
+# For a waiting workload: a lower position, an earlier ETA, being admitted are better.
+# For a quota: more runtime quota and more in use (admitted) are better for its workloads.
+# The limits themselves (min, max) are the edit, neither better nor worse.
+_LOWER_IS_BETTER = frozenset({"position", "global_position", "eta_p50", "eta_p90"})
+_HIGHER_IS_BETTER = frozenset({"admitted", "runtime", "used"})
 
 
-def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Shape Preview.as_dict() for the template: changed quotas and workloads first."""
+def direction(key: str, before: Any, after: Any) -> str:
+    """ "better", "worse", "changed" (neither) or "" (no change), for the what-if colours."""
+    if before == after:
+        return ""
+    if key in _LOWER_IS_BETTER:
+        # Not ranked or no forecast (None) is the worst place to be.
+        if before is None or after is None:
+            return "better" if before is None else "worse"
+        return "better" if after < before else "worse"
+    if key in _HIGHER_IS_BETTER:
+        b, a = int(before or 0), int(after or 0)
+        return "better" if a > b else "worse" if a < b else ""
+    return "changed"
+
+
+def preview_context(
+    data: Mapping[str, Any], full_demand: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Shape Preview.as_dict() for the template: changed quotas and workloads first; and
+    what the edit would change under full demand (for when it changes nothing now)."""
     quotas = []
     for row in data.get("quotas", []):
         before, after = row.get("before") or {}, row.get("after") or {}
@@ -167,7 +201,10 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
             for key in ("runtime", "used", "min", "max"):
                 b = (before.get(key) or {}).get(resource)
                 a = (after.get(key) or {}).get(resource)
-                cells.append({"key": key, "before": b, "after": a, "changed": a != b})
+                cells.append(
+                    {"key": key, "before": b, "after": a, "changed": a != b,
+                     "direction": direction(key, b, a)}
+                )  # fmt: skip
             lines.append(
                 {"resource": resource, "cells": cells, "changed": any(c["changed"] for c in cells)}
             )
@@ -180,7 +217,7 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
     for row in data.get("workloads", []):
         before, after = row.get("before") or {}, row.get("after") or {}
         diff = {
-            key: before.get(key) != after.get(key)
+            key: direction(key, before.get(key), after.get(key))
             for key in ("position", "global_position", "eta_p50", "eta_p90", "admitted")
         }
         workloads.append(
@@ -224,7 +261,31 @@ def preview_context(data: Mapping[str, Any]) -> dict[str, Any]:
         "workloads_changed": int(summary.get("changed_workloads", len(changed))),
         "quotas_changed": sum(1 for q in quotas if q["changed"]),
         "facts": facts,
+        "full_demand": [
+            {
+                "name": row["name"],
+                "lines": [
+                    {
+                        "resource": r,
+                        "before": _amount(r, row["before"].get(r)),
+                        "after": _amount(r, row["after"].get(r)),
+                        "direction": direction(
+                            "runtime",
+                            _amount(r, row["before"].get(r)),
+                            _amount(r, row["after"].get(r)),
+                        ),
+                    }
+                    for r in queries.resource_order(set(row["before"]) | set(row["after"]))
+                    if row["before"].get(r) != row["after"].get(r)
+                ],
+            }
+            for row in full_demand
+        ],
     }
+
+
+def _amount(resource: str, text: Any) -> int:
+    return parse_amount(resource, text) if text not in (None, "") else 0
 
 
 # --- create --------------------------------------------------------------------------
@@ -287,17 +348,17 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 try:
                     preview = whatif.preview_quota_create(**proposed)
                 except ValidationError as exc:
-                    apply_validation_error(form, exc)
+                    apply_validation_error(form, exc, grid=formset)
                 except ActionError as exc:
                     form.add_error(None, str(exc))
                 else:
-                    context["preview"] = preview_context(preview.as_dict())
+                    context["preview"] = preview_context(preview.as_dict(), preview.full_demand)
                     return render(request, "portal/quota_form.html", context)
                 return render(request, "portal/quota_form.html", context, status=400)
             try:
                 created = actions.create_quota(Actor.of(request.user, Source.UI), **proposed)
             except ValidationError as exc:
-                apply_validation_error(form, exc)
+                apply_validation_error(form, exc, grid=formset)
             except ActionError as exc:
                 form.add_error(None, str(exc))
             else:

@@ -19,6 +19,7 @@ from queueing.actions.base import (
     snapshot_of,
     stale_message,
 )
+from queueing.actions.kubernetes import set_kube_ref
 from queueing.actions.nodes import delete_sim_node, upsert_sim_node
 from queueing.actions.queues import QUEUE_EDITABLE, create_queue, delete_queue, update_queue
 from queueing.actions.quotas import (
@@ -77,6 +78,7 @@ __all__ = [
     "register_cluster_workloads",
     "remove_membership",
     "resolve_placement",
+    "set_kube_ref",
     "set_membership",
     "snapshot_of",
     "stale_message",

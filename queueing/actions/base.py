@@ -19,8 +19,8 @@ from django.utils import timezone
 from queueing import events
 from queueing.choices import Source
 from queueing.models import AuditEvent, Tenant
-from queueing.quantities import QuantityError, parse_resources
-from queueing.validation import Errors
+from queueing.quantities import QuantityError
+from queueing.validation import Errors, as_amounts
 
 
 class ConflictError(Exception):
@@ -108,7 +108,7 @@ def snapshot_of(obj: Model) -> dict[str, Any]:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return events.iso(value)
     return value
 
 
@@ -165,10 +165,10 @@ def check_version(kind: str, current: Any, expected_version: int | None) -> None
 
 
 def resources_or_error(errors: Errors, name: str, values: Any) -> dict[str, int]:
-    """A resource map as integers. Forms and serializers hand over integers already
-    (their quantity field parsed the text); commands and tests may still give text."""
+    """A resource map as canonical integers. Forms and serializers hand over ``Amounts``
+    (their quantity field parsed the text once); commands and tests may give text."""
     try:
-        return parse_resources(values)
+        return dict(as_amounts(values))
     except QuantityError as exc:
         errors.add(name, str(exc))
         return {}
@@ -177,7 +177,3 @@ def resources_or_error(errors: Errors, name: str, values: Any) -> dict[str, int]
 def publish(tenant_id: int | None, payload: dict[str, Any]) -> None:
     """Announce a change once the transaction commits (docs/events.md, portal/event_schema)."""
     events.publish_on_commit(tenant_id, payload)
-
-
-def now_iso() -> str:
-    return events.iso(timezone.now())

@@ -24,7 +24,7 @@ from queueing.cluster import get_cluster
 from queueing.cluster.base import ClusterError, JobNotFound, JobRef, JobRequest
 from queueing.models import AuditEvent, Queue, Quota, Tenant, Workload, WorkloadEvent
 from queueing.quantities import QuantityError, parse_resources
-from queueing.validation import Errors
+from queueing.validation import Amounts, Errors
 
 
 def _canonical_requests(values: Any) -> dict[str, int]:
@@ -66,8 +66,11 @@ def parse_pod_sets(raw: Any, *, canonical: bool = False) -> list[dict[str, Any]]
             )
         try:
             raw_requests = item.get("requests") or {}
+            parsed_already = canonical or isinstance(raw_requests, Amounts)
             requests = (
-                _canonical_requests(raw_requests) if canonical else parse_resources(raw_requests)
+                _canonical_requests(raw_requests)
+                if parsed_already
+                else parse_resources(raw_requests)
             )
         except QuantityError as exc:
             raise ValidationError({"pod_sets": [f"{where}: {exc}"]}) from exc

@@ -50,6 +50,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NEVER, F_NODES, QueueState, order_key
+from queueing.engine.eta import finish_etas
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
@@ -122,9 +123,16 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     t1 = perf_counter()
     budget = max(0.0, cy.config.eta_budget_s)
     p50_events, p90_events = _holding_events(cy)
-    p50 = _Simulation(cy, 0, p50_events, deadline=t1 + budget / 2).run()
-    p90 = _Simulation(cy, 1, p90_events, deadline=t1 + budget).run()
-    etas = {wid: Eta(p50.get(wid), p90.get(wid)) for wid in pos}
+    calibrated = bool(cy.snapshot.eta_residuals)
+    sim50 = _Simulation(cy, 0, p50_events, deadline=t1 + (budget if calibrated else budget / 2))
+    p50 = sim50.run()
+    out_of_time = sim50.out_of_time
+    p90: dict[int, float] = {}
+    if not calibrated:
+        sim90 = _Simulation(cy, 1, p90_events, deadline=t1 + budget)
+        p90 = sim90.run()
+        out_of_time = out_of_time or sim90.out_of_time
+    etas = finish_etas(cy, pos, p50, p90, out_of_time=out_of_time)
     cy.stats["positions_s"] = t1 - t0
     cy.stats["eta_s"] = perf_counter() - t1
     cy.stats["eta_p50_known"] = sum(1 for e in etas.values() if e.p50 is not None)
@@ -134,6 +142,11 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
 
 def _runtime_of(cy: Cycle, w: WorkloadSpec, q: int) -> float:
     if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+        # A declared runtime is a limit; the queue's history says how much of it work
+        # uses (p50, p90 of actual / declared).
+        ratio = cy.snapshot.runtime_ratio.get(w.queue)
+        if ratio is not None:
+            return w.expected_runtime_s * min(1.0, max(0.0, ratio[q]))
         return w.expected_runtime_s
     hist = cy.snapshot.runtime_history.get(w.queue)
     if hist is not None:
@@ -160,7 +173,13 @@ def _holding_events(cy: Cycle) -> tuple[list[Event], list[Event]]:
             for q, out in ((0, ev50), (1, ev90)):
                 left = start + _runtime_of(cy, w, q) - now
                 if left <= 0:
-                    left = 0.0 if declared else _runtime_of(cy, w, q) * OVERDUE_FACTOR[q]
+                    if declared:
+                        # Past its typical runtime but not its limit: it ends between
+                        # now and the limit (half way at the median).
+                        limit_left = start + (w.expected_runtime_s or 0.0) - now
+                        left = max(0.0, limit_left) * (0.5 if q == 0 else 1.0)
+                    else:
+                        left = _runtime_of(cy, w, q) * OVERDUE_FACTOR[q]
                 out.append((now + left, seq, qi, w, None))
     for w in cy.orphans:
         seq += 1
@@ -423,12 +442,18 @@ class _Simulation:
             # Completions within RESOLUTION of the lead time are released together: a
             # 2 % error on "in two hours" buys one admission pass instead of dozens.
             window = t + RESOLUTION * (t - self.now)
+            tick = self.cy.config.cycle_interval_s
+            if tick > 0:
+                # Cycles run every ``tick``: what ends between two of them is admitted
+                # at the next one, all at once.
+                t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
+                window = max(window, t)
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
-                t = at
+                t = max(t, at)
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
                     for c in tree.chains[qi]:

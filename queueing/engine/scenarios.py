@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from queueing.engine.resources import Resources
 from queueing.engine.simulator import Arrival, Scenario
@@ -35,6 +35,7 @@ __all__ = [
     "SCENARIOS",
     "KueueClass",
     "kueue_baseline",
+    "kueue_baseline_10x",
     "kueue_baseline_classes",
     "synthetic_snapshot",
 ]
@@ -329,5 +330,236 @@ def kueue_baseline(
     )
 
 
+def kueue_baseline_10x() -> Scenario:
+    """Kueue's baseline ten times over: 50 cohorts (quota trees) of 6 ClusterQueues, 300
+    queues, 150,000 workloads on the same schedule -- the load of ``docs/scaling.md``."""
+    scenario = kueue_baseline(cohorts=50)
+    return replace(scenario, name="kueue-baseline-10x")
+
+
 #: Scenarios the ``simulate`` command knows, by name.
 SCENARIOS: dict[str, Callable[[], Scenario]] = {"kueue-baseline": kueue_baseline}
+
+
+# -- worlds for the ETA calibration benchmark ----------------------------------------
+
+#: The demo world of ``make run`` (``queueing/demo.py``), in canonical units: quota
+#: name, parent, min, max (cpu cores, memory Gi, GPUs), policy of its default queue,
+#: allow_lent. Kept in step with the demo by hand (the demo is Django-side).
+DEMO_TREE: tuple[tuple[str, str, tuple[int, int, int], tuple[int, int, int], str, bool], ...] = (
+    ("vision", "cluster", (160, 1024, 32), (500, 4096, 64), "", True),
+    ("vision-train", "vision", (120, 768, 24), (400, 3072, 56), "Priority", True),
+    ("vision-dev", "vision", (40, 256, 8), (120, 1024, 16), "Block", True),
+    ("nlp", "cluster", (160, 1024, 24), (500, 4096, 64), "", True),
+    ("nlp-prod", "nlp", (100, 640, 16), (300, 2048, 48), "Intelligent", True),
+    ("nlp-research", "nlp", (60, 384, 8), (300, 2048, 32), "Priority", True),
+    ("analytics", "cluster", (160, 640, 0), (500, 2048, 0), "", True),
+    ("analytics-etl", "analytics", (120, 512, 0), (500, 2048, 0), "Block", False),
+    ("analytics-adhoc", "analytics", (40, 128, 0), (200, 1024, 0), "Priority", True),
+)
+#: The demo's job shapes: label, pods, per pod (cores, Gi, GPUs), declared runtime
+#: range (s), priority, weight.
+DEMO_SHAPES: tuple[tuple[str, int, tuple[int, int, int], tuple[int, int], int, int], ...] = (
+    ("small", 1, (2, 4, 0), (15, 45), 5000, 6),
+    ("medium", 4, (8, 32, 0), (30, 90), 5500, 3),
+    ("large", 8, (16, 64, 0), (45, 120), 7000, 1),
+    ("gpu-small", 1, (8, 64, 1), (20, 60), 5000, 4),
+    ("gpu-gang", 4, (16, 128, 4), (40, 120), 9000, 1),
+)
+DEMO_GPU_QUOTAS = ("vision-train", "vision-dev", "nlp-prod", "nlp-research")
+DEMO_CPU_QUOTAS = ("analytics-etl", "analytics-adhoc", "nlp-research", "vision-dev")
+
+
+def _amounts(cores: int, gi: int, gpus: int) -> dict[str, int]:
+    out = {"cpu": cores * 1000, "memory": gi * GI}
+    if gpus:
+        out[GPU] = gpus
+    return out
+
+
+def demo_world(
+    minutes: float = 15.0,
+    *,
+    seed: int = 7,
+    every_s: float = 5.0,
+    usage: tuple[float, float] = (0.4, 1.0),
+) -> Scenario:
+    """The demo world with its trickle: 1-3 jobs every ``every_s`` (the demo's beat) for
+    ``minutes``.
+
+    Runtimes vary around their estimates: a job declares ``expected_runtime_s`` (a
+    limit) and actually runs a uniform ``usage`` fraction of it. Both cases of the
+    issue arise: vision-dev (Block, max 16 GPUs, 120 cpu) gets 4 x 4-GPU gangs that
+    exceed its runtime quota while vision-train borrows, and 8 x 16-cpu jobs that can
+    never fit its max.
+    """
+    rng = random.Random(seed)
+    nodes: list[NodeSpec] = []
+    for i in range(16):
+        nodes.append(
+            NodeSpec(
+                f"cpu-{i + 1:02d}",
+                Resources({"cpu": 32_000, "memory": 128 * GI, "pods": 110}),
+                Resources({"cpu": 1000, "memory": 2 * GI}),
+                {POOL: "cpu"},
+            )
+        )
+    for i in range(8):
+        nodes.append(
+            NodeSpec(
+                f"gpu-{i + 1:02d}",
+                Resources({"cpu": 64_000, "memory": 512 * GI, GPU: 8, "pods": 110}),
+                Resources({"cpu": 2000, "memory": 4 * GI}),
+                {POOL: "gpu-a100"},
+                (GPU_TAINT,),
+            )
+        )
+    total_cpu = 16 * 31 + 8 * 62
+    quotas = [
+        QuotaNode(
+            "cluster",
+            min=Resources(_amounts(total_cpu, 5 * 1024, 64)),
+            max=_amounts(total_cpu, 6 * 1024, 64),
+        )
+    ]
+    queues: list[QueueSpec] = []
+    for name, parent, mn, mx, policy, lend in DEMO_TREE:
+        quotas.append(
+            QuotaNode(
+                name, parent, min=Resources(_amounts(*mn)), max=_amounts(*mx), allow_lent=lend
+            )
+        )
+        if policy:
+            queues.append(
+                QueueSpec(
+                    name, policy=policy, priority_threshold=7000 if policy == "Intelligent" else 0
+                )
+            )
+    queues.append(QueueSpec("nlp-shared", policy="Block", priority=5))
+    arrivals: list[Arrival] = []
+    wid = 0
+    t = 0.0
+    weights = [s[5] for s in DEMO_SHAPES]
+    while t < minutes * 60:
+        t += every_s
+        for _ in range(rng.randint(1, 3)):
+            label, pods, (cores, gi, gpus), (low, high), prio, _w = rng.choices(
+                DEMO_SHAPES, weights=weights
+            )[0]
+            quota = rng.choice(DEMO_GPU_QUOTAS if gpus else DEMO_CPU_QUOTAS)
+            queue = "nlp-shared" if quota.startswith("nlp") and rng.random() < 0.3 else quota
+            declared = float(rng.randint(low, high))
+            wid += 1
+            ps = PodSet(
+                "workers",
+                pods,
+                Resources(_amounts(cores, gi, gpus)),
+                tolerations=(GPU_TOLERATION,) if gpus else (),
+            )
+            w = WorkloadSpec(
+                id=wid,
+                name=f"{label}-{wid}",
+                quota=quota,
+                queue=queue,
+                priority=prio + rng.randint(0, 200),
+                queue_order_at=1_700_000_000.0 + t,
+                pod_sets=(ps,),
+                expected_runtime_s=declared,
+            )
+            arrivals.append(Arrival(t, w, label, round(declared * rng.uniform(*usage), 3)))
+    return Scenario(
+        name="demo",
+        quotas=tuple(quotas),
+        queues=tuple(queues),
+        nodes=tuple(nodes),
+        arrivals=tuple(arrivals),
+        measured={name: mn[0] * 1000 for name, _p, mn, _mx, policy, _l in DEMO_TREE if policy},
+        resource="cpu",
+    )
+
+
+def gpu_heavy(hours: float = 4.0, *, seed: int = 11, every_s: float = 70.0) -> Scenario:
+    """A GPU cluster under pressure: gangs, priority bands, runtimes below their limits.
+
+    16 nodes of 8 GPUs; a root with three teams (min 40 / 16 / 8 GPUs, max 96 / 64 /
+    48) under a research department; queues of every policy with in-quota
+    preemption. Poisson arrivals (a job every ``every_s`` on average: about 85 % of
+    the GPUs' capacity) of 1-GPU jobs, 2 x 4 and 4 x 8 gangs in Koordinator's bands
+    (koord-batch, koord-mid, koord-prod); declared runtimes of 5 to 60 minutes,
+    actual runtimes 30-100 % of them.
+    """
+    rng = random.Random(seed)
+    nodes = tuple(
+        NodeSpec(
+            f"gpu-{i:02d}",
+            Resources({"cpu": 96_000, "memory": 1024 * GI, GPU: 8}),
+            Resources({"cpu": 2000, "memory": 8 * GI}),
+            {POOL: "gpu"},
+            (GPU_TAINT,),
+        )
+        for i in range(16)
+    )
+    quotas = (
+        QuotaNode("root", max={GPU: 128}),
+        QuotaNode("research", "root", min=Resources({GPU: 64}), max={GPU: 128}),
+        QuotaNode("llm", "research", min=Resources({GPU: 40}), max={GPU: 96}),
+        QuotaNode("vision", "research", min=Resources({GPU: 16}), max={GPU: 64}),
+        QuotaNode("speech", "research", min=Resources({GPU: 8}), max={GPU: 48}),
+        QuotaNode("platform", "root", min=Resources({GPU: 16}), max={GPU: 64}),
+    )
+    queues = (
+        QueueSpec("llm", policy="Block"),
+        QueueSpec("vision", policy="Priority"),
+        QueueSpec("speech", policy="Intelligent", priority_threshold=7000),
+        QueueSpec("platform", policy="Priority", priority=5),
+    )
+    shapes = (
+        ("gpu-1", 1, 1, (300, 1200), (5000, 3000), 6),
+        ("gang-2x4", 2, 4, (600, 2400), (5000, 7000), 3),
+        ("gang-4x8", 4, 8, (1200, 3600), (7000, 9000), 1),
+    )
+    arrivals: list[Arrival] = []
+    t = 0.0
+    wid = 0
+    while True:
+        t += rng.expovariate(1 / every_s)
+        if t > hours * 3600:
+            break
+        label, pods, gpus, (low, high), prios, _ = rng.choices(
+            shapes, weights=[s[5] for s in shapes]
+        )[0]
+        quota = rng.choice(("llm", "llm", "vision", "speech", "platform"))
+        declared = float(rng.randint(low, high))
+        wid += 1
+        w = WorkloadSpec(
+            id=wid,
+            name=f"{label}-{wid}",
+            quota=quota,
+            queue=quota,
+            priority=rng.choice(prios) + rng.randint(0, 99),
+            queue_order_at=1_700_000_000.0 + t,
+            pod_sets=(
+                PodSet(
+                    "workers",
+                    pods,
+                    Resources({"cpu": 8000 * gpus, "memory": 64 * GI * gpus, GPU: gpus}),
+                    tolerations=(GPU_TOLERATION,),
+                ),
+            ),
+            expected_runtime_s=declared,
+        )
+        arrivals.append(Arrival(t, w, label, round(declared * rng.uniform(0.3, 1.0), 3)))
+    return Scenario(
+        name="gpu-heavy",
+        quotas=quotas,
+        queues=queues,
+        nodes=nodes,
+        arrivals=tuple(arrivals),
+        measured={"llm": 40, "vision": 16, "speech": 8, "platform": 16},
+        resource=GPU,
+    )
+
+
+SCENARIOS["demo"] = demo_world
+SCENARIOS["gpu-heavy"] = gpu_heavy
+SCENARIOS["kueue-baseline-10x"] = kueue_baseline_10x

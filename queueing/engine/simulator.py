@@ -33,13 +33,14 @@ import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from time import perf_counter
-from typing import Any
+from time import perf_counter, process_time
+from typing import Any, Protocol
 
 from queueing.engine import ledger as ledger_mod
 from queueing.engine.cycle import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
+    CycleResult,
     EngineConfig,
     NodeSpec,
     QueueSpec,
@@ -48,10 +49,30 @@ from queueing.engine.types import (
     WorkloadSpec,
 )
 
-__all__ = ["CYCLE_MODES", "Arrival", "Scenario", "SimResult", "next_cycle_at", "simulate"]
+__all__ = [
+    "CYCLE_MODES",
+    "Arrival",
+    "CycleObserver",
+    "Scenario",
+    "SimResult",
+    "next_cycle_at",
+    "simulate",
+]
 
 #: When cycles run: on beat's timer, or woken by events (debounced).
 CYCLE_MODES = ("interval", "on-event")
+
+
+class CycleObserver(Protocol):
+    """Watches every cycle of a simulated run (e.g. :class:`~.calibration.EtaRecorder`).
+
+    ``before`` may return an amended snapshot (what the database side would add from
+    its memory: earlier ETAs, measured errors); ``after`` sees the decisions.
+    """
+
+    def before(self, snap: Snapshot) -> Snapshot: ...
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +119,9 @@ class SimResult:
     engine_max_s: float
     wall_s: float
     queue_usage_pct: dict[str, float]
+    engine_p95_s: float = 0.0
+    admissions_per_cycle_max: int = 0
+    engine_cpu_mean_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         r = 3
@@ -115,6 +139,9 @@ class SimResult:
             "debounce_s": self.debounce_s,
             "engine_mean_s": round(self.engine_mean_s, 4),
             "engine_max_s": round(self.engine_max_s, 4),
+            "engine_p95_s": round(self.engine_p95_s, 4),
+            "admissions_per_cycle_max": self.admissions_per_cycle_max,
+            "engine_cpu_mean_s": round(self.engine_cpu_mean_s, 4),
             "wall_s": round(self.wall_s, 2),
         }
 
@@ -160,13 +187,15 @@ def simulate(
     config: EngineConfig | None = None,
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,
+    observer: CycleObserver | None = None,
 ) -> SimResult:
     """Run ``scenario`` through the engine in virtual time and measure it.
 
     ``cycle`` is one of :data:`CYCLE_MODES` (see the module's docstring);
     ``debounce_s`` is the on-event mode's wake-up delay. ``epoch`` is added to
     virtual times to make snapshot clocks look like epoch seconds; results are
-    reported relative to the start (t = 0).
+    reported relative to the start (t = 0). With an ``observer`` the cycles also
+    forecast (positions, ETAs), and the observer sees each snapshot and result.
     """
     if cycle not in CYCLE_MODES:
         raise ValueError(f"unknown cycle mode {cycle!r}; expected one of {CYCLE_MODES}")
@@ -194,6 +223,9 @@ def simulate(
     evictions = 0
     cycles = 0
     engine_times: list[float] = []
+    most_admitted = 0
+    engine_cpu = 0.0  # CPU seconds: unlike wall time, not inflated by a loaded machine
+    flagged: set[int] = set()  # pending workloads whose nominated flag is set
     makespan = 0.0
     next_arrival = 0
     n_arrivals = len(arrivals)
@@ -303,10 +335,16 @@ def simulate(
             ledger=ledger,
             config=cfg,
         )
-        c0 = perf_counter()
-        result = run_cycle(snap, forecast=False)
+        if observer is not None:
+            snap = observer.before(snap)
+        c0, p0 = perf_counter(), process_time()
+        result = run_cycle(snap, forecast=observer is not None)
         engine_times.append(perf_counter() - c0)
+        engine_cpu += process_time() - p0
+        if observer is not None:
+            observer.after(snap, result)
         cycles += 1
+        most_admitted = max(most_admitted, len(result.admissions))
         # Apply.
         nominated = set(result.nominations)
         for adm in result.admissions:
@@ -334,10 +372,18 @@ def simulate(
             # Still holding (usage counted) until the eviction is confirmed.
             preempted[w.id] = dataclasses.replace(w, phase="Preempted", preempted_by=p.preemptor_id)
             evictions += 1
-        for wid, w in list(pending.items()):
-            flag = wid in nominated
-            if w.nominated != flag:
-                pending[wid] = dataclasses.replace(w, nominated=flag)
+        # Set aside as inadmissible (never fits as specified): out of the run, as a
+        # user would delete it; it would wait for ever otherwise.
+        for wid, e in result.explanations.items():
+            if e.kind == "never-fits" and wid in pending:
+                del pending[wid]
+        # Only flags that change: a scan of every pending workload per cycle would cost
+        # more than the engine at 10x.
+        for wid in flagged | nominated:
+            w = pending.get(wid)
+            if w is not None and w.nominated != (wid in nominated):
+                pending[wid] = dataclasses.replace(w, nominated=wid in nominated)
+        flagged = nominated
     integrate(makespan)
     span = makespan if makespan > 0 else 1.0
     queue_pct = {
@@ -376,6 +422,13 @@ def simulate(
         engine_max_s=max(engine_times, default=0.0),
         wall_s=perf_counter() - wall0,
         queue_usage_pct=queue_pct,
+        engine_p95_s=(
+            sorted(engine_times)[min(len(engine_times) - 1, round(0.95 * (len(engine_times) - 1)))]
+            if engine_times
+            else 0.0
+        ),
+        admissions_per_cycle_max=most_admitted,
+        engine_cpu_mean_s=engine_cpu / cycles if cycles else 0.0,
     )
 
 

@@ -349,6 +349,9 @@ class EngineConfig:
     #: runtime, else its queue's p50) is not preempted: waiting costs less than the
     #: work an eviction throws away. 0 disables the rule.
     preempt_grace_s: float = 60.0
+    #: How often cycles run (s), for the forecast: work that ends between two cycles is
+    #: admitted at the next one. 0: cycles run at every event (no rounding).
+    cycle_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fair_share_mode not in ("instant", "historical", "blended"):
@@ -379,6 +382,21 @@ class Snapshot:
     runtime_history: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     config: EngineConfig = field(default_factory=EngineConfig)
     unlisted_demand: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Per queue, observed (p50, p90) of actual / declared runtime (a declared runtime
+    #: is a limit, work mostly ends before it). Empty: declared runtimes are taken as is.
+    runtime_ratio: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: The ETAs published by the previous cycle (for hysteresis, see :class:`Eta`).
+    previous_etas: Mapping[int, Eta] = field(default_factory=dict)
+    #: Measured error of earlier forecasts per class (see :mod:`.calibration`,
+    #: ``eta_classes``; "" pools all): the p50 and the QBETS upper bound of the p90 of
+    #: ``(actual wait - predicted wait) / max(predicted wait, floor)`` over recently
+    #: admitted workloads. Empty: not calibrated; the p90 comes from p90 runtimes.
+    eta_residuals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: Offered load of recent arrivals per root quota and priority, as a fraction of
+    #: the tree's capacity (arrival rate x dominant share x runtime; see
+    #: :class:`.calibration.ArrivalLoad`). Work of higher priority arriving while a
+    #: workload waits stretches its wait by ``1 / (1 - load above it)``. Empty: none.
+    arrival_load: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
 
 
 # -- decisions ------------------------------------------------------------------------
@@ -465,13 +483,33 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class Eta:
-    """Forecast admission times (epoch seconds); None = beyond the horizon or budget."""
+    """Forecast admission times (epoch seconds) and why they are what they are.
+
+    ``p50``/``p90``: None when there is no forecast; ``reason`` then says why (beyond
+    the horizon, the budget spent). ``moved`` says what the ETA did since the one the
+    caller passed back as ``Snapshot.previous_etas``: ``first`` (no earlier one),
+    ``kept`` (the new forecast is within the tolerance of the old one: it stays, so it
+    does not jitter), ``earlier``/``later`` (the world changed enough to move it, by
+    ``delta_s``), ``overdue`` (the old estimate passed while it still waits).
+    """
 
     p50: float | None
     p90: float | None
+    reason: str = ""
+    moved: str = ""
+    delta_s: float = 0.0
+    #: The simulation's own start time before calibration (what errors are learnt on).
+    forecast: float | None = None
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {"p50": self.p50, "p90": self.p90}
+    def to_dict(self) -> dict[str, float | str | None]:
+        return {
+            "p50": self.p50,
+            "p90": self.p90,
+            "reason": self.reason,
+            "moved": self.moved,
+            "delta_s": self.delta_s,
+            "forecast": self.forecast,
+        }
 
 
 #: Explanation kinds.

@@ -3,6 +3,7 @@
 from queueing.models.audit import AuditEvent
 from queueing.models.cycle import CycleLease, CycleRun, MetricCounter
 from queueing.models.ledger import UsageLedger, UsageSample
+from queueing.models.nodeview import ClusterNode
 from queueing.models.queue import Queue
 from queueing.models.quota import Quota
 from queueing.models.simcluster import SimJob, SimNode
@@ -11,6 +12,7 @@ from queueing.models.workload import Workload, WorkloadEvent
 
 __all__ = [
     "AuditEvent",
+    "ClusterNode",
     "CycleLease",
     "CycleRun",
     "Membership",

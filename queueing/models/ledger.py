@@ -28,6 +28,9 @@ class UsageSample(models.Model):
     decayed = models.JSONField(default=dict)
     used = models.JSONField(default=dict)
     runtime = models.JSONField(default=dict)
+    # Estimated history written for the demo seed (queueing.history), not measured;
+    # the fairness charts mark it as such.
+    backfilled = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["at"]

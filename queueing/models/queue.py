@@ -39,6 +39,15 @@ class Queue(models.Model):
     backoff_base_s = models.FloatField(default=10.0)
     backoff_max_s = models.FloatField(default=600.0)
     backoff_jitter = models.FloatField(default=0.1)
+    kube_ref = models.CharField(
+        max_length=200,
+        blank=True,
+        db_index=True,
+        help_text=(
+            "The Kubernetes object this mirrors (Kind namespace/name), when it is managed in "
+            "Kubernetes; empty when it is managed here."
+        ),
+    )
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -48,3 +57,8 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def source(self) -> str:
+        """Where it is edited: "kubernetes" (read-only here) or "here"."""
+        return "kubernetes" if self.kube_ref else "here"

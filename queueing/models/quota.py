@@ -44,6 +44,15 @@ class Quota(models.Model):
     used = models.JSONField(
         default=dict, blank=True, help_text="Usage at the last cycle (written by the cycle)."
     )
+    kube_ref = models.CharField(
+        max_length=200,
+        blank=True,
+        db_index=True,
+        help_text=(
+            "The Kubernetes object this mirrors (Kind namespace/name), when it is managed in "
+            "Kubernetes; empty when it is managed here."
+        ),
+    )
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -53,6 +62,11 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def source(self) -> str:
+        """Where it is edited: "kubernetes" (read-only here) or "here"."""
+        return "kubernetes" if self.kube_ref else "here"
 
     @property
     def is_root(self) -> bool:

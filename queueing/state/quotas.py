@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.utils import timezone
-
 from queueing import events
 from queueing.engine import ledger as engine_ledger
 from queueing.engine.types import (
@@ -124,15 +122,14 @@ def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[st
 
 
 def publish_quotas(changed: Sequence[Mapping[str, Any]], cycle_id: int) -> None:
-    by_tenant: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    """The quotas whose runtime quota or usage moved, in the configuration messages'
+    shape; a cluster quota's (no tenant) go to the cluster admins only."""
+    by_tenant: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
     for row in changed:
-        if row["tenant_id"] is not None:
-            by_tenant[row["tenant_id"]].append(
-                {key: row[key] for key in ("id", "name", "runtime", "used", "min", "max")}
-            )
-    at = timezone.now().isoformat()
+        by_tenant[row["tenant_id"]].append(
+            {key: row[key] for key in ("id", "name", "runtime", "used", "min", "max")}
+        )
     for tenant_id, quotas in by_tenant.items():
         events.publish_on_commit(
-            tenant_id,
-            {"type": "quotas", "tenant": tenant_id, "cycle": cycle_id, "at": at, "quotas": quotas},
+            tenant_id, events.config_message("quotas", tenant_id, quotas, cycle_id=cycle_id)
         )

@@ -137,21 +137,45 @@
     document.getElementById("whatif-h");
   if (landing) landing.focus();
 
+  // A refreshed fragment may carry one sentence for screen readers ([data-announce]:
+  // a workload's position or phase); it is said politely when it changes.
+  function announce(el, previous, quiet) {
+    var holder = el.querySelector("[data-announce]");
+    var text = holder ? holder.getAttribute("data-announce") : null;
+    if (!quiet && text && text !== previous) say(text);
+    return text;
+  }
+
   // Pages whose numbers come from the server (overview, workload, cluster): refetch the
   // element's partial on activity, at most every two seconds.
   document.querySelectorAll("[data-live-refresh]").forEach(function (el) {
     var timer = null, last = 0, inflight = false;
+    // data-live-types: refetch only on these messages (a members list ignores workloads).
+    var types = (el.getAttribute("data-live-types") || "").split(/\s+/).filter(Boolean);
+    var announced = announce(el, null, true);
     function refetch() {
       if (timer) return;
       var wait = Math.max(150, 2000 - (Date.now() - last));
       timer = setTimeout(function () {
         timer = null;
         if (inflight) { refetch(); return; }
+        // Never swap the fragment under someone's hands: wait until focus leaves it.
+        if (el.contains(document.activeElement) && document.activeElement !== document.body) {
+          el.addEventListener("focusout", function again() {
+            el.removeEventListener("focusout", again);
+            setTimeout(refetch, 0);
+          });
+          return;
+        }
         inflight = true;
         last = Date.now();
         fetch(el.getAttribute("data-live-refresh"), { credentials: "same-origin" })
           .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-          .then(function (html) { el.innerHTML = html; KQ.refreshTimes(el); })
+          .then(function (html) {
+            el.innerHTML = html;
+            KQ.refreshTimes(el);
+            announced = announce(el, announced);
+          })
           .catch(function () { say("Could not refresh; retrying on the next change."); })
           .finally(function () { inflight = false; });
       }, wait);
@@ -164,7 +188,9 @@
       subscribe: workload
         ? { queues: [], workloads: [parseInt(workload, 10)] }
         : { summary: true },
-      onMessage: refetch,
+      onMessage: function (message) {
+        if (!types.length || types.indexOf(message.type) !== -1) refetch();
+      },
       onResync: refetch,
     });
   });

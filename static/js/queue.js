@@ -98,6 +98,7 @@
     tr.setAttribute("data-position", r.position == null ? "" : r.position);
     tr.setAttribute("data-order", r.queue_order_at || "");
     tr.setAttribute("data-phase", r.phase);
+    if (tr.hasAttribute("data-finished")) tr.setAttribute("data-finished", r.finished_at || "");
     tr.querySelectorAll("[data-field]").forEach(function (cell) {
       var spec = CELLS[cell.getAttribute("data-field")];
       if (!spec) return;
@@ -125,6 +126,16 @@
       fill(tr, r, old || {});
     }
     return isNew;
+  }
+  // Most recently finished first, whatever order a frame's changes came in.
+  function sortFinished() {
+    var b = body("finished");
+    var rows = Array.prototype.slice.call(b.rows);
+    function at(tr) { return Date.parse(tr.getAttribute("data-finished") || "") || 0; }
+    var sorted = rows.slice().sort(function (x, y) { return at(y) - at(x); });
+    if (sorted.some(function (tr, i) { return tr !== rows[i]; })) {
+      sorted.forEach(function (tr) { b.appendChild(tr); });
+    }
   }
   function drop(list, id) {
     var tr = rowOf(list, id);
@@ -160,6 +171,7 @@
       if (drop("pending", r.id) | drop("holding", r.id)) tally.left += 1;
       if (full && !rowOf("finished", r.id)) {
         upsert("finished", merged, true);
+        sortFinished();
         var rows = body("finished").rows;
         while (rows.length > 10) rows[rows.length - 1].remove();
       }
@@ -227,6 +239,8 @@
     root.querySelectorAll('[data-count="holding"]').forEach(function (el) { el.textContent = holdingTotal; });
     document.getElementById("pending-empty").hidden = body("pending").rows.length > 0;
     document.getElementById("holding-empty").hidden = body("holding").rows.length > 0;
+    var finishedEmpty = document.getElementById("finished-empty");
+    if (finishedEmpty) finishedEmpty.hidden = body("finished").rows.length > 0;
   }
 
   function announce() {
@@ -243,7 +257,28 @@
     }, 5000);
   }
 
+  // A `queues` message (an edit of this queue's settings) updates the page's header.
+  function applySettings(message) {
+    var header = document.getElementById("queue-settings");
+    if (!header) return;
+    if ((message.removed || []).indexOf(queueId) !== -1) {
+      KQ.say("This queue was deleted.");
+      return;
+    }
+    (message.queues || []).forEach(function (q) {
+      if (q.id !== queueId) return;
+      header.querySelectorAll("[data-setting]").forEach(function (el) {
+        var key = el.getAttribute("data-setting");
+        if (key in q && String(q[key]) !== el.textContent) { el.textContent = q[key]; flash(el); }
+      });
+      header.querySelector('[data-show="intelligent"]').hidden = q.policy !== "Intelligent";
+      header.querySelector('[data-show="depth"]').hidden = !q.max_depth;
+      KQ.say("The queue's settings changed.");
+    });
+  }
+
   function onMessage(message) {
+    if (message.type === "queues") { applySettings(message); return; }
     if (message.type === "resync") { scheduleResync(); return; }
     if (message.type !== "workloads") return;
     if (resyncing) { held.push(message); return; }

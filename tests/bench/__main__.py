@@ -1,7 +1,8 @@
 """Run benchmarks: `python -m tests.bench [NAME ...]`.
 
 Each module `tests/bench/bench_*.py` exposes `BENCHMARKS: dict[str, Callable[[], dict]]`.
-Every benchmark prints one JSON line that carries its `name`. Benchmarks are not tests:
+Every benchmark prints one JSON line that carries its `name` (a benchmark that returns
+a list of dicts -- one per scenario -- prints one line for each). Benchmarks are not tests:
 they assert nothing about time; the figures go to docs/BENCHMARKS.md.
 """
 
@@ -15,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def discover() -> dict[str, Callable[[], dict]]:
-    found: dict[str, Callable[[], dict]] = {}
+def discover() -> dict[str, Callable[[], dict | list[dict]]]:
+    found: dict[str, Callable[[], dict | list[dict]]] = {}
     here = Path(__file__).parent
     for info in sorted(pkgutil.iter_modules([str(here)]), key=lambda m: m.name):
         if not info.name.startswith("bench_"):
@@ -40,9 +41,10 @@ def main(argv: list[str]) -> int:
         )
         return 2
     for name in wanted:
-        result = benchmarks[name]()
-        result = {"name": name, **{k: v for k, v in result.items() if k != "name"}}
-        print(json.dumps(result, sort_keys=False), flush=True)
+        results = benchmarks[name]()
+        for result in results if isinstance(results, list) else [results]:
+            line = {"name": name, **{k: v for k, v in result.items() if k != "name"}}
+            print(json.dumps(line, sort_keys=False), flush=True)
     return 0
 
 

@@ -16,13 +16,14 @@ import os
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests.polling import wait_until
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = os.environ.get("KQ_CHROMIUM", "/usr/bin/chromium")
@@ -42,14 +43,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what or check}")
-        threading.Event().wait(0.02)
 
 
 def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -93,7 +86,7 @@ def redis_url() -> Iterator[str]:
             except OSError:
                 return False
 
-        wait_until(up, 10, "redis-server")
+        wait_until(up, timeout=10, what="redis-server")
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
@@ -139,7 +132,7 @@ def server_url(channel_layer: None, django_db_blocker: Any) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
-    wait_until(lambda: server.started, 15, "uvicorn")
+    wait_until(lambda: server.started, timeout=15, what="uvicorn")
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)

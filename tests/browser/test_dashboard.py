@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,17 +52,13 @@ def test_log_in_open_a_queue_and_watch_a_cycle_move_it(bsite, server_url, browse
     expect(page.locator("html")).to_have_attribute("data-live", "on")
     page.evaluate("window.__sameDocument = true")
 
-    # A cycle puts the last one first: the page follows without a reload.
-    started = time.monotonic()
+    # A cycle puts the last one first: the page follows without a reload. (How fast is
+    # a benchmark's to say, tests/bench; a test only waits for it, with a deadline.)
     off_loop(live.rank, list(reversed(ids)))
     expected = [f"team-a/{n}" for n in reversed(names)]
-    deadline = started + 10
-    while pending_names(page) != expected and time.monotonic() < deadline:
-        page.wait_for_timeout(25)
-    elapsed = time.monotonic() - started
-    print(f"the page showed the cycle's new order {elapsed:.2f} s after it committed")
-    assert pending_names(page) == expected
-    assert elapsed <= 2.0, f"the page showed the new order after {elapsed:.2f} s"
+    expect(page.locator("#pending-rows tr td[data-field=name]")).to_have_text(
+        expected, timeout=10_000
+    )
     assert page.evaluate("window.__sameDocument") is True
     first = page.locator("#pending-rows tr").first
     expect(first.locator("td[data-field=position]")).to_have_text("1")

@@ -73,7 +73,8 @@ def test_a_head_that_can_never_fit_is_set_aside_and_blocks_nobody(policy: str) -
     assert admitted(snap) == [2]
     never = result.explanations[1]
     assert never.kind == "never-fits"
-    assert 1 not in result.positions and 1 not in result.etas
+    assert 1 not in result.positions
+    assert 1 not in result.etas
 
 
 def test_block_in_a_shared_queue_blocks_only_the_same_quota() -> None:

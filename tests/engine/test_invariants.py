@@ -470,3 +470,61 @@ def test_repeated_cycles_never_ping_pong_nor_pick_a_victim_twice(snap: Snapshot)
     for qa, qb in quota_pairs:
         assert (qb, qa) not in quota_pairs
     assert len(pairs) == len(set(pairs))
+
+
+# -- explanations agree with themselves (issue 11, item 5) ---------------------------------
+
+
+@SETTINGS
+@given(worlds())
+def test_every_sentence_agrees_with_its_fields(snap: Snapshot) -> None:
+    from queueing.engine.calibration import contradictions
+
+    result = run_cycle(snap)
+    names = {w.id: w.name for w in snap.workloads}
+    for wid, e in result.explanations.items():
+        assert contradictions(e, names, result) == "", (wid, e.sentence())
+        text = e.sentence()
+        for vid in e.victims:
+            assert f"workload {vid}" not in text
+        if e.kind == "quota" and e.victims and "would free it" in text:
+            freed: dict[str, int] = {}
+            for vid in e.victims:
+                for k, v in by_id(snap)[vid].request.items():
+                    freed[k] = freed.get(k, 0) + v
+            assert all(freed.get(k, 0) >= v for k, v in e.shortfall.items())
+        pos = result.positions.get(wid)
+        if pos is not None:
+            assert e.waiting_ahead == pos.in_queue - 1
+
+
+@SETTINGS
+@given(worlds(), st.integers(1, 3))
+def test_quota_invariants_hold_over_sequences_of_cycles_and_head_only_snapshots(
+    snap: Snapshot, head: int
+) -> None:
+    from queueing.engine.invariants import check_cycle
+
+    for step in range(4):
+        result = run_cycle(snap, forecast=False)
+        assert check_cycle(snap, result) == []
+        # The same world listed only to the first ``head`` workloads of each queue,
+        # the rest as unlisted demand (what a heads-only cycle passes the engine).
+        listed: list[WorkloadSpec] = []
+        unlisted: dict[str, dict[str, int]] = defaultdict(dict)
+        per_queue: dict[str, int] = defaultdict(int)
+        for w in sorted(snap.workloads, key=lambda w: (-w.priority, w.queue_order_at, w.id)):
+            if w.phase != "Pending":
+                listed.append(w)
+                continue
+            per_queue[w.queue] += 1
+            if per_queue[w.queue] <= head:
+                listed.append(w)
+            else:
+                for k, v in w.request.items():
+                    unlisted[w.quota][k] = unlisted[w.quota].get(k, 0) + v
+        heads = dataclasses.replace(
+            snap, workloads=tuple(listed), unlisted_demand={k: dict(v) for k, v in unlisted.items()}
+        )
+        assert check_cycle(heads, run_cycle(heads, forecast=False)) == []
+        snap = apply(snap, result, now=snap.now + 10.0 * (step + 1))

@@ -136,10 +136,16 @@ def test_extra_capacity_counts_as_free() -> None:
 
 def test_never_fits_explains_impossible_gangs() -> None:
     idx = NodeIndex([node("a", {"cpu": 4000}), node("b", {"cpu": 4000})])
-    assert idx.never_fits(podset_reqs([podset(1, {"cpu": 5000})])) is not None
-    assert idx.never_fits(podset_reqs([podset(3, {"cpu": 3000})])) is not None
+    assert idx.never_fits(podset_reqs([podset(1, {"cpu": 5000})])) == (
+        "no eligible node is large enough for one pod of 'main'"
+    )
+    assert idx.never_fits(podset_reqs([podset(3, {"cpu": 3000})])) == (
+        "even empty, the eligible nodes hold only 2 of the 3 pods of 'main'"
+    )
     assert idx.never_fits(podset_reqs([podset(2, {"cpu": 3000})])) is None
-    assert idx.never_fits(podset_reqs([podset(1, {"cpu": 1}, selector={"x": "y"})])) is not None
+    assert idx.never_fits(podset_reqs([podset(1, {"cpu": 1}, selector={"x": "y"})])) == (
+        "no schedulable node matches pod set 'main'"
+    )
 
 
 def test_placement_is_deterministic_regardless_of_input_order() -> None:

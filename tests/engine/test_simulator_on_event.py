@@ -94,3 +94,15 @@ def test_kueue_baseline_on_event_keeps_the_quota_busy_and_large_jobs_are_not_sta
     # every freed unit and the large ones waited about 30 s.
     assert result.tta_mean_s["large"] < 0.5
     assert result.evictions == 0
+
+
+def test_the_10x_scenario_is_the_baseline_ten_times_over() -> None:
+    from queueing.engine.scenarios import SCENARIOS
+
+    scenario = SCENARIOS["kueue-baseline-10x"]()
+    assert scenario.name == "kueue-baseline-10x"
+    assert len(scenario.arrivals) == 150_000
+    assert len(scenario.queues) == 300
+    assert len([q for q in scenario.quotas if q.parent is None]) == 50
+    assert sum(scenario.measured.values()) == 300 * 20_000
+    assert scenario.nodes[0].allocatable["cpu"] == 300 * 20_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -98,9 +99,16 @@ def parse_quantity(value: str | float | int) -> float:
     """`"500m"` -> 0.5, `"1Gi"` -> 1073741824.0; plain numbers pass through."""
     if isinstance(value, int | float):
         return float(value)
-    match = _QUANTITY.match(str(value).strip())
+    return _parse_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> float:
+    # Every pod change re-reads its requests (the runner, the audit log): a handful of
+    # distinct strings parsed tens of thousands of times a run.
+    match = _QUANTITY.match(text.strip())
     if not match or match.group(2) not in _SUFFIX:
-        raise ValueError(f"invalid quantity {value!r}")
+        raise ValueError(f"invalid quantity {text!r}")
     return float(match.group(1)) * _SUFFIX[match.group(2)]
 
 

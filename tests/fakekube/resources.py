@@ -78,6 +78,8 @@ BUILTIN: tuple[ResourceType, ...] = (
         ),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, has_status=False),
+    ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
+    ResourceType("", "v1", "secrets", "Secret", True, has_status=False),
     ResourceType(
         "batch",
         "v1",
@@ -88,6 +90,14 @@ BUILTIN: tuple[ResourceType, ...] = (
         suspend_path=("spec", "suspend"),
     ),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, False),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        has_status=False,
+    ),
 )
 
 
@@ -103,6 +113,8 @@ CUSTOM: tuple[ResourceType, ...] = (
     _custom("ray.io/v1", "rayjobs", "RayJob", "spec.suspend"),
     _custom("kubeflow.org/v1", "pytorchjobs", "PyTorchJob", "spec.runPolicy.suspend"),
     _custom("kubeflow.org/v1", "tfjobs", "TFJob", "spec.runPolicy.suspend"),
+    _custom("kubeflow.org/v2beta1", "mpijobs", "MPIJob", "spec.runPolicy.suspend"),
+    _custom("trainer.kubeflow.org/v1alpha1", "trainjobs", "TrainJob", "spec.suspend"),
     _custom("scheduling.x-k8s.io/v1alpha1", "queues", "Queue"),
     _custom("scheduling.x-k8s.io/v1alpha1", "queueunits", "QueueUnit"),
     _custom("scheduling.sigs.k8s.io/v1alpha1", "elasticquotas", "ElasticQuota"),

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import webhooks
 from .audit import AuditLog, Entry, TransitionRecorder
 from .objects import ApiError, Obj, dig, status_body
 from .resources import Registry, ResourceType
@@ -698,7 +699,7 @@ class FakeKube:
         if route.verb == "create":
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the request body must be an object")
-            return 201, store.create(rtype, ns, body)
+            return 201, store.create(rtype, ns, webhooks.mutate(store, rtype, ns, body))
         if route.verb == "update":
             return 200, store.update(rtype, ns, name or "", body, route.subresource)
         if route.verb == "patch":

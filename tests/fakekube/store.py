@@ -276,7 +276,7 @@ class Store:
             if not m.get("name"):
                 if not m.get("generateName"):
                     raise _invalid(rtype, "", "metadata.name: Required value: name is required")
-                suffix = "".join(self._rng.choice(_GENERATE_ALPHABET) for _ in range(5))
+                suffix = "".join(self._rng.choices(_GENERATE_ALPHABET, k=5))
                 m["name"] = m["generateName"] + suffix
             name = m["name"]
             if not _NAME.match(name) or len(name) > 253:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 import urllib.error
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.fakekube import (
     usage_timeline,
     write_kubeconfig,
 )
+from tests.polling import wait_until
 
 QUEUE_LABEL = "koord-queue/queue-name"
 
@@ -87,15 +87,7 @@ def pod(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.005)
+    return wait_until(check, timeout=timeout, interval=0.005, what=what)
 
 
 def condition(obj: client.V1Job, type_: str) -> str | None:

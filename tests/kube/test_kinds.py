@@ -57,7 +57,9 @@ def rayjob(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "suspend": True,
+            "shutdownAfterJobFinishes": True,  # KubeRay suspends only such RayJobs
             "entrypoint": "python job.py",
+            "submitterPodTemplate": pod(),  # `ray job submit` runs in a pod of this shape
             "rayClusterSpec": {
                 "headGroupSpec": {"template": pod()},
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": pod()}],
@@ -105,7 +107,7 @@ CASES: dict[str, tuple[Callable[[str], dict[str, Any]], str, list[tuple[str, int
     "RayJob": (
         rayjob,
         "rayjobs",
-        [("head", 1), ("gpu", 2)],
+        [("head", 1), ("gpu", 2), ("submitter", 1)],
         {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "rc-1"},
         {
             "jobDeploymentStatus": "Complete",

@@ -138,7 +138,11 @@ def test_a_rayjob_counts_its_head_and_workers() -> None:
             }
         }
     }
-    assert [(t.name, t.count) for t in kind.templates(obj)] == [("head", 1), ("w", 4)]
+    assert [(t.name, t.count) for t in kind.templates(obj)] == [
+        ("head", 1),
+        ("w", 4),
+        ("submitter", 1),
+    ]
 
 
 def test_pod_requests_count_as_the_scheduler_does() -> None:
@@ -194,3 +198,90 @@ def test_a_node_that_is_not_ready_is_unschedulable() -> None:
     assert info.taints == [{"key": "gpu", "value": "", "effect": "NoSchedule"}]
     node["status"]["conditions"][0]["status"] = "False"
     assert node_info(node, {}).unschedulable
+
+
+def test_a_rayjob_counts_its_submitter_pod_as_kuberay_runs_it() -> None:
+    kind = KINDS["RayJob"]
+    cluster = {"headGroupSpec": {"template": {"spec": POD}}, "workerGroupSpecs": []}
+    default = kind.templates({"spec": {"rayClusterSpec": cluster}})
+    submitter = default[-1]
+    assert (submitter.name, submitter.count) == ("submitter", 1)
+    assert pod_requests(submitter.spec) == {"cpu": 500, "memory": 200 * 2**20}
+    own = {"containers": [{"resources": {"requests": {"cpu": "2"}}}]}
+    custom = kind.templates(
+        {"spec": {"rayClusterSpec": cluster, "submitterPodTemplate": {"spec": own}}}
+    )
+    assert pod_requests(custom[-1].spec) == {"cpu": 2000}
+    http = kind.templates({"spec": {"rayClusterSpec": cluster, "submissionMode": "HTTPMode"}})
+    assert [t.name for t in http] == ["head"]  # no submitter pod in HTTP mode
+
+
+def test_a_rayjob_kuberay_cannot_suspend_is_refused_with_a_reason() -> None:
+    kind = KINDS["RayJob"]
+    assert "clusterSelector" in kind.refusal({"spec": {"clusterSelector": {"a": "b"}}})
+    assert "shutdownAfterJobFinishes" in kind.refusal({"spec": {}})
+    assert kind.refusal({"spec": {"shutdownAfterJobFinishes": True}}) == ""
+    assert KINDS["Job"].refusal(job()) == ""
+
+
+def test_an_mpijob_v2beta1_suspends_under_run_policy() -> None:
+    kind = KINDS["MPIJob"]
+    assert (kind.api_version, kind.plural) == ("kubeflow.org/v2beta1", "mpijobs")
+    obj = {
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": POD}},
+                "Worker": {"replicas": 4, "template": {"spec": POD}},
+            },
+        }
+    }
+    assert [(t.name, t.count) for t in kind.templates(obj)] == [("launcher", 1), ("worker", 4)]
+    assert kind.observe(obj).state == SUSPENDED
+    assert kind.suspend_patch(False) == {"spec": {"runPolicy": {"suspend": False}}}
+    obj["spec"]["runPolicy"]["suspend"] = False
+    obj["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    assert kind.observe(obj).state == SUCCEEDED
+
+
+def test_a_trainjob_counts_its_trainer_nodes_and_pins_them_by_override() -> None:
+    kind = KINDS["TrainJob"]
+    obj: dict[str, Any] = {
+        "metadata": {"resourceVersion": "3"},
+        "spec": {
+            "suspend": True,
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 3, "resourcesPerNode": {"requests": {"nvidia.com/gpu": 2}}},
+            "podSpecOverrides": [
+                {"targetJobs": [{"name": "initializer"}], "serviceAccountName": "x"}
+            ],
+        },
+    }
+    [nodes] = kind.templates(obj)
+    assert (nodes.name, nodes.count, pod_requests(nodes.spec)) == ("node", 3, {"nvidia.com/gpu": 2})
+    assert kind.observe(obj).state == SUSPENDED
+    selector = {"pool": "gpu"}
+    assert not kind.selector_holds(obj, selector)
+    patched = deep_merge(obj, kind.selector_patch(obj, selector))
+    assert kind.selector_holds(patched, selector)
+    overrides = patched["spec"]["podSpecOverrides"]
+    assert overrides[0] == {"targetJobs": [{"name": "initializer"}], "serviceAccountName": "x"}
+    assert overrides[1] == {"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "gpu"}}
+    patched["spec"]["suspend"] = False
+    patched["status"] = {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]}
+    assert (kind.observe(patched).state, kind.observe(patched).active) == (RUNNING, 3)
+    patched["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+    assert kind.observe(patched).state == SUCCEEDED
+
+
+def test_a_refused_rayjob_reads_with_no_pod_sets_and_its_reason() -> None:
+    from queueing.cluster.kubernetes.reader import job_info
+
+    obj = {
+        "metadata": {"namespace": "ns", "name": "r", "uid": "u"},
+        "spec": {"suspend": True, "clusterSelector": {"ray.io/cluster": "shared"}},
+    }
+    info = job_info(KINDS["RayJob"], obj, {}, {}, {})
+    # The sync reports a job without pod sets unplaced, with this message.
+    assert info.pod_sets == []
+    assert "spec.clusterSelector" in info.message

@@ -4,12 +4,15 @@ QueueUnit mirror use: every request they make against the fake is checked agains
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from queueing.cluster.base import JobRequest
+from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
 from queueing.kubequeue import read_objects
+from queueing.quotawriteback import ELASTIC_QUOTAS, RUNTIME_ANNOTATION
 from tests.fakekube import FakeKube, FaultSpec
 from tests.kube.conftest import make_adapter
 from tests.kube.test_kinds import jobset, kubeflow, rayjob
@@ -41,6 +44,28 @@ def used(fake: FakeKube) -> set[tuple[str, str, str]]:
     return out
 
 
+def mpijob(name: str) -> dict[str, Any]:
+    replica = kubeflow("PyTorchJob", name)["spec"]["pytorchReplicaSpecs"]["Master"]
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {"mpiReplicaSpecs": {"Launcher": replica, "Worker": replica}},
+    }
+
+
+def trainjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": "1"}}},
+        },
+    }
+
+
 def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     fake.add_namespace("team-a")
     fake.add_node("n1", {"cpu": "8", "memory": "32Gi"})
@@ -56,6 +81,8 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
         ("ray", rayjob("ray")),
         ("pt", kubeflow("PyTorchJob", "pt")),
         ("tf", kubeflow("TFJob", "tf")),
+        ("mpi", mpijob("mpi")),
+        ("train", trainjob("train")),
     ):
         refs.append(
             cluster.create_job(
@@ -70,6 +97,11 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
         cluster.admit(ref, node_selector={"koord-queue/pool": "a"})
         cluster.suspend(ref)
     cluster.mirror_queue_units({("Job", "team-a", "job"): ("Dequeued", "")})
+    story = KubeEvent(refs[0], "Queued", "Queued in queue q of quota team-a.")
+    cluster.record_events([story, story])  # created, then bumped
+    KubernetesCluster(cluster.api).record_events([story])  # another recorder: 409, get, patch
+    # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
+    cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
     read_objects(cluster)
     watcher = ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1)
     watcher.start()

@@ -147,3 +147,53 @@ def test_an_edit_that_fails_publishes_nothing(monkeypatch, django_capture_on_com
         actions.update_quota(SYSTEM, root, expected_version=1, max={"cpu": "14"})
     assert sent == []
     assert Quota.objects.get(pk=root.pk).max == {"cpu": 12_000}  # millicores
+
+
+@pytest.mark.django_db
+def test_a_rolled_back_notification_does_not_ride_with_the_next(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """The batch of a transaction that rolled back is not reused by the next one, even
+    while other callbacks are pending (found when these tests ran before others)."""
+    from django.db import transaction
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "send", lambda tenant_id, payload: sent.append(payload))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        events.notify_changes([(1, 1, 1)])
+        raise RuntimeError("abort")
+    with django_capture_on_commit_callbacks(execute=True):
+        transaction.on_commit(lambda: None)  # someone else's, pending
+        events.notify_changes([(1, 1, 2)])
+    assert [payload["workloads"] for payload in sent] == [[2]]
+
+
+@pytest.mark.django_db
+def test_the_cycles_quota_messages_bring_a_fetched_state_up_to_date(
+    world, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Runtime quota and usage move in a cycle: its ``quotas`` messages (the tenant's to
+    its group, the cluster quota's to the cluster admins only) carry them."""
+    from queueing.cycle import tick
+    from tests.builders import submit
+
+    sent: list[tuple[int | None, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        events, "send", lambda tenant_id, payload: sent.append((tenant_id, payload))
+    )
+    state = fetch()
+    submit(world, "w", cpu="4")
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        tick(cluster=world.cluster, now=world.clock())
+    quota_messages = [(t, p) for t, p in sent if p["type"] == "quotas"]
+    assert sorted(t is None for t, _ in quota_messages) == [False, True]
+    for tenant_id, payload in quota_messages:
+        jsonschema.validate(payload, NOTIFICATIONS["quotas"])
+        assert payload["tenant"] == tenant_id
+        assert isinstance(payload["cycle"], int)
+    stream = Stream(Subscription.parse({"summary": True}))
+    for frame in deliver_now(stream, [p for _, p in quota_messages]):
+        apply(state, frame)
+    assert state["quotas"] == fetch()["quotas"]
+    assert state["quotas"][world.quota.pk]["used"] == {"cpu": 4000}

@@ -156,6 +156,10 @@ def test_events_within_the_debounce_arrive_as_one_merged_frame(
             live.rank(list(reversed(ids)))
         return ids
 
+    def marker() -> int:
+        with django_capture_on_commit_callbacks(execute=True):
+            return submit(site.world, "marker").pk
+
     async def scenario():
         comm = communicator(f"/ws/tenants/{site.tenant.pk}/", cookies["vic"])
         await comm.connect()
@@ -165,6 +169,11 @@ def test_events_within_the_debounce_arrive_as_one_merged_frame(
         positions = {row["id"]: row["position"] for row in frame["changes"]}
         assert positions == {ids[2]: 1, ids[1]: 2, ids[0]: 3}
         assert await comm.receive_nothing(timeout=0.3)
+        # Positive control: the next frame is the marker's alone, so no late second frame
+        # of the burst was on its way when the wait above ended.
+        marker_id = await sync_to_async(marker)()
+        frame = check(await comm.receive_json_from(timeout=2))
+        assert [row["id"] for row in frame["changes"]] == [marker_id]
         await comm.disconnect()
 
     run(scenario)
@@ -239,6 +248,10 @@ def test_another_tenants_queues_and_workloads_in_a_subscribe_are_never_sent(
         with django_capture_on_commit_callbacks(execute=True):
             live.rank([workload_id])
 
+    def own_change() -> int:
+        with django_capture_on_commit_callbacks(execute=True):
+            return submit(site.world, "mine").pk
+
     def forged() -> None:
         events.send(
             site.tenant.pk,
@@ -268,6 +281,19 @@ def test_another_tenants_queues_and_workloads_in_a_subscribe_are_never_sent(
         [window] = frame["windows"]
         assert (window["pending"], window["holding"], window["ids"]) == (0, 0, [])
         assert await comm.receive_nothing(timeout=0.3)
+        # Positive control: with its own queue added, a change of team-a's is the very
+        # next frame, so nothing of team-b's was still on its way.
+        await comm.send_json_to(
+            {
+                "type": "subscribe",
+                "queues": [{"id": site.other_queue.pk, "from": 1, "to": 100}, site.queue.pk],
+                "workloads": [secret],
+            }
+        )
+        assert (await comm.receive_json_from())["type"] == "subscribed"
+        mine = await sync_to_async(own_change)()
+        frame = check(await comm.receive_json_from(timeout=2))
+        assert [row["id"] for row in frame["changes"]] == [mine]
         await comm.disconnect()
 
     run(scenario)

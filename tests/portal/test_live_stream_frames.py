@@ -99,7 +99,8 @@ def test_frames_beyond_the_rate_get_one_error_and_are_dropped(
 
     answers = async_to_sync(scenario)()
     assert answers[:2] == [{"type": "pong"}, {"type": "pong"}]
-    assert answers[2]["type"] == "error" and answers[2]["code"] == "rate"
+    assert answers[2]["type"] == "error"
+    assert answers[2]["code"] == "rate"
     assert answers[3]["type"] == "subscribed"
 
 

@@ -147,9 +147,9 @@ def test_the_workload_page_explains_why_it_waits(site):
     page = text(site.client("vic").get(f"/tenants/{site.tenant.name}/workloads/{waiting.pk}/"))
     assert "Waiting for quota: team-a-q runtime quota is short by 2.5 cpu." in page
     assert "<strong>team-a-q</strong> (its runtime limit)" in page
-    assert ">2500m</td>" in page  # shortfall per resource, as a quantity
+    assert ">2.5</td>" in page  # shortfall per resource, in cores (m only below one)
     assert ">8Gi</td>" in page
-    assert "Freeing cpu 2500m in team-a-q." in page
+    assert "Freeing cpu 2.5 in team-a-q." in page
     assert "Borrowing idle capacity: up to cpu 1 more" in page
     assert f'href="/tenants/{site.tenant.name}/workloads/{ahead.pk}/">team-a/ahead</a>' in page
     assert "a workload of another tenant" in page

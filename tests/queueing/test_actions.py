@@ -169,3 +169,12 @@ def test_a_tenant_keeps_at_least_one_admin(db):
     root = Actor.of(builders.user("root", superuser=True), Source.UI)
     actions.remove_membership(root, Membership.objects.get(user=bob))  # cluster admins may
     assert not Membership.objects.filter(tenant=tenant, role=Role.ADMIN).exists()
+
+
+def test_actions_take_parsed_amounts_as_they_are_and_parse_text(world):
+    from queueing.validation import Amounts
+
+    quota = actions.update_quota(SYSTEM, world.quota, max=Amounts({"cpu": 12_500}))
+    assert quota.max == {"cpu": 12_500}  # millicores as given, not 12,500 cores
+    quota = actions.update_quota(SYSTEM, world.quota, max={"cpu": "13"})
+    assert quota.max == {"cpu": 13_000}

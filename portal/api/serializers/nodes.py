@@ -16,6 +16,7 @@ from queueing import actions
 from queueing.models import (
     SimNode,
 )
+from queueing.validation import canonical
 
 
 class TaintSerializer(StrictSerializer):
@@ -68,8 +69,7 @@ class SimNodeSerializer(StrictModelSerializer):
             "taints": instance.taints,
             "unschedulable": instance.unschedulable,
         }
-        # Canonical amounts go back as quantities the action parses to the same numbers.
-        for key in ("allocatable", "reserved"):
-            current[key] = ResourcesField().to_representation(current[key])
+        for key in ("allocatable", "reserved"):  # canonical already: not parsed again
+            current[key] = canonical(current[key])
         current.update(validated_data)
         return actions.upsert_sim_node(actor_of(self), name=instance.name, **current)

@@ -39,9 +39,9 @@ class TenantSerializer(StrictModelSerializer):
     )
     def get_role(self, tenant: Tenant) -> str | None:
         roles = self.context.get("roles")
-        if roles is None:
+        if roles is None or tenant.pk not in roles:  # not read ahead (a tenant just created)
             return access.role_in(self.context["request"].user, tenant.pk)
-        return roles.get(tenant.pk)
+        return roles[tenant.pk]
 
     def validate_description(self, value: str) -> str:
         reject_nul(value, "description")

@@ -27,7 +27,8 @@ from queueing.models import (
     Workload,
     WorkloadEvent,
 )
-from queueing.quantities import describe, format_resources, parse_resources
+from queueing.quantities import describe, format_resources
+from queueing.validation import as_amounts
 
 
 class TolerationSerializer(StrictSerializer):
@@ -273,7 +274,7 @@ class WorkloadSubmitSerializer(StrictSerializer):
         refuses it otherwise, after the fact). Said here, by field."""
 
         def shape(pod_set: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
-            requests = parse_resources(pod_set.get("requests") or {})
+            requests = as_amounts(pod_set.get("requests") or {})
             return int(pod_set.get("count", 1)), {k: v for k, v in requests.items() if v}
 
         if len(given) != 1 or shape(given[0]) != shape(found[0]):

@@ -12,6 +12,7 @@ from portal.api import serializers as s
 from portal.api.permissions import TokenScope
 from portal.models import APIToken
 from queueing import access
+from queueing.events import iso
 from queueing.models import (
     Tenant,
 )
@@ -35,7 +36,7 @@ class MeView(APIView):
                 "token": {
                     "prefix": token.prefix,
                     "read_only": token.read_only,
-                    "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+                    "expires_at": iso(token.expires_at),
                 }
                 if token
                 else None,

@@ -8,6 +8,7 @@ without any system service. Honcho supervises everything; Ctrl-C stops it all.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -45,6 +46,10 @@ class Command(BaseCommand):
         env = dict(os.environ)
         env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
         env["PYTHONUNBUFFERED"] = "1"
+        # Production-safe unless asked: no debug pages (DEBUG=true to get them), and plain
+        # HTTP on this port, so cookies must not demand TLS (KQ_TLS=1 behind a TLS proxy).
+        env.setdefault("DEBUG", "false")
+        env.setdefault("KQ_TLS", "0")
         env.setdefault("KQ_DEMO_TRICKLE", "0" if options["no_trickle"] else "1")
         python = sys.executable
         procs: list[tuple[str, str]] = []
@@ -54,11 +59,15 @@ class Command(BaseCommand):
             redis_dir = var / "redis"
             redis_dir.mkdir(exist_ok=True)
             env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+            server = (
+                f"{redis_server_binary()} --bind 127.0.0.1 --port {port} --save '' "
+                f"--appendonly no --dir {redis_dir} --loglevel warning"
+            )
+            # Restarted on the same port if it dies (keep_running); clients reconnect.
             procs.append(
                 (
                     "redis",
-                    f"{redis_server_binary()} --bind 127.0.0.1 --port {port} --save '' "
-                    f"--appendonly no --dir {redis_dir} --loglevel warning",
+                    f"{python} manage.py keep_running --name redis {shlex.quote(server)}",
                 )
             )
             self.stdout.write(
@@ -79,7 +88,8 @@ class Command(BaseCommand):
             (
                 "web",
                 # KQ_DB_POOL: pooled PostgreSQL connections for the ASGI server (settings.py).
-                f"env KQ_DB_POOL=1 {python} -m uvicorn portal.asgi:application --host {host} --port {port} --no-access-log",
+                # --ws-max-size: the transport refuses frames far past the consumer's own limit.
+                f"env KQ_DB_POOL=1 {python} -m uvicorn portal.asgi:application --host {host} --port {port} --no-access-log --ws-max-size 262144",
             ),
             (
                 "worker",

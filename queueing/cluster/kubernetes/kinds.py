@@ -216,6 +216,10 @@ class Kind:
             node = node.setdefault(part, {})
         node[self.suspend_path[-1]] = True
 
+    def refusal(self, obj: Obj) -> str:
+        """Why the queue cannot hold this object ("" when it can)."""
+        return ""
+
     def priority_class(self, obj: Obj) -> str:
         for template in self.templates(obj):
             name = template.spec.get("priorityClassName")
@@ -331,9 +335,40 @@ class JobSet(Kind):
         }
 
 
+# KubeRay's default submitter container (GetDefaultSubmitterTemplate).
+RAY_SUBMITTER: Obj = {
+    "containers": [
+        {
+            "name": "ray-job-submitter",
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "200Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+        }
+    ],
+    "restartPolicy": "Never",
+}
+
+
 class RayJob(Kind):
     kind, group, version, plural = "RayJob", "ray.io", "v1", "rayjobs"
     admit_reads = True
+
+    def refusal(self, obj: Obj) -> str:
+        # KubeRay suspends only what it created and tears down (Kueue refuses the same).
+        if dig(obj, "spec", "clusterSelector"):
+            return (
+                "This RayJob runs on an existing RayCluster (spec.clusterSelector), which "
+                "KubeRay cannot suspend, so the queue cannot hold it: let the RayJob bring "
+                "its own cluster (spec.rayClusterSpec), or submit it in a namespace the "
+                "queue does not manage."
+            )
+        if dig(obj, "spec", "shutdownAfterJobFinishes") is not True:
+            return (
+                "KubeRay suspends a RayJob only with spec.shutdownAfterJobFinishes: true "
+                "(otherwise its RayCluster outlives the job and keeps its resources): set it."
+            )
+        return ""
 
     def templates(self, obj: Obj) -> list[PodTemplate]:
         cluster = dig(obj, "spec", "rayClusterSpec") or {}
@@ -344,6 +379,11 @@ class RayJob(Kind):
             if count > 0:
                 name = str(group.get("groupName") or f"workers-{i + 1}")
                 out.append(PodTemplate(name, count, dig(group, "template", "spec") or {}))
+        # K8sJobMode (KubeRay's default) runs `ray job submit` in a pod of its own, from
+        # spec.submitterPodTemplate or KubeRay's default; the other modes add no pod.
+        if (dig(obj, "spec", "submissionMode") or "K8sJobMode") == "K8sJobMode":
+            submitter = dig(obj, "spec", "submitterPodTemplate", "spec") or RAY_SUBMITTER
+            out.append(PodTemplate("submitter", 1, submitter))
         return out
 
     def observe(self, obj: Obj) -> Observed:
@@ -378,19 +418,27 @@ class RayJob(Kind):
             return Observed(SUSPENDED, True, active)
         return Observed(RUNNING if deployment == "Running" else STARTING, False, active, started)
 
+    def selector_holds(self, obj: Obj, selector: Mapping[str, str]) -> bool:
+        # KubeRay's default submitter has no template of the job's to pin.
+        pinned = [t for t in self.templates(obj) if t.spec is not RAY_SUBMITTER]
+        return all(selector.items() <= (t.spec.get("nodeSelector") or {}).items() for t in pinned)
+
     def selector_patch(self, obj: Obj | None, selector: Mapping[str, str]) -> Obj:
         if not selector or obj is None:
             return {}
         cluster = dig(obj, "spec", "rayClusterSpec") or {}
         workers = [_with_selector(g, selector) for g in cluster.get("workerGroupSpecs") or []]
+        spec: Obj = {
+            "rayClusterSpec": {
+                "headGroupSpec": _pod_spec_patch(selector),
+                "workerGroupSpecs": workers,
+            }
+        }
+        if dig(obj, "spec", "submitterPodTemplate"):
+            spec["submitterPodTemplate"] = {"spec": {"nodeSelector": dict(selector)}}
         return {
             "metadata": {"resourceVersion": dig(obj, "metadata", "resourceVersion")},
-            "spec": {
-                "rayClusterSpec": {
-                    "headGroupSpec": _pod_spec_patch(selector),
-                    "workerGroupSpecs": workers,
-                }
-            },
+            "spec": spec,
         }
 
 
@@ -463,8 +511,85 @@ class TFJob(KubeflowJob):
     admit_reads = True
 
 
+class MPIJob(KubeflowJob):
+    """Kubeflow's MPIJob v2beta1 (mpi-operator): Launcher and Worker under
+    mpiReplicaSpecs, suspend under runPolicy."""
+
+    kind, version, plural = "MPIJob", "v2beta1", "mpijobs"
+    replica_field = "mpiReplicaSpecs"
+    admit_reads = True
+
+
+class TrainJob(Kind):
+    """Kubeflow Trainer's TrainJob (trainer.kubeflow.org/v1alpha1). Its pods come from the
+    training runtime it references; what the queue accounts is the trainer nodes the
+    TrainJob itself asks for: ``spec.trainer.numNodes`` (1 when unset) pods of
+    ``spec.trainer.resourcesPerNode``. Initializer pods of the runtime are not counted."""
+
+    kind, group, version, plural = "TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+    admit_reads = True
+    trainer_job = "node"  # the runtime's ReplicatedJob of the trainer nodes
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        trainer = dig(obj, "spec", "trainer") or {}
+        resources = trainer.get("resourcesPerNode") or {}
+        pod: Obj = {"containers": [{"name": "node", "resources": dict(resources)}]}
+        for override in self._overrides(obj):
+            if override.get("nodeSelector"):
+                pod["nodeSelector"] = dict(override["nodeSelector"])
+            if override.get("tolerations"):
+                pod["tolerations"] = list(override["tolerations"])
+        return [PodTemplate(self.trainer_job, max(1, as_int(trainer.get("numNodes"), 1)), pod)]
+
+    def _targets_trainer(self, override: Any) -> bool:
+        return isinstance(override, Mapping) and any(
+            isinstance(t, Mapping) and t.get("name") == self.trainer_job
+            for t in override.get("targetJobs") or []
+        )
+
+    def _overrides(self, obj: Obj) -> list[Mapping[str, Any]]:
+        return [o for o in dig(obj, "spec", "podSpecOverrides") or [] if self._targets_trainer(o)]
+
+    def observe(self, obj: Obj) -> Observed:
+        true = true_conditions(obj)
+        jobs = dig(obj, "status", "jobsStatus") or []
+        active = sum(as_int(j.get("active")) for j in jobs if isinstance(j, Mapping))
+        ready = sum(as_int(j.get("ready")) for j in jobs if isinstance(j, Mapping))
+        if "Complete" in true:
+            finished = parse_time(true["Complete"].get("lastTransitionTime"))
+            return Observed(SUCCEEDED, self.is_suspended(obj), active, None, finished)
+        if "Failed" in true:
+            cond = true["Failed"]
+            return Observed(
+                FAILED,
+                self.is_suspended(obj),
+                active,
+                None,
+                parse_time(cond.get("lastTransitionTime")),
+                str(cond.get("message") or "The TrainJob failed."),
+            )
+        if self.is_suspended(obj):
+            return Observed(SUSPENDED, True, active)
+        return Observed(RUNNING if ready or active else STARTING, False, active)
+
+    def selector_patch(self, obj: Obj | None, selector: Mapping[str, str]) -> Obj:
+        if not selector or obj is None:
+            return {}
+        # A list, so the whole list goes back, guarded by the resourceVersion.
+        overrides = [copy.deepcopy(dict(o)) for o in dig(obj, "spec", "podSpecOverrides") or []]
+        mine = next((o for o in overrides if self._targets_trainer(o)), None)
+        if mine is None:
+            mine = {"targetJobs": [{"name": self.trainer_job}]}
+            overrides.append(mine)
+        mine["nodeSelector"] = {**(mine.get("nodeSelector") or {}), **selector}
+        return {
+            "metadata": {"resourceVersion": dig(obj, "metadata", "resourceVersion")},
+            "spec": {"podSpecOverrides": overrides},
+        }
+
+
 KINDS: dict[str, Kind] = {
-    k.kind: k for k in (BatchJob(), JobSet(), RayJob(), PyTorchJob(), TFJob())
+    k.kind: k for k in (BatchJob(), JobSet(), RayJob(), PyTorchJob(), TFJob(), MPIJob(), TrainJob())
 }
 
 # Not jobs, but read (import) and written (status mirroring) through the same layer.

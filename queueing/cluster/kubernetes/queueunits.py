@@ -6,7 +6,8 @@ so ``kubectl get queueunits`` and kube-queue's tooling keep working after a migr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from queueing import compat
 from queueing.cluster.base import JobInfo, JobKey
@@ -69,7 +70,13 @@ class QueueUnitMirror:
                         group, version, plural, key[1], str(dig(unit, "metadata", "name"))
                     )
                     + "/status",
-                    body={"status": {"phase": phase, "message": message}},
+                    body={
+                        "status": {
+                            "phase": phase,
+                            "message": message,
+                            "conditions": admitted_conditions(unit, phase, message),
+                        }
+                    },
                     content_type=MERGE_PATCH,
                 )
                 written += 1
@@ -78,6 +85,43 @@ class QueueUnitMirror:
                     continue  # gone meanwhile, or created by someone else: the next sync sees it
                 raise err.to_cluster_error("mirroring QueueUnit phases") from err
         return written
+
+
+# QueueUnit phases (either project's) in which the queue has let the job go.
+ADMITTED_PHASES = frozenset(
+    {"Dequeued", "Reserved", "SchedReady", "SchedSucceed", "Running", "Succeed"}
+)
+
+
+def admitted_conditions(unit: Obj, phase: str, message: str) -> list[Obj]:
+    """The unit's conditions with ``Admitted`` set from ``phase`` (others kept); the
+    transition time moves only when the status does, as metav1.Condition wants."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = "True" if phase in ADMITTED_PHASES else "False"
+    kept = [
+        dict(c)
+        for c in dig(unit, "status", "conditions") or []
+        if isinstance(c, Mapping) and c.get("type") != "Admitted"
+    ]
+    old = next(
+        (
+            c
+            for c in dig(unit, "status", "conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Admitted"
+        ),
+        None,
+    )
+    since = old.get("lastTransitionTime") if old and old.get("status") == status else now
+    return [
+        *kept,
+        {
+            "type": "Admitted",
+            "status": status,
+            "reason": phase,
+            "message": message,
+            "lastTransitionTime": since or now,
+        },
+    ]
 
 
 def queue_unit_hints(unit: Obj, annotations: dict[str, str]) -> dict[str, str]:
@@ -90,6 +134,12 @@ def queue_unit_hints(unit: Obj, annotations: dict[str, str]) -> dict[str, str]:
     priority = dig(unit, "spec", "priority")
     if isinstance(priority, int) and compat.annotation(out, compat.PRIORITY_KEY) is None:
         out["kube-queue/" + compat.PRIORITY_KEY] = str(priority)
+    priority_class = dig(unit, "spec", "priorityClassName")
+    if priority_class and compat.annotation(out, compat.PRIORITY_CLASS_KEY) is None:
+        out["kube-queue/" + compat.PRIORITY_CLASS_KEY] = str(priority_class)
+    limit = dig(unit, "spec", "maximumExecutionTimeSeconds")
+    if isinstance(limit, int) and limit > 0 and compat.annotation(out, compat.MAX_EXEC_KEY) is None:
+        out["kube-queue/" + compat.MAX_EXEC_KEY] = str(limit)
     return out
 
 
@@ -106,6 +156,9 @@ def queue_unit_for(job: JobInfo) -> Obj:
             "namespace": job.ref.namespace,
         },
         "resource": {name: format_amount(name, amount) for name, amount in sorted(total.items())},
+        # koord-queue's podSets: what it computes a unit's request from (PodRequests of
+        # each template, times count); the templates carry what the queue accounted.
+        "podSets": [_pod_set(pod_set) for pod_set in job.pod_sets],
     }
     queue = compat.queue_name(job.labels, job.annotations)
     if queue:
@@ -114,7 +167,10 @@ def queue_unit_for(job: JobInfo) -> Obj:
         spec["priority"] = job.priority
     if job.priority_class:
         spec["priorityClassName"] = job.priority_class
-    name = f"{job.ref.name}-{job.ref.kind.lower()}"[:253]
+    limit = compat.max_execution_s(job.labels, job.annotations)
+    if limit is not None:
+        spec["maximumExecutionTimeSeconds"] = limit
+    name = compat.queue_unit_name(job.ref.kind, job.ref.name)
     return {
         "apiVersion": "/".join(QUEUE_UNITS[:2]),
         "kind": "QueueUnit",
@@ -133,4 +189,21 @@ def queue_unit_for(job: JobInfo) -> Obj:
             ],
         },
         "spec": spec,
+    }
+
+
+def _pod_set(pod_set: Mapping[str, Any]) -> Obj:
+    requests = {
+        name: format_amount(name, int(amount))
+        for name, amount in sorted((pod_set.get("requests") or {}).items())
+    }
+    spec: Obj = {"containers": [{"name": "main", "resources": {"requests": requests}}]}
+    if pod_set.get("node_selector"):
+        spec["nodeSelector"] = dict(pod_set["node_selector"])
+    if pod_set.get("tolerations"):
+        spec["tolerations"] = list(pod_set["tolerations"])
+    return {
+        "name": str(pod_set.get("name") or "main"),
+        "count": int(pod_set.get("count", 1)),
+        "template": {"spec": spec},
     }

@@ -398,6 +398,7 @@ def job_info(
     observed = kind.observe(obj)
     message = observed.message
     pod_sets: list[dict[str, Any]] = []
+    refusal = kind.refusal(obj)
     try:
         for template in kind.templates(obj):
             pod_sets.append(
@@ -411,7 +412,11 @@ def job_info(
             )
     except QuantityError as exc:
         pod_sets, message = [], f"Its pod requests cannot be read: {exc}"
-    priority_class = kind.priority_class(obj)
+    if refusal:  # no pod sets: the sync reports the job unplaced, with this reason
+        pod_sets, message = [], refusal
+    priority_class = (
+        kind.priority_class(obj) or compat.annotation(annotations, compat.PRIORITY_CLASS_KEY) or ""
+    )
     priority = priorities.get(priority_class) if priority_class else None
     if priority is None:
         for template in kind.templates(obj):

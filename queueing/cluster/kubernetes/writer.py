@@ -13,13 +13,44 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from queueing import compat
 from queueing.cluster.base import ClusterError, JobNotFound, JobRef, JobRequest
 from queueing.cluster.kubernetes.client import MERGE_PATCH, ApiCallError, Obj, Rest
-from queueing.cluster.kubernetes.kinds import KINDS, BatchJob, Kind, deep_merge, dig, pod_requests
+from queueing.cluster.kubernetes.kinds import (
+    KINDS,
+    BatchJob,
+    Kind,
+    deep_merge,
+    dig,
+    pod_requests,
+    resource_path,
+)
 from queueing.cluster.kubernetes.reader import Reader
 from queueing.quantities import QuantityError, format_amount
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def enqueued_annotations(at: datetime) -> dict[str, str]:
+    """What koord-queue's job extensions write when a job enters the queue."""
+    return {
+        **compat.stamp_annotations(compat.ENQUEUED_KEY, "true"),
+        **compat.stamp_annotations(compat.ENQUEUE_TIMESTAMP_KEY, compat.go_time(at)),
+    }
+
+
+def admitted_annotations(at: datetime) -> dict[str, str | None]:
+    """Admission's annotations: ours, the dequeue stamp, and no hold left for a
+    kube-queue-patched operator (a merge patch's null removes a key)."""
+    return {
+        compat.MANAGED_ANNOTATION: "true",
+        **{key: None for key in compat.HOLD_ANNOTATIONS},
+        **compat.stamp_annotations(compat.DEQUEUE_TIMESTAMP_KEY, compat.go_time(at)),
+    }
 
 
 class Writer:
@@ -84,7 +115,7 @@ class Writer:
                 # Unsuspended already (by an earlier try whose answer was lost, or another
                 # worker): admitted is admitted; a started job's templates cannot change.
                 return None
-            patch: Obj = {"metadata": {"annotations": {compat.MANAGED_ANNOTATION: "true"}}}
+            patch: Obj = {"metadata": {"annotations": admitted_annotations(now())}}
             if ref.uid:
                 patch["metadata"]["uid"] = ref.uid  # a precondition: never admit a namesake
             patch = deep_merge(patch, kind.suspend_patch(False))
@@ -101,7 +132,15 @@ class Writer:
         def needed(obj: Obj | None) -> Obj | None:
             if obj is not None and kind.is_suspended(obj):
                 return None
-            patch = kind.suspend_patch(True)
+            # koord-queue empties the dequeue stamp of a job it suspends again.
+            patch = deep_merge(
+                kind.suspend_patch(True),
+                {
+                    "metadata": {
+                        "annotations": compat.stamp_annotations(compat.DEQUEUE_TIMESTAMP_KEY, "")
+                    }
+                },
+            )
             if ref.uid:
                 patch = deep_merge(patch, {"metadata": {"uid": ref.uid}})
             return patch
@@ -146,7 +185,11 @@ class Writer:
             **request.labels,
             compat.CREATE_ID_LABEL: create_id,
         }
-        annotations = {**(meta.get("annotations") or {}), **request.annotations}
+        annotations = {
+            **(meta.get("annotations") or {}),
+            **request.annotations,
+            **enqueued_annotations(now()),
+        }
         if request.expected_runtime_s and compat.expected_runtime(annotations) is None:
             annotations["koord-queue/" + compat.RUNTIME_KEY] = f"{request.expected_runtime_s:g}"
         meta["annotations"] = annotations
@@ -288,3 +331,22 @@ class Writer:
             raise err.to_cluster_error(f"looking for a created {kind.kind}") from err
 
     # --- kube-queue QueueUnits ---------------------------------------------------------------
+
+    def patch_annotations(
+        self, resource: tuple[str, str, str], namespace: str, name: str, values: dict[str, str]
+    ) -> None:
+        """Merge ``values`` into an object's annotations (idempotent); a missing object
+        is nothing to annotate."""
+        path = resource_path(*resource, namespace, name)
+        try:
+            self.rest.call(
+                "patch",
+                "PATCH",
+                path,
+                body={"metadata": {"annotations": dict(values)}},
+                content_type=MERGE_PATCH,
+            )
+        except ApiCallError as err:
+            if err.status == 404:
+                return
+            raise err.to_cluster_error(f"annotating {resource[2]} {namespace}/{name}") from err

@@ -238,6 +238,7 @@ class TestQueueAPI(StandardEndpoint):
 
 class TestWorkloadAPI(ListObjects, GetObject, CreateObject, ReadOnlyEndpoint):
     basename = "workload"
+    audit_verbs = {"create": "submit"}
     create_expect = matrix(201, MEMBERS, outsider=400)
     max_list_queries = 5
 
@@ -314,6 +315,9 @@ class TestAPITokenAPI(ListObjects, GetObject, CreateObject, DeleteObject):
     """Tokens are personal: nobody sees another's, not even a cluster admin."""
 
     basename = "apitoken"
+    audit_object = "token"
+    audit_verbs = {"delete": "revoke"}
+    answered_once = ("key",)
     others = ("outsider", "viewer", "member", "cluster_admin", "read_only")
     get_expect = matrix(200, ("tenant_admin",), hidden=others)
     create_expect = matrix(201, (*SIGNED_IN[:-1], "cluster_admin"))
@@ -329,6 +333,13 @@ class TestAPITokenAPI(ListObjects, GetObject, CreateObject, DeleteObject):
 
     def create_data(self, api: ApiWorld) -> dict[str, Any]:
         return {"name": "ci pipeline", "read_only": True}
+
+    def test_list_leaves_out_other_tenants_objects(self, api: ApiWorld) -> None:
+        """Not tenants here but people: each caller lists exactly their own tokens."""
+        for persona in ("viewer", "member", "tenant_admin", "outsider", "cluster_admin"):
+            own = set(APIToken.objects.filter(user=api.users[persona]).values_list("pk", flat=True))
+            assert own, persona
+            assert {row["id"] for row in self.rows(api, persona)} == own, persona
 
 
 class TestSimNodeAPI(StandardEndpoint):

@@ -1,0 +1,460 @@
+"""ETA calibration: learning the forecast's error, and measuring its promises.
+
+**Learning.** The forward simulation (:mod:`.forecast`) assumes runtimes and a world
+without surprises; what breaks it -- higher-priority arrivals, runtimes that end early
+or late, preemption, quotas shifting -- shows in its error. :class:`Residuals` keeps
+the error of recent forecasts, each ``(actual wait - predicted wait) / max(predicted
+wait, floor)`` for a workload at its first forecast, and hands the engine the median
+and an *upper confidence bound* of the 0.9 quantile, as QBETS does for batch-queue
+waits (Nurmi, Brevik and Wolski, "QBETS: Queue Bounds Estimation from Time Series",
+2007): with ``n`` observations, the ``k``-th smallest is an upper bound on the 0.9
+quantile at confidence ``c`` when ``P(Binomial(n, 0.9) < k) >= c``. The bound is
+nonparametric: it holds whatever the error's distribution, which is what makes a p90
+honest. The caller (the simulator, or the database side) feeds admitted workloads in
+and passes :meth:`Residuals.quantiles` as ``Snapshot.eta_residuals``; only past
+admissions are used, so nothing peeks at the future.
+
+**Measuring.** :class:`EtaRecorder` records, at each cycle, every waiting workload's
+predicted p50/p90 and its explanation, and when it was admitted; :meth:`metrics`
+gives the figures of the ``eta_calibration`` benchmark. :func:`contradictions` checks
+that an explanation's sentence agrees with its own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import re
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from queueing.engine.types import (
+    EXPLAIN_NEVER,
+    EXPLAIN_POLICY,
+    EXPLAIN_QUOTA,
+    CycleResult,
+    Eta,
+    Explanation,
+    Snapshot,
+    covers,
+    fmt,
+)
+
+__all__ = [
+    "ArrivalLoad",
+    "EtaRecorder",
+    "Residuals",
+    "contradictions",
+    "eta_classes",
+    "qbets_index",
+]
+
+#: Waits shorter than this are measured against it (a relative error of a 1-second
+#: forecast says nothing).
+FLOOR_S = 10.0
+
+
+@lru_cache(maxsize=4096)
+def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
+    """The 1-based order statistic that bounds quantile ``q`` from above at ``confidence``.
+
+    The smallest ``k`` with ``P(Binomial(n, q) < k) >= confidence``; None when ``n`` is
+    too small for any observation to be such a bound.
+    """
+    cdf = 0.0
+    lq, lp = math.log(q), math.log1p(-q)
+    head = math.lgamma(n + 1)
+    for k in range(n + 1):
+        # P(X = k) for X ~ Binomial(n, q), in logs (n may be in the thousands)
+        cdf += math.exp(head - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lp)
+        if cdf >= confidence:
+            return k + 1 if k + 1 <= n else None
+    return None
+
+
+def eta_classes(queue: str, priority: int) -> tuple[str, str, str]:
+    """The strata a workload's forecast error is pooled in, finest first.
+
+    Its queue and priority (to the hundred), its priority band (Koordinator's bands are
+    a thousand wide), everything. What breaks a forecast differs by class -- work of a
+    low band is overtaken by arrivals of higher bands, a high band is not -- so the
+    error is learnt per class, as QBETS learns per job size; a class with too few
+    observations falls back to the next.
+    """
+    return (f"q/{queue}/{priority // 100}", f"b/{priority // 1000}", "")
+
+
+class Residuals:
+    """The recent errors of first forecasts, per class, and their quantiles."""
+
+    #: Until ``minimum`` admissions are measured: the median is the forecast itself
+    #: and the p90 twice the predicted wait (a prior, replaced by measurement).
+    PRIOR = (0.0, 1.0)
+
+    def __init__(self, window: int = 300, confidence: float = 0.95, minimum: int = 10) -> None:
+        self.window = window
+        self.errors: dict[str, deque[float]] = {}
+        self.confidence = confidence
+        self.minimum = minimum
+
+    def add(self, keys: tuple[str, ...], predicted_wait_s: float, actual_wait_s: float) -> None:
+        """One admitted workload: its first forecast wait and the wait it had."""
+        predicted = max(0.0, predicted_wait_s)
+        e = (actual_wait_s - predicted) / max(predicted, FLOOR_S)
+        for key in keys:
+            got = self.errors.get(key)
+            if got is None:
+                got = self.errors[key] = deque(maxlen=self.window)
+            got.append(e)
+
+    def quantiles(
+        self, overdue: Mapping[str, list[float]] | None = None
+    ) -> dict[str, tuple[float, float]]:
+        """Per class with enough observations (and "" always, or the prior): the median
+        and the QBETS upper bound of the 0.9 quantile of the errors.
+
+        ``overdue``: per class, the errors so far of workloads still waiting past their
+        forecast. They are lower bounds (censored: the wait is not over), counted as
+        they stand -- without them a class whose work waits long would be learnt only
+        once that work is admitted, too late for everything queued meanwhile.
+        """
+        out: dict[str, tuple[float, float]] = {}
+        keys = set(self.errors) | set(overdue or ())
+        for key in keys:
+            errors = list(self.errors.get(key, ()))
+            if overdue and key in overdue:
+                late = overdue[key]
+                if len(late) > self.window:  # evenly thinned: the window bounds the cost
+                    late = sorted(late)[:: -(-len(late) // self.window)]
+                errors.extend(late)
+            n = len(errors)
+            if n < self.minimum:
+                continue
+            ordered = sorted(errors)
+            k = qbets_index(n, 0.9, self.confidence)
+            upper = ordered[-1] if k is None else ordered[k - 1]
+            out[key] = (statistics.median(ordered), upper)
+        out.setdefault("", self.PRIOR)
+        return out
+
+
+class ArrivalLoad:
+    """Offered load of recent arrivals per root quota and priority (for the engine).
+
+    Each workload seen for the first time adds ``dominant share of its tree's capacity
+    (the root's max, the cluster) x expected runtime``; over the last ``window_s`` that
+    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). Capacity is
+    shared within a tree, so every higher-priority arrival there may go first.
+    """
+
+    def __init__(self, window_s: float = 300.0) -> None:
+        self.window_s = window_s
+        self.seen: set[int] = set()
+        self.recent: deque[tuple[float, str, int, float]] = deque()
+        self.start: float | None = None
+
+    def update(self, snap: Snapshot, ratio: Mapping[str, tuple[float, float]]) -> None:
+        """Count the workloads seen for the first time in ``snap``."""
+        now = snap.now
+        if self.start is None:
+            self.start = now
+        parent = {q.name: q.parent for q in snap.quotas}
+        maxes = {q.name: q.max for q in snap.quotas}
+        cap: dict[str, int] = {}
+        for n in snap.nodes:
+            if not n.unschedulable:
+                for k, v in n.allocatable.items():
+                    cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
+        caps: dict[str, dict[str, int]] = {}
+        roots: dict[str, str] = {}
+        for w in snap.workloads:
+            if w.id in self.seen or w.quota not in parent:
+                continue
+            self.seen.add(w.id)
+            # Where capacity is shared: the root of its tree (its max, and the cluster).
+            root = roots.get(w.quota)
+            if root is None:
+                at: str = w.quota
+                while parent[at] is not None:
+                    at = parent[at]  # type: ignore[assignment]
+                root = roots[w.quota] = at
+            qcap = caps.get(root)
+            if qcap is None:
+                qcap = dict(cap)
+                for k, m in maxes[root].items():
+                    if m < qcap.get(k, 0):
+                        qcap[k] = m
+                caps[root] = qcap
+            share = 0.0
+            for k, v in w.request.items():
+                c = qcap.get(k, 0)
+                if c > 0:
+                    share = max(share, v / c)
+            runtime = w.expected_runtime_s or 0.0
+            r = ratio.get(w.queue)
+            if r is not None:
+                runtime *= r[0]
+            self.recent.append((now, root, w.priority, share * runtime))
+        while self.recent and self.recent[0][0] < now - self.window_s:
+            self.recent.popleft()
+
+    def load(self, now: float) -> dict[str, dict[int, float]]:
+        span = min(self.window_s, max(now - (self.start or now), 1.0))
+        out: dict[str, dict[int, float]] = {}
+        for _, root, prio, work in self.recent:
+            bands = out.setdefault(root, {})
+            bands[prio] = bands.get(prio, 0.0) + work / span
+        return out
+
+
+@dataclass(slots=True)
+class _Track:
+    workload_id: int
+    first_t: float
+    first_p50: float | None
+    first_p90: float | None
+    last_p50: float | None = None
+    last_t: float = 0.0
+    admitted_at: float | None = None
+    #: The uncalibrated forecast (the simulation's start time): errors are learnt on it.
+    raw_p50: float | None = None
+    classes: tuple[str, ...] = ("",)
+    flips: int = 0
+    steps: int = 0
+    # (t, p50) of every observation, to judge flips once the admission is known.
+    series: list[tuple[float, float | None, int, str, str]] = field(default_factory=list)
+
+
+class EtaRecorder:
+    """Predictions at every cycle against what then happened (virtual time).
+
+    As a simulator observer (:class:`~.simulator.CycleObserver`) it also plays the
+    database side's memory: it passes back the previous ETAs, the measured residuals
+    and, from workloads that have finished by now, each queue's ratio of actual to
+    declared runtime. ``runtimes``: the actual runtime of each workload id.
+    """
+
+    def __init__(self, runtimes: Mapping[int, float] | None = None, calibrate: bool = True) -> None:
+        self.runtimes = dict(runtimes or {})
+        self.calibrate = calibrate
+        self.previous: Mapping[int, Eta] = {}
+        self.started: list[tuple[float, str, float, float]] = []  # (end, queue, actual, declared)
+        self.ratios: dict[str, list[float]] = {}
+        #: The current wait of each waiting workload; ``done``: waits that ended.
+        self.tracks: dict[int, _Track] = {}
+        self.done: list[_Track] = []
+        self.observations = 0
+        self.present = 0
+        self.inversions = 0
+        self.contradictions = 0
+        self.contradiction_examples: list[str] = []
+        self.residuals = Residuals()
+        self.arrivals = ArrivalLoad()
+
+    def before(self, snap: Snapshot) -> Snapshot:
+        """The snapshot with what the database side would remember."""
+        now = snap.now
+        while self.started and self.started[0][0] <= now:
+            _, queue, actual, declared = heapq.heappop(self.started)
+            self.ratios.setdefault(queue, []).append(actual / declared)
+        ratio = {}
+        for queue, xs in self.ratios.items():
+            recent = sorted(xs[-200:])
+            if len(recent) >= 5:
+                ratio[queue] = (
+                    recent[len(recent) // 2],
+                    recent[min(len(recent) - 1, int(0.9 * len(recent)))],
+                )
+        if not self.calibrate:
+            return dataclasses.replace(snap, previous_etas=self.previous)
+        self.arrivals.update(snap, ratio)
+        overdue: dict[str, list[float]] = {}
+        for tr in self.tracks.values():
+            if tr.raw_p50 is None:
+                continue
+            predicted = max(0.0, tr.raw_p50 - tr.first_t)
+            waited = now - tr.first_t
+            if waited > predicted:
+                e = (waited - predicted) / max(predicted, FLOOR_S)
+                for key in tr.classes:
+                    overdue.setdefault(key, []).append(e)
+        return dataclasses.replace(
+            snap,
+            previous_etas=self.previous,
+            eta_residuals=self.residuals.quantiles(overdue),
+            runtime_ratio=ratio,
+            arrival_load=self.arrivals.load(now),
+        )
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None:
+        """Record the cycle and remember its ETAs for the next one."""
+        self.observe(snap, result)
+        self.previous = result.etas
+        by_id = {w.id: w for w in snap.workloads}
+        for a in result.admissions:
+            w = by_id[a.workload_id]
+            actual = self.runtimes.get(w.id)
+            if actual is not None and w.expected_runtime_s:
+                heapq.heappush(
+                    self.started,
+                    (snap.now + actual, w.queue, actual, w.expected_runtime_s),
+                )
+
+    def observe(self, snap: Snapshot, result: CycleResult) -> None:
+        """Record one cycle: every workload left waiting, and the admissions."""
+        now = snap.now
+        for a in result.admissions:
+            # A wait ends at admission; an evicted workload's next wait is a new one.
+            tr = self.tracks.pop(a.workload_id, None)
+            if tr is not None:
+                tr.admitted_at = now
+                self.done.append(tr)
+                if tr.raw_p50 is not None:
+                    self.residuals.add(tr.classes, tr.raw_p50 - tr.first_t, now - tr.first_t)
+        by_id = {w.id: w for w in snap.workloads}
+        names = {w.id: w.name for w in snap.workloads}
+        for wid, e in result.explanations.items():
+            eta = result.etas.get(wid)
+            self.observations += 1
+            has_eta = eta is not None and eta.p50 is not None and eta.p90 is not None
+            if has_eta or (eta is not None and eta.reason) or e.kind == EXPLAIN_NEVER:
+                self.present += 1
+            elif e.kind in ("backoff", "unknown-queue"):
+                self.present += 1  # waiting for a named time, or refused with a reason
+            bad = contradictions(e, names, result)
+            if bad:
+                self.contradictions += 1
+                if len(self.contradiction_examples) < 5:
+                    self.contradiction_examples.append(f"{bad}: {e.sentence()}")
+            if eta is None or e.kind == EXPLAIN_NEVER:
+                continue
+            tr = self.tracks.get(wid)
+            if tr is None:
+                w = by_id.get(wid)
+                tr = self.tracks[wid] = _Track(
+                    wid,
+                    now,
+                    eta.p50,
+                    eta.p90,
+                    raw_p50=eta.forecast,
+                    classes=eta_classes(w.queue, w.priority) if w is not None else ("",),
+                )
+            pos = result.positions.get(wid)
+            tr.series.append((now, eta.p50, pos.in_queue if pos else 0, e.kind, eta.moved))
+        self.inversions += block_inversions(snap, result)
+
+    def metrics(self) -> dict[str, float]:
+        """The benchmark's figures over the workloads admitted during the run."""
+        done = self.done
+        firsts: list[tuple[float, float, float, float]] = [
+            (t.first_t, t.first_p50, t.first_p90, t.admitted_at)
+            for t in done
+            if t.first_p50 is not None and t.first_p90 is not None and t.admitted_at is not None
+        ]
+        p90_ok = sum(1 for _, _, p90, at in firsts if at <= p90 + 1e-6)
+        p50_ok = sum(1 for _, p50, _, at in firsts if at <= p50 + 1e-6)
+        rel = [abs((at - t0) - (p50 - t0)) / max(at - t0, FLOOR_S) for t0, p50, _, at in firsts]
+        # A flip: consecutive p50s of one wait more than twice the remaining wait apart.
+        # It is "explained" when the world visibly changed for that workload between
+        # the two cycles: its position in its queue, the kind of its reason, or the
+        # old estimate passed without the start it promised (overdue).
+        steps = flips = unexplained = 0
+        for t in done:
+            prev: tuple[float, int, str] | None = None
+            for at, p50, pos, kind, moved in t.series:
+                if p50 is None:
+                    continue
+                if prev is not None:
+                    steps += 1
+                    remaining = max((t.admitted_at or at) - at, FLOOR_S)
+                    if abs(p50 - prev[0]) > 2 * remaining:
+                        flips += 1
+                        if pos == prev[1] and kind == prev[2] and moved != "overdue":
+                            unexplained += 1
+                prev = (p50, pos, kind)
+        n = len(firsts)
+        return {
+            "observations": self.observations,
+            "admitted_tracked": n,
+            "presence_pct": round(100.0 * self.present / max(1, self.observations), 2),
+            "p90_coverage_pct": round(100.0 * p90_ok / max(1, n), 2),
+            "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
+            "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
+            "flips_pct": round(100.0 * flips / max(1, steps), 3),
+            "flips_unexplained_pct": round(100.0 * unexplained / max(1, steps), 3),
+            "block_inversions": self.inversions,
+            "contradictions": self.contradictions,
+        }
+
+
+def block_inversions(snap: Snapshot, result: CycleResult) -> int:
+    """In strict-order queues, per quota, a later position with an earlier p50."""
+    blocking = {q.name for q in snap.queues if q.blocking}
+    if not blocking:
+        return 0
+    rows: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for w in snap.workloads:
+        if w.queue not in blocking:
+            continue
+        pos = result.positions.get(w.id)
+        eta = result.etas.get(w.id)
+        if pos is None or eta is None or eta.p50 is None:
+            continue
+        rows.setdefault((w.queue, w.quota), []).append((pos.in_queue, eta.p50))
+    bad = 0
+    for row in rows.values():
+        row.sort()
+        latest = -math.inf
+        for _, p50 in row:
+            if p50 < latest - 1e-6:
+                bad += 1
+            latest = max(latest, p50)
+    return bad
+
+
+_ID_RE = re.compile(r"\bworkload \d+\b|#\d+")
+_AHEAD_RE = re.compile(r"(\d+) workloads? ahead")
+
+
+def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult) -> str:
+    """Why ``e``'s sentence disagrees with its own fields, or "" when it agrees.
+
+    Checked: a "short by X" never comes with an offer to borrow at least X of the same
+    resource; listed victims free at least the shortfall, or the sentence says they do
+    not; workloads are named, never numbered; the count ahead is the true one (it
+    agrees with the position); amounts are printed in people's units.
+    """
+    text = e.sentence()
+    if _ID_RE.search(text):
+        return "names a workload by id"
+    for wid, wname in zip(e.victims, e.victim_names, strict=False):
+        if names.get(wid, wname) != wname:
+            return "victim name is not the victim's"
+    if e.blocked_by is not None and e.kind == EXPLAIN_POLICY:
+        if e.blocked_by_name != names.get(e.blocked_by, e.blocked_by_name):
+            return "blocking head misnamed"
+        if e.blocked_by_name and e.blocked_by_name not in text:
+            return "blocking head not named"
+    m = _AHEAD_RE.search(text)
+    pos = result.positions.get(e.workload_id)
+    if m is not None and int(m.group(1)) != e.waiting_ahead:
+        return "count ahead differs from its field"
+    if pos is not None and e.waiting_ahead != pos.in_queue - 1:
+        return "count ahead differs from the position"
+    if e.kind == EXPLAIN_QUOTA:
+        short = e.shortfall
+        if "could borrow" in text:
+            for k, v in e.borrowable.items():
+                if v >= short.get(k, 0) > 0 and fmt({k: v}) in text.split("could borrow")[1]:
+                    return "short by X yet could borrow >= X"
+        if e.victims:
+            enough = covers(e.victims_free, short)
+            if enough != ("would free it" in text):
+                return "victims said to free the shortfall but do not (or the reverse)"
+        if fmt(short) not in text:
+            return "shortfall not printed in people's units"
+    return ""
