@@ -31,6 +31,7 @@ def _run(scenario: Any, trees: int) -> dict[str, Any]:
         workloads=workloads,
         admissions_per_virtual_s=round(workloads / result.makespan_s, 1),
         engine_ms_per_tree_cycle=round(1000 * result.engine_mean_s / trees, 3),
+        engine_cpu_ms_per_tree_cycle=round(1000 * result.engine_cpu_mean_s / trees, 3),
     )
     return data
 
@@ -49,6 +50,7 @@ def kueue_baseline_10x_sim() -> dict[str, Any]:
                 "engine_mean_s",
                 "engine_p95_s",
                 "engine_ms_per_tree_cycle",
+                "engine_cpu_ms_per_tree_cycle",
                 "admissions_per_cycle_max",
                 "wall_s",
             )
@@ -57,4 +59,76 @@ def kueue_baseline_10x_sim() -> dict[str, Any]:
     }
 
 
-BENCHMARKS = {"kueue_baseline_10x_sim": kueue_baseline_10x_sim}
+def db_transitions() -> dict[str, Any]:
+    """What PostgreSQL here takes of the cycle's writes: workload transitions per second,
+    one UPDATE per workload against one UPDATE per batch (``UPDATE ... FROM unnest``),
+    on a scratch table shaped like ``queueing_workload``'s hot columns with 150,000 rows
+    (the 10x load). A measurement of the database for ``docs/scaling.md``, not of the
+    product's code; needs PostgreSQL (``DATABASE_URL`` or 127.0.0.1:5432)."""
+    import json
+    import time
+
+    import psycopg
+
+    from tests.bench.bench_api import drop_database, scratch_database
+
+    base = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    url = scratch_database(base, f"kq_bench_scale_{os.getpid()}")
+    rows = 150_000
+    out: dict[str, Any] = {"rows": rows}
+    try:
+        with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+            conn.execute(
+                "CREATE TABLE w (id bigint PRIMARY KEY, quota_id int NOT NULL, phase varchar(10),"
+                " admitted_at timestamptz, assignment jsonb, position int, reason text)"
+            )
+            conn.execute("CREATE INDEX w_quota_phase ON w (quota_id, phase)")
+            conn.execute(
+                "INSERT INTO w SELECT g, g %% 300, 'Pending', NULL, '{}'::jsonb, g, ''"
+                " FROM generate_series(1, %s) g",
+                (rows,),
+            )
+            conn.commit()
+            assignment = json.dumps({"sim-node": {"cpu": 5000}})
+            next_id = 1
+
+            def take(n: int) -> list[int]:
+                nonlocal next_id
+                ids = list(range(next_id, next_id + n))
+                next_id += n
+                return ids
+
+            # One statement per workload, one transaction per cycle of `batch`.
+            for batch in (10, 100):
+                done, t0 = 0, time.perf_counter()
+                while done < 10_000:
+                    with conn.transaction():
+                        for wid in take(batch):
+                            conn.execute(
+                                "UPDATE w SET phase='Admitted', admitted_at=now(),"
+                                " assignment=%s::jsonb WHERE id=%s AND phase='Pending'",
+                                (assignment, wid),
+                            )
+                    done += batch
+                out[f"per_row_batch{batch}_rows_per_s"] = round(done / (time.perf_counter() - t0))
+            # One statement per cycle.
+            for batch in (10, 100, 360):
+                done, t0 = 0, time.perf_counter()
+                while done < 20_000:
+                    ids = take(batch)
+                    with conn.transaction():
+                        conn.execute(
+                            "UPDATE w SET phase='Admitted', admitted_at=now(), assignment=u.a"
+                            " FROM unnest(%s::bigint[], %s::jsonb[]) AS u(id, a)"
+                            " WHERE w.id=u.id AND w.phase='Pending'",
+                            (ids, [assignment] * len(ids)),
+                        )
+                    done += batch
+                out[f"bulk_batch{batch}_rows_per_s"] = round(done / (time.perf_counter() - t0))
+    finally:
+        drop_database(url)
+    out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+BENCHMARKS = {"kueue_baseline_10x_sim": kueue_baseline_10x_sim, "db_transitions": db_transitions}
