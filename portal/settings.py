@@ -259,6 +259,9 @@ KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
 # rebuilds them from the database at least this often.
 KQ_WORLD = _bool("KQ_WORLD", True)
 KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
+# Positions and ETAs of a tree are forecast at most this often (woken cycles between
+# only admit; queueing/state/annotate.py).
+KQ_FORECAST_EVERY_S = _float("KQ_FORECAST_EVERY_S", 1.0, 0.0)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 # Client frames: at most this many bytes each, this many a second (bursts of twice that).
@@ -295,6 +298,14 @@ KQ_CLUSTER = _choice("KQ_CLUSTER", "simulated", ("simulated", "kubernetes"))
 KQ_NAMESPACES = env.list("KQ_NAMESPACES", default=[])
 KQ_KUBECONFIG = env.str("KUBECONFIG", default="")
 KQ_MIRROR_QUEUEUNITS = _bool("KQ_MIRROR_QUEUEUNITS", False)
+# Kubernetes Events on managed jobs (queued, admitted, preempted, why pending).
+KQ_KUBE_EVENTS = _bool("KQ_KUBE_EVENTS", True)
+# Runtime quota written back to ElasticQuotas at most this often per quota.
+KQ_QUOTA_WRITEBACK_S = _float("KQ_QUOTA_WRITEBACK_S", 10.0, 0.0)
+# ElasticQuotas, Queues and ResourceQuotas as live configuration (docs/kube-queue-compat.md).
+KQ_KUBE_LIVE_CONFIG = _bool("KQ_KUBE_LIVE_CONFIG", False)
+KQ_KUBE_CONFIG_SYNC_S = _float("KQ_KUBE_CONFIG_SYNC_S", 5.0, 0.0)
+KQ_KUBE_ROOT = env.str("KQ_KUBE_ROOT", default="")  # the root to import under, when several
 # Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
 KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)

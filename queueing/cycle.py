@@ -90,10 +90,22 @@ def cycle_root(
         snapshot, index = state.build_snapshot(
             root, nodes=nodes, now=now, head=None if full else state.HEAD_ROWS, world=tree
         )
+        forecast = full or state.forecast_due(root)
         engine_started = time.perf_counter()
-        result = engine_cycle(snapshot)
+        result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000
-        report = state.apply(result, snapshot, index, held, cluster, engine_ms=engine_ms, full=full)
+        report = state.apply(
+            result,
+            snapshot,
+            index,
+            held,
+            cluster,
+            engine_ms=engine_ms,
+            full=full,
+            annotate=forecast,
+        )
+        if forecast:
+            state.forecast_done(root)
         assert report.cycle_id is not None
         if tree is not None and report.conflicts > len(report.displaced):
             tree.invalidate()  # it believed something the database no longer says

@@ -56,7 +56,7 @@ class KubeQueueObjects:
     namespace_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def read_objects(cluster: Any) -> KubeQueueObjects:
+def read_objects(cluster: Any, *, queue_units: bool = True) -> KubeQueueObjects:
     """List the kube-queue and Koordinator objects through a cluster adapter that has
     ``list_objects`` and ``nodes`` (the Kubernetes adapter)."""
     group, version = compat.KUBE_QUEUE_GROUP, compat.KUBE_QUEUE_VERSION
@@ -76,7 +76,7 @@ def read_objects(cluster: Any) -> KubeQueueObjects:
         # koord-queue and kube-queue keep cluster-wide Queues in a namespace of their own,
         # which need not be a managed one: listed across all namespaces.
         queues=cluster.list_objects(group, version, "queues", cluster_scoped=True),
-        queue_units=cluster.list_objects(group, version, "queueunits"),
+        queue_units=cluster.list_objects(group, version, "queueunits") if queue_units else [],
         namespaces=set(namespaces),
         capacity=capacity,
         resource_quotas=cluster.list_objects("", "v1", "resourcequotas"),

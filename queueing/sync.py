@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat, kubequeue
+from queueing import actions, compat, kubequeue, kubesync
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -215,6 +215,7 @@ def sync_cluster(
             report.mirrored = mirror_queue_units(cluster, now)
         except ClusterError as exc:
             report.errors.append(f"QueueUnit mirroring: {exc}")
+    kubesync.after_sync(cluster, now)
     return report
 
 

@@ -24,6 +24,7 @@ and the placement lock decide against the database.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -206,12 +207,60 @@ def record_now_and_on_commit(changes: Mapping[str, Iterable[int]]) -> None:
 # --- the world of a tree ----------------------------------------------------------------
 
 
+Key = tuple[int, datetime, int]  # (-priority, queue order time, id): the engine's order
+
+
+class _QueueOrder:
+    """One queue's waiting rows in the engine's order, kept sorted as rows come and go,
+    with the total request of its Pending rows per quota (for the unlisted demand)."""
+
+    __slots__ = ("backoff", "demand", "keys", "pending")
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.pending = 0
+        self.demand: dict[int, dict[str, int]] = {}
+        self.backoff: set[int] = set()
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        bisect.insort(self.keys, _key(row))
+        if row["phase"] == Phase.BACKOFF:
+            self.backoff.add(row["id"])
+        else:
+            self.pending += 1
+            _charge(self.demand, row, 1)
+
+    def remove(self, row: Mapping[str, Any]) -> None:
+        key = _key(row)
+        at = bisect.bisect_left(self.keys, key)
+        if at < len(self.keys) and self.keys[at] == key:
+            del self.keys[at]
+        if row["phase"] == Phase.BACKOFF:
+            self.backoff.discard(row["id"])
+        else:
+            self.pending -= 1
+            _charge(self.demand, row, -1)
+
+
+def _key(row: Mapping[str, Any]) -> Key:
+    return (-row["priority"], row["queue_order_at"], row["id"])
+
+
+def _charge(demand: dict[int, dict[str, int]], row: Mapping[str, Any], sign: int) -> None:
+    bucket = demand.setdefault(row["quota_id"], {})
+    for resource, amount in (row["total_request"] or {}).items():
+        bucket[resource] = bucket.get(resource, 0) + sign * int(amount)
+
+
 class TreeWorld:
-    """The live workloads of one tree, as rows (the fields build_snapshot reads)."""
+    """The live workloads of one tree, as rows (the fields build_snapshot reads), with
+    each queue's waiting rows kept in the engine's order."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self.rows: dict[int, dict[str, Any]] = {}
+        self.holding: set[int] = set()
+        self.queues: dict[int, _QueueOrder] = defaultdict(_QueueOrder)
         self.cursor: Cursor | None = None
         self.quota_ids: frozenset[int] = frozenset()
         self.rebuilt_at = 0.0
@@ -249,8 +298,12 @@ class TreeWorld:
         rows = Workload.objects.filter(quota_id__in=list(quota_ids), phase__in=list(LIVE)).values(
             *WORLD_FIELDS
         )
-        self.rows = {row["id"]: row for row in rows}
+        self.rows = {}
+        self.holding = set()
+        self.queues = defaultdict(_QueueOrder)
         self.specs = {}
+        for row in rows:
+            self._put(row)
         self.quota_ids = quota_ids
         self.cursor = cursor
         self.rebuilt_at = time.monotonic()
@@ -266,12 +319,27 @@ class TreeWorld:
             for row in Workload.objects.filter(id__in=list(ids)).values(*WORLD_FIELDS)
         }
         for workload_id in ids:
+            self._drop(workload_id)
             row = found.get(workload_id)
             if row is not None and row["phase"] in LIVE and row["quota_id"] in self.quota_ids:
-                self.rows[workload_id] = row
-            else:
-                self.rows.pop(workload_id, None)
-                self.specs.pop(workload_id, None)
+                self._put(row)
+
+    def _put(self, row: dict[str, Any]) -> None:
+        self.rows[row["id"]] = row
+        if row["phase"] in HOLDING_PHASES:
+            self.holding.add(row["id"])
+        else:
+            self.queues[row["queue_id"]].add(row)
+
+    def _drop(self, workload_id: int) -> None:
+        old = self.rows.pop(workload_id, None)
+        self.specs.pop(workload_id, None)
+        if old is None:
+            return
+        if old["phase"] in HOLDING_PHASES:
+            self.holding.discard(workload_id)
+        else:
+            self.queues[old["queue_id"]].remove(old)
 
     def select(
         self, head: int | None, now: datetime
@@ -280,34 +348,48 @@ class TreeWorld:
 
         ``head`` None: every live row. Otherwise the holding rows and the first ``head``
         competing rows of each queue in the engine's queue order (priority, then queue
-        order time, then id); the other competing rows are counted as demand."""
+        order time, then id); the other competing rows (Pending, or Backoff that is due)
+        are counted as demand. Walks only each queue's front and its Backoff rows."""
         if head is None:
             return dict(self.rows), {}, 0
-        listed: dict[int, dict[str, Any]] = {}
-        by_queue: dict[int, list[tuple[int, datetime, int]]] = defaultdict(list)
-        for workload_id, row in self.rows.items():
-            phase = row["phase"]
-            if phase in HOLDING_PHASES:
-                listed[workload_id] = row
-            elif phase == Phase.PENDING or (
-                phase == Phase.BACKOFF and (row["requeue_at"] is None or row["requeue_at"] <= now)
-            ):
-                by_queue[row["queue_id"]].append(
-                    (-row["priority"], row["queue_order_at"], workload_id)
-                )
+        rows = self.rows
+        listed = {workload_id: rows[workload_id] for workload_id in self.holding}
         demand: dict[int, dict[str, int]] = {}
         unlisted = 0
-        for keys in by_queue.values():
-            keys.sort()
-            for _, _, workload_id in keys[:head]:
-                listed[workload_id] = self.rows[workload_id]
-            for _, _, workload_id in keys[head:]:
-                row = self.rows[workload_id]
-                unlisted += 1
-                bucket = demand.setdefault(row["quota_id"], {})
-                for resource, amount in (row["total_request"] or {}).items():
-                    bucket[resource] = bucket.get(resource, 0) + int(amount)
-        return listed, demand, unlisted
+        for order in self.queues.values():
+            taken = 0
+            listed_pending: list[dict[str, Any]] = []
+            for _, _, workload_id in order.keys:
+                if taken >= head:
+                    break
+                row = rows[workload_id]
+                if row["phase"] == Phase.BACKOFF:
+                    if row["requeue_at"] is not None and row["requeue_at"] > now:
+                        continue  # not competing yet
+                else:
+                    listed_pending.append(row)
+                listed[workload_id] = row
+                taken += 1
+            # Unlisted demand: every Pending row's request, less the listed ones', plus
+            # the due Backoff rows left out.
+            for quota_id, amounts in order.demand.items():
+                bucket = demand.setdefault(quota_id, {})
+                for resource, amount in amounts.items():
+                    bucket[resource] = bucket.get(resource, 0) + amount
+            for row in listed_pending:
+                _charge(demand, row, -1)
+            unlisted += order.pending - len(listed_pending)
+            for workload_id in order.backoff:
+                row = rows[workload_id]
+                due = row["requeue_at"] is None or row["requeue_at"] <= now
+                if due and workload_id not in listed:
+                    unlisted += 1
+                    _charge(demand, row, 1)
+        demand = {
+            quota_id: {r: a for r, a in amounts.items() if a}
+            for quota_id, amounts in demand.items()
+        }
+        return listed, {q: a for q, a in demand.items() if a}, unlisted
 
 
 _worlds: dict[str, TreeWorld] = {}

@@ -28,6 +28,8 @@ def _fast_password_hashing() -> None:
     # The test process wakes no cycles (tests/queueing/test_wake.py turns it on); the
     # workers that end-to-end tests start do.
     settings.KQ_WAKE = False
+    # Tests tick many times a second: every cycle forecasts unless a test says otherwise.
+    settings.KQ_FORECAST_EVERY_S = 0.0
 
 
 @pytest.fixture(autouse=True)

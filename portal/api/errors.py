@@ -16,7 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -43,6 +45,14 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
     default_detail = "The object changed meanwhile; reload and try again."
+
+
+class PayloadTooLarge(exceptions.APIException):
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE (KQ_MAX_BODY_BYTES); nothing was read."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+    default_detail = "The request body is too large."
 
 
 class PreconditionFailed(exceptions.APIException):
@@ -104,6 +114,9 @@ def to_api_exception(exc: Exception) -> Exception:
         return Conflict(str(exc))
     if isinstance(exc, ActionError):
         return Refused(str(exc))
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return PayloadTooLarge(f"The request body may be at most {limit} bytes.")
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):

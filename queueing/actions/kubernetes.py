@@ -7,7 +7,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from queueing.actions.base import Actor, audit, publish, snapshot_of
+from queueing.actions.base import ActionError, Actor, audit, publish, snapshot_of
+from queueing.choices import Source
 from queueing.events import config_message, queue_row, quota_row
 from queueing.models import Queue, Quota
 
@@ -34,4 +35,15 @@ def set_kube_ref(actor: Actor, obj: Quota | Queue, kube_ref: str) -> None:
         audit(actor, "queue.update", current, before=before, after=snapshot_of(current))
         publish(
             current.tenant_id, config_message("queues", current.tenant_id, [queue_row(current)])
+        )
+
+
+def refuse_if_kube_managed(actor: Actor, obj: Quota | Queue) -> None:
+    """A quota or queue mirrored from Kubernetes is edited there (GitOps): an edit from
+    the pages or the API would be overwritten by the next look at the object."""
+    if obj.kube_ref and actor.source in (Source.UI, Source.API):
+        what = "Quota" if isinstance(obj, Quota) else "Queue"
+        raise ActionError(
+            f"{what} {obj.name!r} is managed in Kubernetes ({obj.kube_ref}): edit that "
+            "object instead."
         )

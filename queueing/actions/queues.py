@@ -20,6 +20,7 @@ from queueing.actions.base import (
     snapshot_of,
     stale_message,
 )
+from queueing.actions.kubernetes import refuse_if_kube_managed
 from queueing.choices import ACTIVE_PHASES, normalize_policy
 from queueing.events import config_message, queue_row, quota_row
 from queueing.models import Queue, Quota, Tenant, Workload
@@ -85,6 +86,7 @@ def update_queue(
         raise ActionError(f"Queue field(s) {', '.join(sorted(unknown))} cannot be changed.")
     current = Queue.objects.select_for_update().get(pk=queue.pk)
     check_version("Queue", current, expected_version)
+    refuse_if_kube_managed(actor, current)
     before = snapshot_of(current)
     for key, value in changes.items():
         setattr(current, key, value)
@@ -106,6 +108,7 @@ def update_queue(
 def delete_queue(actor: Actor, queue: Queue, *, expected_version: int | None = None) -> None:
     queue = Queue.objects.select_for_update().get(pk=queue.pk)
     check_version("Queue", queue, expected_version)
+    refuse_if_kube_managed(actor, queue)
     if Workload.objects.filter(queue=queue, phase__in=ACTIVE_PHASES).exists():
         raise ActionError(f"Queue {queue.name!r} has live workloads; it cannot be deleted.")
     if Workload.objects.filter(queue=queue).exists():

@@ -21,6 +21,7 @@ from queueing.actions.base import (
     snapshot_of,
     stale_message,
 )
+from queueing.actions.kubernetes import refuse_if_kube_managed
 from queueing.actions.queues import create_queue
 from queueing.events import config_message, quota_row
 from queueing.models import Queue, Quota, Tenant, Workload
@@ -184,6 +185,7 @@ def update_quota(
     current = (
         Quota.objects.select_for_update(of=("self",)).select_related("parent").get(pk=quota.pk)
     )
+    refuse_if_kube_managed(actor, current)
     check_version("Quota", current, expected_version)
     parent = changes.get("parent", current.parent)
     default_queue = changes.get("default_queue", current.default_queue)
@@ -221,6 +223,7 @@ def delete_quota(actor: Actor, quota: Quota, *, expected_version: int | None = N
     raises ConflictError."""
     quota = Quota.objects.select_for_update().get(pk=quota.pk)
     check_version("Quota", quota, expected_version)
+    refuse_if_kube_managed(actor, quota)
     if quota.children.exists():
         raise ActionError(f"Quota {quota.name!r} has children; remove them first.")
     if Workload.objects.filter(quota=quota).exists():

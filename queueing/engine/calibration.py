@@ -30,6 +30,7 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from queueing.engine.types import (
     EXPLAIN_NEVER,
@@ -57,6 +58,7 @@ __all__ = [
 FLOOR_S = 10.0
 
 
+@lru_cache(maxsize=4096)
 def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
     """The 1-based order statistic that bounds quantile ``q`` from above at ``confidence``.
 
@@ -64,9 +66,11 @@ def qbets_index(n: int, q: float = 0.9, confidence: float = 0.95) -> int | None:
     too small for any observation to be such a bound.
     """
     cdf = 0.0
+    lq, lp = math.log(q), math.log1p(-q)
+    head = math.lgamma(n + 1)
     for k in range(n + 1):
-        # P(X = k) for X ~ Binomial(n, q)
-        cdf += math.comb(n, k) * q**k * (1 - q) ** (n - k)
+        # P(X = k) for X ~ Binomial(n, q), in logs (n may be in the thousands)
+        cdf += math.exp(head - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lp)
         if cdf >= confidence:
             return k + 1 if k + 1 <= n else None
     return None
@@ -107,11 +111,26 @@ class Residuals:
                 got = self.errors[key] = deque(maxlen=self.window)
             got.append(e)
 
-    def quantiles(self) -> dict[str, tuple[float, float]]:
+    def quantiles(
+        self, overdue: Mapping[str, list[float]] | None = None
+    ) -> dict[str, tuple[float, float]]:
         """Per class with enough observations (and "" always, or the prior): the median
-        and the QBETS upper bound of the 0.9 quantile of the errors."""
+        and the QBETS upper bound of the 0.9 quantile of the errors.
+
+        ``overdue``: per class, the errors so far of workloads still waiting past their
+        forecast. They are lower bounds (censored: the wait is not over), counted as
+        they stand -- without them a class whose work waits long would be learnt only
+        once that work is admitted, too late for everything queued meanwhile.
+        """
         out: dict[str, tuple[float, float]] = {}
-        for key, errors in self.errors.items():
+        keys = set(self.errors) | set(overdue or ())
+        for key in keys:
+            errors = list(self.errors.get(key, ()))
+            if overdue and key in overdue:
+                late = overdue[key]
+                if len(late) > self.window:  # evenly thinned: the window bounds the cost
+                    late = sorted(late)[:: -(-len(late) // self.window)]
+                errors.extend(late)
             n = len(errors)
             if n < self.minimum:
                 continue
@@ -124,13 +143,12 @@ class Residuals:
 
 
 class ArrivalLoad:
-    """Offered load of recent arrivals per quota and priority (for the engine).
+    """Offered load of recent arrivals per root quota and priority (for the engine).
 
-    Each workload seen for the first time adds ``dominant share of what its quota could
-    ever use (its chain's maxes, the cluster) x expected runtime``; over the last
-    ``window_s`` that sums to a load (0.3 = work arriving at 30 % of that). Queue
-    order is priority first within a quota, so it is its own quota's higher-priority
-    arrivals that overtake a waiting workload; across quotas fair share decides.
+    Each workload seen for the first time adds ``dominant share of its tree's capacity
+    (the root's max, the cluster) x expected runtime``; over the last ``window_s`` that
+    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). Capacity is
+    shared within a tree, so every higher-priority arrival there may go first.
     """
 
     def __init__(self, window_s: float = 300.0) -> None:
@@ -152,21 +170,25 @@ class ArrivalLoad:
                 for k, v in n.allocatable.items():
                     cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
         caps: dict[str, dict[str, int]] = {}
+        roots: dict[str, str] = {}
         for w in snap.workloads:
             if w.id in self.seen or w.quota not in parent:
                 continue
             self.seen.add(w.id)
-            # What the quota could ever use: every max on its chain, and the cluster.
-            qcap = caps.get(w.quota)
+            # Where capacity is shared: the root of its tree (its max, and the cluster).
+            root = roots.get(w.quota)
+            if root is None:
+                at: str = w.quota
+                while parent[at] is not None:
+                    at = parent[at]  # type: ignore[assignment]
+                root = roots[w.quota] = at
+            qcap = caps.get(root)
             if qcap is None:
                 qcap = dict(cap)
-                at: str | None = w.quota
-                while at is not None:
-                    for k, m in maxes[at].items():
-                        if m < qcap.get(k, 0):
-                            qcap[k] = m
-                    at = parent[at]
-                caps[w.quota] = qcap
+                for k, m in maxes[root].items():
+                    if m < qcap.get(k, 0):
+                        qcap[k] = m
+                caps[root] = qcap
             share = 0.0
             for k, v in w.request.items():
                 c = qcap.get(k, 0)
@@ -176,7 +198,7 @@ class ArrivalLoad:
             r = ratio.get(w.queue)
             if r is not None:
                 runtime *= r[0]
-            self.recent.append((now, w.quota, w.priority, share * runtime))
+            self.recent.append((now, root, w.priority, share * runtime))
         while self.recent and self.recent[0][0] < now - self.window_s:
             self.recent.popleft()
 
@@ -204,7 +226,7 @@ class _Track:
     flips: int = 0
     steps: int = 0
     # (t, p50) of every observation, to judge flips once the admission is known.
-    series: list[tuple[float, float | None]] = field(default_factory=list)
+    series: list[tuple[float, float | None, int, str, str]] = field(default_factory=list)
 
 
 class EtaRecorder:
@@ -250,10 +272,20 @@ class EtaRecorder:
         if not self.calibrate:
             return dataclasses.replace(snap, previous_etas=self.previous)
         self.arrivals.update(snap, ratio)
+        overdue: dict[str, list[float]] = {}
+        for tr in self.tracks.values():
+            if tr.raw_p50 is None:
+                continue
+            predicted = max(0.0, tr.raw_p50 - tr.first_t)
+            waited = now - tr.first_t
+            if waited > predicted:
+                e = (waited - predicted) / max(predicted, FLOOR_S)
+                for key in tr.classes:
+                    overdue.setdefault(key, []).append(e)
         return dataclasses.replace(
             snap,
             previous_etas=self.previous,
-            eta_residuals=self.residuals.quantiles(),
+            eta_residuals=self.residuals.quantiles(overdue),
             runtime_ratio=ratio,
             arrival_load=self.arrivals.load(now),
         )
@@ -311,7 +343,8 @@ class EtaRecorder:
                     raw_p50=eta.forecast,
                     classes=eta_classes(w.queue, w.priority) if w is not None else ("",),
                 )
-            tr.series.append((now, eta.p50))
+            pos = result.positions.get(wid)
+            tr.series.append((now, eta.p50, pos.in_queue if pos else 0, e.kind, eta.moved))
         self.inversions += block_inversions(snap, result)
 
     def metrics(self) -> dict[str, float]:
@@ -325,16 +358,24 @@ class EtaRecorder:
         p90_ok = sum(1 for _, _, p90, at in firsts if at <= p90 + 1e-6)
         p50_ok = sum(1 for _, p50, _, at in firsts if at <= p50 + 1e-6)
         rel = [abs((at - t0) - (p50 - t0)) / max(at - t0, FLOOR_S) for t0, p50, _, at in firsts]
-        steps = flips = 0
+        # A flip: consecutive p50s of one wait more than twice the remaining wait apart.
+        # It is "explained" when the world visibly changed for that workload between
+        # the two cycles: its position in its queue, the kind of its reason, or the
+        # old estimate passed without the start it promised (overdue).
+        steps = flips = unexplained = 0
         for t in done:
-            prev: float | None = None
-            for at, p50 in t.series:
-                if p50 is not None and prev is not None:
+            prev: tuple[float, int, str] | None = None
+            for at, p50, pos, kind, moved in t.series:
+                if p50 is None:
+                    continue
+                if prev is not None:
                     steps += 1
                     remaining = max((t.admitted_at or at) - at, FLOOR_S)
-                    if abs(p50 - prev) > 2 * remaining:
+                    if abs(p50 - prev[0]) > 2 * remaining:
                         flips += 1
-                prev = p50 if p50 is not None else prev
+                        if pos == prev[1] and kind == prev[2] and moved != "overdue":
+                            unexplained += 1
+                prev = (p50, pos, kind)
         n = len(firsts)
         return {
             "observations": self.observations,
@@ -344,6 +385,7 @@ class EtaRecorder:
             "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
             "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
             "flips_pct": round(100.0 * flips / max(1, steps), 3),
+            "flips_unexplained_pct": round(100.0 * unexplained / max(1, steps), 3),
             "block_inversions": self.inversions,
             "contradictions": self.contradictions,
         }

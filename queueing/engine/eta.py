@@ -40,9 +40,9 @@ __all__ = ["finish_etas"]
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
 TOLERANCE = 0.25
-#: Higher-priority arrivals stretch a wait at most this many times (a load at or above
-#: the capacity would stretch it without bound; calibration takes over from there).
-MAX_STRETCH = 10.0
+#: Higher-priority arrivals stretch a wait at most this many times (a load near or above
+#: the capacity would stretch it without bound; the measured error takes over there).
+MAX_STRETCH = 3.0
 
 
 def finish_etas(
@@ -58,16 +58,16 @@ def finish_etas(
     snap = cy.snapshot
     res = snap.eta_residuals
     prev = snap.previous_etas
-    horizon_h = cy.config.eta_horizon_s / 3600
     no_eta = (
         "the forecast ran out of its time budget before reaching it"
         if out_of_time
-        else f"not admitted within the forecast horizon ({horizon_h:g} h)"
+        else f"not admitted within the forecast horizon ({_duration(cy.config.eta_horizon_s)})"
     )
     classes: dict[int, tuple[str, ...]] = {}
     stretch: dict[int, float] = {}
     load = snap.arrival_load
     if res or load:
+        tree = cy.tree
         above_cache: dict[tuple[str, int], float] = {}
         for q in cy.queues:
             for cw in q.cands:
@@ -76,10 +76,11 @@ def finish_etas(
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
                 if load:
-                    lkey = (cw.quota, cw.priority)
+                    root = tree.names[tree.chains[cy.quota_of[cw.id]][-1]]
+                    lkey = (root, cw.priority)
                     f = above_cache.get(lkey)
                     if f is None:
-                        bands = load.get(cw.quota, {})
+                        bands = load.get(root, {})
                         above = sum(v for p, v in bands.items() if p > cw.priority)
                         f = above_cache[lkey] = 1.0 / max(1.0 - above, 1.0 / MAX_STRETCH)
                     stretch[cw.id] = f
@@ -164,3 +165,11 @@ def _order(cy: Cycle, etas: dict[int, tuple[float, float]]) -> bool:
                 changed = True
             latest[qi] = got
     return changed
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

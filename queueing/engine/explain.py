@@ -208,7 +208,9 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     new = tuple.__new__
     _policy = Explanation(0, EXPLAIN_POLICY)
     policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
-    policy_tail = tuple(_policy[9:])  # to_free .. detail
+    policy_tail = tuple(_policy[9:13])  # to_free .. requeue_at
+    policy_end = tuple(_policy[16:])  # victim_names .. starts_by
+    blockers: dict[int, tuple[str, str]] = {}  # head id -> (name, what it waits for)
 
     def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...], n: int) -> Explanation:
         # Fields 0 (workload_id), 7 (ahead) and 14 (waiting_ahead) differ; the rest
@@ -360,12 +362,26 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 out[wid] = e
                 head_names[wid] = w.name
             elif kind == F_POLICY:
+                got = blockers.get(arg)
+                if got is None:
+                    got = blockers[arg] = (head_names.get(arg, ""), head_summary(out.get(arg)))
+                # Built field by field (tens of thousands per cycle): workload_id, kind,
+                # quota .. eligible_nodes, ahead, blocked_by, to_free .. requeue_at,
+                # detail, waiting_ahead, blocked_by_name, victim_names .. starts_by.
                 out[wid] = new(
-                    Explanation, (wid, EXPLAIN_POLICY, *policy_mid, ahead, arg, *policy_tail)
-                )._replace(
-                    waiting_ahead=idx,
-                    blocked_by_name=head_names.get(arg, ""),
-                    detail=head_summary(out.get(arg)),
+                    Explanation,
+                    (
+                        wid,
+                        EXPLAIN_POLICY,
+                        *policy_mid,
+                        ahead,
+                        arg,
+                        *policy_tail,
+                        got[1],
+                        idx,
+                        got[0],
+                        *policy_end,
+                    ),
                 )
             elif kind == F_DEPTH:
                 out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)

@@ -15,6 +15,8 @@ from queueing.state.annotate import (
     FULL_CYCLE_SHARE,
     HEAD_ROWS,
     _full_cycles,
+    forecast_done,
+    forecast_due,
     full_cycle_done,
     full_cycle_due,
 )
@@ -45,6 +47,8 @@ __all__ = [
     "build_snapshot",
     "engine_config",
     "epoch",
+    "forecast_done",
+    "forecast_due",
     "from_epoch",
     "full_cycle_done",
     "full_cycle_due",

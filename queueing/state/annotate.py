@@ -63,6 +63,24 @@ def full_cycle_done(root: str, cost_s: float) -> None:
     _full_cycles[root] = (time.monotonic(), cost_s)
 
 
+# Woken cycles come as often as events do; admissions need every one of them, but the
+# forecast of positions and ETAs (most of the engine's time on long queues) is refreshed
+# at most every KQ_FORECAST_EVERY_S per tree. A cycle without it leaves the stored
+# positions, ETAs and reasons as they are (apply's step 5 is skipped).
+_forecasts: dict[str, float] = {}  # root -> monotonic time of its last forecast
+
+
+def forecast_due(root: str) -> bool:
+    from django.conf import settings
+
+    last = _forecasts.get(root)
+    return last is None or time.monotonic() - last >= settings.KQ_FORECAST_EVERY_S
+
+
+def forecast_done(root: str) -> None:
+    _forecasts[root] = time.monotonic()
+
+
 def pending_annotations(
     result: CycleResult, index: SnapshotIndex, *, full: bool = True
 ) -> list[tuple[int, dict[str, Any]]]:

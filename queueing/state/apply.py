@@ -113,8 +113,12 @@ def apply(
     *,
     engine_ms: float = 0.0,
     full: bool = True,
+    annotate: bool = True,
 ) -> ApplyReport:
-    """Write the cycle's decisions, then make the cluster follow. See the module docstring."""
+    """Write the cycle's decisions, then make the cluster follow. See the module docstring.
+
+    ``annotate=False``: the result has no positions or ETAs (the engine ran without its
+    forecast); the waiting keep what they show."""
     now = index.now
     report = ApplyReport(engine_ms=engine_ms)
     if result.admissions:
@@ -148,8 +152,9 @@ def apply(
                 id__in=list(result.nominations), phase__in=WAITING_PHASES, nominated=False
             ).update(nominated=True, updated_at=now)
 
-        # 5. What the waiting show: position, ETA, reason (one executemany).
-        annotated = pending_annotations(result, index, full=full)
+        # 5. What the waiting show: position, ETA, reason (one executemany); not after
+        # an engine run without the forecast (state.forecast_due), which keeps them.
+        annotated = pending_annotations(result, index, full=full) if annotate else []
         report.annotated = write_annotations(annotated, now)
 
         # 6. Quotas: usage ledger, runtime quota and usage on the rows, usage samples.

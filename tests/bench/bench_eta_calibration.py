@@ -66,7 +66,9 @@ def _run(scenario: Scenario, interval: float) -> dict[str, Any]:
     sim = simulate(
         scenario,
         cycle_interval_s=interval,
-        config=EngineConfig(cycle_interval_s=interval),
+        # The forecast's wall-time budget is raised: what is measured is calibration, and
+        # on a shared machine a 0.25 s budget would make the figures depend on the load.
+        config=EngineConfig(cycle_interval_s=interval, eta_budget_s=2.0),
         epoch=1_700_000_000.0,
         observer=watch,
     )
@@ -90,7 +92,7 @@ def eta_calibration() -> list[dict[str, Any]]:
     return [
         _run(demo_world(), 2.0),
         _run(kueue_baseline(), 1.0),
-        _run(gpu_heavy(), 10.0),
+        _run(gpu_heavy(), 2.0),
     ]
 
 

@@ -430,6 +430,11 @@ def measure_world_cycle(pending: int, cycles: int) -> None:
     in_memory: list[float] = []
     whole: list[float] = []
     engine: list[float] = []
+    profile = None
+    if os.environ.get("KQ_BENCH_PROFILE"):  # where the in-memory part's time goes, on stderr
+        import cProfile
+
+        profile = cProfile.Profile()
     for i in range(cycles):
         actions.submit_workload(
             system,
@@ -440,19 +445,31 @@ def measure_world_cycle(pending: int, cycles: int) -> None:
             expected_runtime_s=1.0,
         )
         # The in-memory part, as cycle_root runs it (without the lease and the apply).
+        if profile is not None and os.environ["KQ_BENCH_PROFILE"] != "whole":
+            profile.enable()
         started = time.perf_counter()
         tree.refresh(quota_ids)
         snapshot, _ = state.build_snapshot("cohort", nodes=nodes, head=state.HEAD_ROWS, world=tree)
         engine_started = time.perf_counter()
         engine_cycle(snapshot)
         done = time.perf_counter()
+        if profile is not None:
+            profile.disable()
         in_memory.append((done - started) * 1000)
         engine.append((done - engine_started) * 1000)
         # The whole cycle, database writes included (heads-only, as at scale).
         state.full_cycle_done("cohort", 60.0)  # keeps the next cycle heads-only
+        if profile is not None and os.environ["KQ_BENCH_PROFILE"] == "whole":
+            profile.enable()
         started = time.perf_counter()
         cycle_root("cohort", cluster=cluster, nodes=nodes)
         whole.append((time.perf_counter() - started) * 1000)
+        if profile is not None:
+            profile.disable()
+    if profile is not None:
+        import pstats
+
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
     waiting = Workload.objects.filter(phase=Phase.PENDING).count()
     print(
         json.dumps(
@@ -481,6 +498,7 @@ def world_cycle_14k() -> dict[str, Any]:
             "DATABASE_URL": db_url,
             "KQ_VAR_DIR": str(tmp / "var"),
             "DEBUG": "0",
+            "SECRET_KEY": secrets.token_urlsafe(40),
             "KQ_CLUSTER": "simulated",
             "KQ_WAKE": "0",
             "KQ_FAIR_SHARE_MODE": "instant",

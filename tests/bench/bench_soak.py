@@ -136,7 +136,7 @@ class Product:
             elif "uvicorn" in line:
                 name = "web"
             elif "celery" in line and " worker" in line:
-                name = "worker"
+                name = "cycler" if "cycler@" in line else "worker"
             elif "celery" in line and " beat" in line:
                 name = "beat"
             else:

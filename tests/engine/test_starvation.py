@@ -17,11 +17,13 @@ import dataclasses
 from queueing.engine.resources import Resources
 from queueing.engine.simulator import Arrival, Scenario, simulate
 from queueing.engine.types import (
+    CycleResult,
     EngineConfig,
     NodeSpec,
     PodSet,
     QueueSpec,
     QuotaNode,
+    Snapshot,
     WorkloadSpec,
 )
 
@@ -29,7 +31,7 @@ GPU = "nvidia.com/gpu"
 EPOCH = 1_700_000_000.0
 
 
-def vision(aging: float | None) -> Scenario:
+def vision(aging: float | None) -> tuple[Scenario, int, int, int]:
     quotas = (
         QuotaNode("vision", max={GPU: 64, "cpu": 500_000}),
         QuotaNode("vision-train", "vision", min=Resources({GPU: 24}), max={GPU: 56}),
@@ -83,17 +85,17 @@ def vision(aging: float | None) -> Scenario:
         gang,
         never,
         behind,
-    )  # type: ignore[return-value]
+    )
 
 
 def admitted_at(scenario: Scenario, ids: tuple[int, ...]) -> dict[int, float]:
     seen: dict[int, float] = {}
 
     class Watch:
-        def before(self, snap):  # type: ignore[no-untyped-def]
+        def before(self, snap: Snapshot) -> Snapshot:
             return snap
 
-        def after(self, snap, result):  # type: ignore[no-untyped-def]
+        def after(self, snap: Snapshot, result: CycleResult) -> None:
             for a in result.admissions:
                 if a.workload_id in ids:
                     seen.setdefault(a.workload_id, snap.now - EPOCH)
@@ -116,14 +118,14 @@ def admitted_at(scenario: Scenario, ids: tuple[int, ...]) -> dict[int, float]:
 
 
 def test_the_gang_starves_without_aging_and_starts_within_the_bound_with_it() -> None:
-    scenario, gang, never, behind = vision(aging=None)  # type: ignore[misc]
+    scenario, gang, never, behind = vision(aging=None)
     without = admitted_at(scenario, (gang, never, behind))
     # Positive control: water-filling alone gives vision-dev its min (8 GPUs) and
     # vision-train the rest; the 16-GPU gang waits as long as vision-train has work
     # (600 s of arrivals), and the Block queue behind it too.
     assert without.get(gang, 1e9) > 600.0
     assert without.get(behind, 1e9) > 600.0
-    scenario, gang, never, behind = vision(aging=120.0)  # type: ignore[misc]
+    scenario, gang, never, behind = vision(aging=120.0)
     with_aging = admitted_at(scenario, (gang, never, behind))
     # Claim whole at 100 + 120 s; vision-train's 60 s jobs then end without successors.
     assert with_aging[gang] <= 100.0 + 120.0 + 60.0 + 10.0
@@ -133,7 +135,7 @@ def test_the_gang_starves_without_aging_and_starts_within_the_bound_with_it() ->
 
 
 def test_a_head_beyond_its_max_is_set_aside_and_the_queue_moves_on() -> None:
-    scenario, gang, never, behind = vision(aging=120.0)  # type: ignore[misc]
+    scenario, gang, never, behind = vision(aging=120.0)
     seen = admitted_at(scenario, (gang, never, behind))
     assert never not in seen  # never admitted
     assert seen[-never] <= 101.0 + 5.0  # set aside at its first cycle, with its numbers

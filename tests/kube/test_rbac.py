@@ -9,8 +9,10 @@ from typing import Any
 import yaml
 
 from queueing.cluster.base import JobRequest
+from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
 from queueing.kubequeue import read_objects
+from queueing.quotawriteback import ELASTIC_QUOTAS, RUNTIME_ANNOTATION
 from tests.fakekube import FakeKube, FaultSpec
 from tests.kube.conftest import make_adapter
 from tests.kube.test_kinds import jobset, kubeflow, rayjob
@@ -95,6 +97,11 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
         cluster.admit(ref, node_selector={"koord-queue/pool": "a"})
         cluster.suspend(ref)
     cluster.mirror_queue_units({("Job", "team-a", "job"): ("Dequeued", "")})
+    story = KubeEvent(refs[0], "Queued", "Queued in queue q of quota team-a.")
+    cluster.record_events([story, story])  # created, then bumped
+    KubernetesCluster(cluster.api).record_events([story])  # another recorder: 409, get, patch
+    # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
+    cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
     read_objects(cluster)
     watcher = ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1)
     watcher.start()

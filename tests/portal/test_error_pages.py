@@ -173,15 +173,24 @@ def test_a_database_outage_outside_a_view_is_a_503_page(rf: Any) -> None:
     assert response["Retry-After"] == "5"
 
 
-def test_a_body_over_the_limit_is_refused(world: Any, settings: Any) -> None:
+def test_a_body_over_the_limit_is_refused_before_it_is_parsed(world: Any, settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+    from portal import tokens
+
     member = builders.user("mo", tenant=world.tenant, role=Role.MEMBER)
-    client = Client()
-    client.force_login(member)
-    big = '{"name": "' + "x" * 4096 + '"}'
-    response = client.post("/api/v1/workloads/", big, content_type="application/json")
-    assert response.status_code in (400, 413)
-    assert response.status_code != 500
-    small = client.post("/api/v1/workloads/", '{"name": "x"}', content_type="application/json")
-    assert small.status_code == 400  # read and validated: the limit let it through
-    assert "fields" in small.json()
+    key = tokens.create_token(builders.SYSTEM, member).key
+    client = Client(HTTP_AUTHORIZATION=f"Token {key}")
+
+    def body(padding: int) -> str:
+        return json.dumps(
+            {"name": "big", "queue": world.queue.name, "annotations": {"pad": "x" * padding},
+             "pod_sets": [{"count": 1, "requests": {"cpu": "1"}}]}
+        )  # fmt: skip
+
+    big = client.post("/api/v1/workloads/", body(4096), content_type="application/json")
+    assert big.status_code == 413
+    assert json.loads(big.content)["code"] == "too_large"
+    assert json.loads(big.content)["detail"] == "The request body may be at most 2048 bytes."
+    # The same body under the limit is read, validated and accepted.
+    small = client.post("/api/v1/workloads/", body(100), content_type="application/json")
+    assert small.status_code == 201, small.content

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.core.management import call_command
@@ -307,3 +308,30 @@ def test_room_left_by_another_tree_is_still_used(world):
     second = state.apply(result_b, snap_b, index_b, None, world.cluster)
     assert (second.admitted, second.displaced) == ([theirs.pk], [])
     assert sum(held_per_node().values()) == 8000
+
+
+def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
+    world, settings, monkeypatch
+):
+    settings.KQ_FORECAST_EVERY_S = 1.0
+    monkeypatch.setattr(state.annotate, "_forecasts", {})
+    # Heads-only cycles from now (a full cycle always forecasts).
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
+    submit(world, "big", cpu="8", count=2, runtime=600)
+    waiting = submit(world, "waits", cpu="8", count=2, runtime=600)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # forecasts
+    assert Workload.objects.get(pk=waiting.pk).position == 1
+    small = submit(world, "small", cpu="1", runtime=600)
+    late = submit(world, "late", cpu="8", count=2, runtime=600)
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.admitted == []  # the root is full: nothing fits, not even small
+    assert report.annotated == 0  # within a second of the last forecast: none written
+    assert Workload.objects.get(pk=late.pk).position is None
+    # A second later the forecast runs again and the newcomers get their places.
+    state.annotate._forecasts["cluster"] -= 1.0
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.annotated >= 2
+    assert Workload.objects.get(pk=late.pk).position is not None
+    assert Workload.objects.get(pk=small.pk).position is not None

@@ -4,6 +4,7 @@ fresh read of the database says."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -123,8 +124,7 @@ def test_a_cycle_reads_no_workload_of_its_tree_but_those_the_journal_names(world
 
 
 def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, settings):
-    for i in range(12):
-        submit(world, f"w{i}", cpu="2", priority=i % 3, runtime=600)
+    made = [submit(world, f"w{i}", cpu="2", priority=i % 3, runtime=600) for i in range(12)]
     nodes = world.cluster.nodes()
     tree = world_of("cluster")
     tree.refresh(state.tree_quota_ids("cluster"))
@@ -135,6 +135,24 @@ def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, se
     assert from_mem.workloads == from_db.workloads
     assert from_mem.unlisted_demand == from_db.unlisted_demand == {"team-a-q": {"cpu": 18000}}
     assert index.unlisted == 9
+    # Backoff: two due (they compete), two later (they do not), one at the very front.
+    later = world.clock() + timedelta(minutes=5)
+    earlier = world.clock() - timedelta(minutes=5)
+    for workload, requeue_at in zip(made[:4], (later, later, earlier, None), strict=True):
+        actions.transition(workload, Phase.BACKOFF, reason="test", requeue_at=requeue_at)
+    tree.refresh(state.tree_quota_ids("cluster"))
+    assert tree.rebuilds == 1  # the journal carried the moves
+    for head in (1, 3, 20):
+        from_db, db_index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head
+        )
+        from_mem, index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head, world=tree
+        )
+        assert sorted(w.id for w in from_mem.workloads) == sorted(w.id for w in from_db.workloads)
+        assert from_mem.unlisted_demand == from_db.unlisted_demand
+        assert index.unlisted == db_index.unlisted
+    assert index.unlisted == 0  # head 20: all ten competing are listed
 
 
 def test_a_conflict_sends_the_world_back_to_the_database(world, journal):

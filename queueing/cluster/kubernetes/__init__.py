@@ -16,10 +16,11 @@ A package of small parts, as healthchecks' transports and Kueue's job integratio
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from queueing.cluster.base import JobInfo, JobKey, JobRef, JobRequest, NodeInfo
+from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes.client import (
     ApiCallError,
     ApiClient,
@@ -30,6 +31,7 @@ from queueing.cluster.kubernetes.client import (
     ensure_pool,
     record_api_error,
 )
+from queueing.cluster.kubernetes.events import EventRecorder
 from queueing.cluster.kubernetes.informers import ClusterWatcher, Informer
 from queueing.cluster.kubernetes.kinds import KINDS, Kind, pod_requests
 from queueing.cluster.kubernetes.queueunits import QueueUnitMirror
@@ -84,6 +86,7 @@ class KubernetesCluster:
         )
         self.writer = Writer(self.rest, self.reader, job_image=job_image)
         self.queue_unit_mirror = QueueUnitMirror(self.rest, self.reader)
+        self.event_recorder = EventRecorder(self.rest)
 
     @classmethod
     def from_settings(cls) -> KubernetesCluster:
@@ -179,3 +182,11 @@ class KubernetesCluster:
 
     def mirror_queue_units(self, phases: Mapping[JobKey, tuple[str, str]]) -> int:
         return self.queue_unit_mirror.mirror(phases)
+
+    def record_events(self, events: Iterable[KubeEvent]) -> int:
+        return self.event_recorder.record(events)
+
+    def patch_annotations(
+        self, resource: tuple[str, str, str], namespace: str, name: str, values: dict[str, str]
+    ) -> None:
+        self.writer.patch_annotations(resource, namespace, name, values)

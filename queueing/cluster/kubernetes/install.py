@@ -15,8 +15,8 @@ def put_secret(rest: Rest, secret: Obj) -> str:
     """Create the Secret, or replace the one of that name; "created" or "replaced"."""
     meta: Any = secret["metadata"]
     base = f"/api/v1/namespaces/{meta['namespace']}/secrets"
-    try:
-        rest.call("create", "POST", base, body=secret)
+    try:  # once: a 409 means it exists (replaced below), not "try again"
+        rest.once("POST", base, body=secret)
         return "created"
     except ApiCallError as err:
         if err.status != 409:

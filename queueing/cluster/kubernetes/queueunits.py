@@ -6,6 +6,7 @@ so ``kubectl get queueunits`` and kube-queue's tooling keep working after a migr
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from queueing import compat
@@ -69,7 +70,13 @@ class QueueUnitMirror:
                         group, version, plural, key[1], str(dig(unit, "metadata", "name"))
                     )
                     + "/status",
-                    body={"status": {"phase": phase, "message": message}},
+                    body={
+                        "status": {
+                            "phase": phase,
+                            "message": message,
+                            "conditions": admitted_conditions(unit, phase, message),
+                        }
+                    },
                     content_type=MERGE_PATCH,
                 )
                 written += 1
@@ -78,6 +85,43 @@ class QueueUnitMirror:
                     continue  # gone meanwhile, or created by someone else: the next sync sees it
                 raise err.to_cluster_error("mirroring QueueUnit phases") from err
         return written
+
+
+# QueueUnit phases (either project's) in which the queue has let the job go.
+ADMITTED_PHASES = frozenset(
+    {"Dequeued", "Reserved", "SchedReady", "SchedSucceed", "Running", "Succeed"}
+)
+
+
+def admitted_conditions(unit: Obj, phase: str, message: str) -> list[Obj]:
+    """The unit's conditions with ``Admitted`` set from ``phase`` (others kept); the
+    transition time moves only when the status does, as metav1.Condition wants."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = "True" if phase in ADMITTED_PHASES else "False"
+    kept = [
+        dict(c)
+        for c in dig(unit, "status", "conditions") or []
+        if isinstance(c, Mapping) and c.get("type") != "Admitted"
+    ]
+    old = next(
+        (
+            c
+            for c in dig(unit, "status", "conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Admitted"
+        ),
+        None,
+    )
+    since = old.get("lastTransitionTime") if old and old.get("status") == status else now
+    return [
+        *kept,
+        {
+            "type": "Admitted",
+            "status": status,
+            "reason": phase,
+            "message": message,
+            "lastTransitionTime": since or now,
+        },
+    ]
 
 
 def queue_unit_hints(unit: Obj, annotations: dict[str, str]) -> dict[str, str]:

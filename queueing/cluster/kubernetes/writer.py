@@ -18,7 +18,15 @@ from datetime import UTC, datetime
 from queueing import compat
 from queueing.cluster.base import ClusterError, JobNotFound, JobRef, JobRequest
 from queueing.cluster.kubernetes.client import MERGE_PATCH, ApiCallError, Obj, Rest
-from queueing.cluster.kubernetes.kinds import KINDS, BatchJob, Kind, deep_merge, dig, pod_requests
+from queueing.cluster.kubernetes.kinds import (
+    KINDS,
+    BatchJob,
+    Kind,
+    deep_merge,
+    dig,
+    pod_requests,
+    resource_path,
+)
 from queueing.cluster.kubernetes.reader import Reader
 from queueing.quantities import QuantityError, format_amount
 
@@ -323,3 +331,22 @@ class Writer:
             raise err.to_cluster_error(f"looking for a created {kind.kind}") from err
 
     # --- kube-queue QueueUnits ---------------------------------------------------------------
+
+    def patch_annotations(
+        self, resource: tuple[str, str, str], namespace: str, name: str, values: dict[str, str]
+    ) -> None:
+        """Merge ``values`` into an object's annotations (idempotent); a missing object
+        is nothing to annotate."""
+        path = resource_path(*resource, namespace, name)
+        try:
+            self.rest.call(
+                "patch",
+                "PATCH",
+                path,
+                body={"metadata": {"annotations": dict(values)}},
+                content_type=MERGE_PATCH,
+            )
+        except ApiCallError as err:
+            if err.status == 404:
+                return
+            raise err.to_cluster_error(f"annotating {resource[2]} {namespace}/{name}") from err

@@ -1,0 +1,158 @@
+"""Kubernetes objects as live configuration (issue 12 item 2): with
+``KQ_KUBE_LIVE_CONFIG`` on, ElasticQuotas, kube-queue Queues and (for kube-queue's
+ResourceQuota plugin) ResourceQuotas are looked at after each sync, at most every
+``KQ_KUBE_CONFIG_SYNC_S``, and what changed is applied through the same import as
+``manage.py import_kube_queue`` (audited, validated, one transaction, each item in a
+savepoint). A quota or queue that comes from an object is *managed in Kubernetes*
+(``kube_ref``): the pages and the API refuse to edit it (``actions.kubernetes``), the
+object is the place. An object deleted from the cluster deletes its quota or queue when
+nothing uses it; one still in use is kept and becomes *managed here* (a rename is a
+delete and a create). Off by default: turning it on hands the tree to the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+
+from queueing import actions
+from queueing.actions import Actor
+from queueing.kubequeue import ImportReport, KubeQueueObjects, import_kube_queue, read_objects
+from queueing.models import Queue, Quota
+
+log = logging.getLogger(__name__)
+
+DIGEST_KEY = "kq:kube-config:digest"
+_last: dict[str, float] = {}
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+# What the queue writes on these objects itself: not a change of configuration.
+OWN_ANNOTATIONS = frozenset(
+    {"quota.scheduling.koordinator.sh/runtime", "quota.scheduling.koordinator.sh/request"}
+)
+
+
+def digest(objects: KubeQueueObjects) -> str:
+    """What the configuration objects say now: their specs, labels and annotations (not
+    their resourceVersions, which the runtime write-back moves on every change)."""
+
+    def said(kind: str, obj: dict[str, Any]) -> list[Any]:
+        meta = _meta(obj)
+        notes = {
+            k: v for k, v in (meta.get("annotations") or {}).items() if k not in OWN_ANNOTATIONS
+        }
+        return [
+            kind,
+            meta.get("namespace"),
+            meta.get("name"),
+            obj.get("spec"),
+            meta.get("labels"),
+            notes,
+        ]
+
+    seen = sorted(
+        (
+            said(kind, o)
+            for kind, items in (
+                ("ElasticQuota", objects.elastic_quotas),
+                ("Queue", objects.queues),
+                ("ResourceQuota", objects.resource_quotas),
+            )
+            for o in items
+        ),
+        key=lambda row: json.dumps(row[:3], default=str),
+    )
+    marks = sorted(objects.namespace_annotations.items())
+    return hashlib.sha256(
+        json.dumps([seen, marks], default=str, sort_keys=True).encode()
+    ).hexdigest()
+
+
+def present_refs(objects: KubeQueueObjects) -> set[str]:
+    refs = set()
+    for kind, items in (
+        ("ElasticQuota", objects.elastic_quotas),
+        ("Queue", objects.queues),
+        ("ResourceQuota", objects.resource_quotas),
+    ):
+        for obj in items:
+            refs.add(f"{kind} {_meta(obj).get('namespace') or ''}/{_meta(obj).get('name')}")
+    return refs
+
+
+def forget_deleted(objects: KubeQueueObjects, report: ImportReport) -> None:
+    """Quotas and queues whose object is gone: deleted when unused, else managed here."""
+    present = present_refs(objects)
+    actor = Actor.system()
+    gone_queues = [q for q in Queue.objects.exclude(kube_ref="") if q.kube_ref not in present]
+    gone_quotas = [q for q in Quota.objects.exclude(kube_ref="") if q.kube_ref not in present]
+    for queue in gone_queues:
+        try:
+            actions.delete_queue(actor, queue)
+            report.add("update", f"queue {queue.name}", f"deleted: {queue.kube_ref} is gone")
+        except actions.ActionError as exc:
+            actions.set_kube_ref(actor, queue, "")
+            report.add("update", f"queue {queue.name}", f"{queue.kube_ref} is gone; kept ({exc})")
+    # Children before parents, so a subtree that went away goes in one look.
+    for quota in sorted(gone_quotas, key=lambda q: -_depth(q)):
+        ref = quota.kube_ref
+        try:
+            default = quota.default_queue
+            actions.delete_quota(actor, quota)
+            if default is not None and not default.kube_ref:
+                # Its own default queue (made with it) goes too, unless it has a history.
+                with contextlib.suppress(actions.ActionError):
+                    actions.delete_queue(actor, default)
+            report.add("update", f"quota {quota.name}", f"deleted: {ref} is gone")
+        except actions.ActionError as exc:
+            actions.set_kube_ref(actor, quota, "")
+            report.add(
+                "update", f"quota {quota.name}", f"{ref} is gone; kept, managed here ({exc})"
+            )
+
+
+def _depth(quota: Quota) -> int:
+    depth, node = 0, quota
+    while node.parent_id is not None:
+        depth += 1
+        node = Quota.objects.only("parent_id").get(pk=node.parent_id)
+    return depth
+
+
+def sync_config(cluster: Any, clock: Any = time.monotonic) -> ImportReport | None:
+    """Apply what changed in the configuration objects; None when nothing was looked at
+    or nothing changed."""
+    if not getattr(settings, "KQ_KUBE_LIVE_CONFIG", False) or not hasattr(cluster, "list_objects"):
+        return None
+    now = clock()
+    if now - _last.get("at", float("-inf")) < float(
+        getattr(settings, "KQ_KUBE_CONFIG_SYNC_S", 5.0)
+    ):
+        return None
+    _last["at"] = now
+    objects = read_objects(cluster, queue_units=False)
+    mark = digest(objects)
+    if cache.get(DIGEST_KEY) == mark:
+        return None
+    report = import_kube_queue(objects, root_name=getattr(settings, "KQ_KUBE_ROOT", "") or None)
+    forget_deleted(objects, report)
+    errors = [item.line() for item in report.items if item.verb == "error"]
+    if errors:
+        log.warning("configuration from Kubernetes, refused: %s", "; ".join(errors))
+    else:
+        cache.set(DIGEST_KEY, mark, None)  # refused items are tried again next time
+    changes = [item.line() for item in report.items if item.verb in ("create", "update")]
+    if changes:
+        log.info("configuration from Kubernetes: %s", "; ".join(changes))
+    return report

@@ -1,0 +1,168 @@
+"""The workload timeline as Kubernetes Events on the jobs (issue 12 item 5).
+
+Called by the sync after its writes (``sync_cluster``); the adapter's ``EventRecorder``
+deduplicates and rate-limits. What becomes an Event:
+
+| Timeline step | Event (type, reason) |
+|---|---|
+| first Pending | Normal ``Queued``: the queue and quota |
+| → Admitted | Normal ``Admitted``: the quota and pool |
+| → Preempted | Warning ``Preempted``: why |
+| Admitted/Preempted/Running → Pending/Backoff | Normal ``Requeued``: why |
+| → Cancelled | Warning ``Cancelled`` |
+| a waiting job's explanation changes kind | Normal ``Pending<Kind>``: the explanation |
+
+Running, Succeeded and Failed are the job controller's to report. The timeline cursor
+(the last WorkloadEvent id published) is kept in the cache shared by the workers, so a
+restarted worker goes on where the last one stopped; each sync publishes at most
+``BUDGET`` steps and spends at most ``TIME_BUDGET_S`` on it (the rest follow at the
+next), and steps older than ``STALE`` are skipped: a burst of thousands of jobs is told,
+not replayed an hour late, and never slows the sync by more than that.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Max
+
+from queueing.choices import WAITING_PHASES, Phase
+from queueing.cluster.base import JobRef
+from queueing.cluster.events import KubeEvent
+from queueing.models import Workload, WorkloadEvent
+
+log = logging.getLogger(__name__)
+
+CURSOR_KEY = "kq:kube-events:cursor"
+BUDGET = 50
+TIME_BUDGET_S = 0.2  # of each sync, at most
+STALE = timedelta(minutes=10)
+_explained: dict[int, str] = {}  # workload id -> explanation kind last told (this process)
+_since: dict[str, datetime] = {}  # "pending" -> when waiting workloads were last looked at
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    def record_events(self, events: Iterable[KubeEvent]) -> int: ...
+
+
+def _camel(code: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in code.replace("-", "_").split("_"))
+
+
+def step_event(row: dict[str, Any]) -> KubeEvent | None:
+    """The Event of one timeline step (None: nothing to tell)."""
+    ref = JobRef(
+        row["workload__kind"],
+        row["workload__api_version"],
+        row["workload__namespace"],
+        row["workload__name"],
+        row["workload__object_uid"],
+    )
+    to, before = row["to_phase"], row["from_phase"]
+    why = row["message"] or row["reason"] or ""
+    quota, queue = row["workload__quota__name"], row["workload__queue__name"]
+    if to == Phase.PENDING and not before:
+        return KubeEvent(ref, "Queued", f"Queued in queue {queue} of quota {quota}.", at=row["at"])
+    if to == Phase.ADMITTED:
+        pool = row["workload__pool"]
+        where = f" on pool {pool}" if pool else ""
+        return KubeEvent(ref, "Admitted", f"Admitted by quota {quota}{where}.", at=row["at"])
+    if to == Phase.PREEMPTED:
+        return KubeEvent(ref, "Preempted", why or "Preempted.", "Warning", row["at"])
+    if to in WAITING_PHASES and before in (Phase.ADMITTED, Phase.PREEMPTED, Phase.RUNNING):
+        return KubeEvent(ref, "Requeued", why or f"Back in queue {queue}.", at=row["at"])
+    if to == Phase.CANCELLED:
+        return KubeEvent(ref, "Cancelled", why or "Cancelled.", "Warning", row["at"])
+    return None
+
+
+STEP_FIELDS = (
+    "id",
+    "at",
+    "from_phase",
+    "to_phase",
+    "reason",
+    "message",
+    "workload__kind",
+    "workload__api_version",
+    "workload__namespace",
+    "workload__name",
+    "workload__object_uid",
+    "workload__quota__name",
+    "workload__queue__name",
+    "workload__pool",
+)
+
+
+def _steps(now: datetime) -> list[tuple[int, KubeEvent | None]]:
+    """The timeline steps after the cursor: (step id, its Event or None)."""
+    cursor = cache.get(CURSOR_KEY)
+    if cursor is None:  # first run (or a flushed cache): from now on, not the history
+        cursor = WorkloadEvent.objects.aggregate(last=Max("id"))["last"] or 0
+        cache.set(CURSOR_KEY, cursor, None)
+        return []
+    rows = (
+        WorkloadEvent.objects.filter(id__gt=cursor)
+        .exclude(workload__object_uid="")
+        .order_by("id")
+        .values(*STEP_FIELDS)[:BUDGET]
+    )
+    return [(row["id"], step_event(row) if now - row["at"] <= STALE else None) for row in rows]
+
+
+def _pending(now: datetime) -> list[tuple[int, str, KubeEvent]]:
+    """Waiting jobs whose explanation changed kind since they were last looked at."""
+    since = _since.get("pending")
+    _since["pending"] = now
+    query = Workload.objects.filter(phase__in=WAITING_PHASES).exclude(object_uid="")
+    if since is not None:
+        query = query.filter(updated_at__gte=since - timedelta(seconds=1))
+    out: list[tuple[int, str, KubeEvent]] = []
+    for row in query.values(
+        "id", "kind", "api_version", "namespace", "name", "object_uid", "reason", "explanation"
+    )[: BUDGET * 10]:
+        kind = (row["explanation"] or {}).get("kind") or ""
+        if not kind or _explained.get(row["id"]) == kind:
+            continue
+        ref = JobRef(
+            row["kind"], row["api_version"], row["namespace"], row["name"], row["object_uid"]
+        )
+        event = KubeEvent(ref, f"Pending{_camel(kind)}", row["reason"] or kind, at=now)
+        out.append((row["id"], kind, event))
+    if len(_explained) > 200_000:
+        _explained.clear()  # told again at most once: bounded memory over a long life
+    return out[:BUDGET]
+
+
+def publish(cluster: Any, now: datetime, *, clock: Any = time.monotonic) -> int:
+    """Tell the cluster what happened since the last sync; returns Events written.
+
+    At most ``TIME_BUDGET_S`` of a sync goes to it: what is left waits for the next
+    sync (the cursor moves only over the steps told)."""
+    if not getattr(settings, "KQ_KUBE_EVENTS", True) or not isinstance(cluster, EventSink):
+        return 0
+    deadline = clock() + TIME_BUDGET_S
+    written = 0
+    try:
+        for step_id, event in _steps(now):
+            if clock() > deadline:
+                return written
+            if event is not None:
+                written += cluster.record_events([event])
+            cache.set(CURSOR_KEY, step_id, None)
+        for workload_id, kind, event in _pending(now):
+            if clock() > deadline:
+                _since.pop("pending", None)  # look at them all again next time
+                break
+            written += cluster.record_events([event])
+            _explained[workload_id] = kind
+    except Exception:  # Events are advice: never the reason a sync fails
+        log.exception("could not publish Kubernetes Events")
+    return written

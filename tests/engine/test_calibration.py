@@ -1,0 +1,160 @@
+"""ETA calibration: the QBETS bound, hysteresis, the recorder's figures, aging's quota split."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from queueing.engine import run_cycle
+from queueing.engine.calibration import EtaRecorder, Residuals, qbets_index
+from queueing.engine.quota import QuotaTree, waterfill
+from queueing.engine.types import Eta, QueueSpec, Snapshot
+
+from .builders import node, quota, running, snapshot, workload
+
+NOW = 1000.0
+
+
+def test_qbets_picks_the_order_statistic_that_bounds_the_p90_at_95_percent() -> None:
+    # P(Bin(n, 0.9) < n) = 1 - 0.9**n reaches 0.95 first at n = 29: with fewer than 29
+    # observations not even the largest bounds the 0.9 quantile with 95 % confidence.
+    assert qbets_index(28) is None
+    assert qbets_index(29) == 29
+    # With more data the bound moves inside the sample, above the plain 0.9 quantile.
+    k = qbets_index(300)
+    assert k is not None
+    assert 270 < k < 300
+
+
+def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
+    res = Residuals(window=100, minimum=10)
+    assert res.quantiles() == {"": Residuals.PRIOR}
+    for i in range(40):
+        # Predicted 100 s each time; actual 100 + i s: errors 0.00 .. 0.39.
+        res.add(("q/a/50", "b/5", ""), 100.0, 100.0 + i)
+    q = res.quantiles()
+    assert set(q) == {"q/a/50", "b/5", ""}
+    median, upper = q[""]
+    assert median == pytest.approx(0.195)
+    # For n = 40 the QBETS bound of the p90 at 95 % is the 40th smallest (P(X < 39)
+    # is only 0.92 for X ~ Bin(40, 0.9)): the largest error, 0.39.
+    assert qbets_index(40) == 40
+    assert upper == pytest.approx(0.39)
+
+
+def world(**kw: object) -> Snapshot:
+    return snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", {"cpu": 4})],
+        workloads=[
+            running(1, "q", "n", req={"cpu": 4}, started_at=NOW, expected_runtime_s=100.0),
+            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0),
+        ],
+        now=NOW,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_an_eta_within_the_tolerance_of_the_last_one_is_kept_and_says_so() -> None:
+    fresh = run_cycle(world()).etas[2]
+    assert (fresh.p50, fresh.moved) == (NOW + 100, "first")
+    # Last cycle said +95 s: within a quarter of the wait, it stays.
+    kept = run_cycle(world(previous_etas={2: Eta(NOW + 95, NOW + 95)})).etas[2]
+    assert (kept.p50, kept.moved) == (NOW + 95, "kept")
+    # Last cycle said +40 s: the world moved it by 60 s, and the ETA says so.
+    later = run_cycle(world(previous_etas={2: Eta(NOW + 40, NOW + 40)})).etas[2]
+    assert (later.p50, later.moved, later.delta_s) == (NOW + 100, "later", 60.0)
+    # The old estimate has passed while it still waits.
+    overdue = run_cycle(world(previous_etas={2: Eta(NOW - 5, NOW - 5)})).etas[2]
+    assert overdue.moved == "overdue"
+
+
+def test_calibration_turns_the_measured_error_into_p50_and_p90() -> None:
+    # Simulated wait 100 s; measured errors: median +0.2, p90 bound +0.9 of the wait.
+    eta = run_cycle(world(eta_residuals={"": (0.2, 0.9)})).etas[2]
+    assert eta.p50 == pytest.approx(NOW + 120)
+    assert eta.p90 == pytest.approx(NOW + 190)
+    assert eta.forecast == pytest.approx(NOW + 100)
+
+
+def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:
+    # q's work uses half its declared runtime at the median, 90 % at the p90.
+    eta = run_cycle(world(runtime_ratio={"q": (0.5, 0.9)})).etas[2]
+    assert eta.p50 == pytest.approx(NOW + 50)
+    assert eta.p90 == pytest.approx(NOW + 90)
+
+
+def test_higher_priority_arrivals_stretch_the_wait() -> None:
+    # Work of priority 10 arrives at 50 % of the tree's capacity: a priority-0 wait of
+    # 100 s doubles; the same arrivals do not delay priority-10 work.
+    load = {"root": {10: 0.5}}
+    assert run_cycle(world(arrival_load=load)).etas[2].p50 == pytest.approx(NOW + 200)
+    hi = dataclasses.replace(
+        world(arrival_load=load),
+        workloads=(
+            running(
+                1, "q", "n", req={"cpu": 4}, started_at=NOW, expected_runtime_s=100.0, priority=20
+            ),
+            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0, priority=10),
+        ),
+    )
+    assert run_cycle(hi).etas[2].p50 == pytest.approx(NOW + 100)
+
+
+def test_the_recorder_measures_coverage_error_and_flips() -> None:
+    rec = EtaRecorder(calibrate=False)
+    snap = world()
+    first = run_cycle(snap)
+    rec.after(snap, first)  # predicted start at NOW + 100
+    later = dataclasses.replace(snap, now=NOW + 50, previous_etas=first.etas)
+    rec.after(later, run_cycle(later))
+    # Admitted at NOW + 150: 50 s after the p50, past the p90 (equal: no spread known).
+    done = dataclasses.replace(
+        snap,
+        now=NOW + 150,
+        workloads=(workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0),),
+    )
+    rec.after(done, run_cycle(done))
+    m = rec.metrics()
+    assert m["admitted_tracked"] == 1
+    assert m["p50_coverage_pct"] == 0.0
+    assert m["p90_coverage_pct"] == 0.0
+    assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    assert m["presence_pct"] == 100.0
+    assert m["contradictions"] == 0
+
+
+def test_aged_claims_are_served_after_every_min_and_before_the_weights() -> None:
+    # 10 to share; mins 3 and 3 (both demanded); weights 9:1 would give b 1 more.
+    # b's aged claim of 6 takes the 4 left after the mins before the weights do.
+    assert waterfill(10, [3, 3], [10, 10], [9, 1], ["a", "b"]) == [7, 3]
+    assert waterfill(10, [3, 3], [10, 10], [9, 1], ["a", "b"], extras=[0, 3]) == [4, 6]
+    # A claim never takes a min: with mins filling the parent, nothing moves.
+    assert waterfill(6, [3, 3], [10, 10], [9, 1], ["a", "b"], extras=[0, 3]) == [3, 3]
+
+
+def test_a_quota_that_does_not_lend_counts_its_min_in_its_parents_demand() -> None:
+    tree = QuotaTree(
+        [
+            quota("root"),
+            quota("analytics", "root", min={"cpu": 160}),
+            quota("etl", "analytics", min={"cpu": 120}, lend=False),
+            quota("adhoc", "analytics", min={"cpu": 40}),
+            quota("other", "root", min={"cpu": 0}),
+        ]
+    )
+    demand = {"etl": {"cpu": 50}, "adhoc": {"cpu": 100}, "other": {"cpu": 1000}}
+    own = [demand.get(name, {}) for name in tree.names]
+    runtime, parent_demand = tree.runtime(own, {"cpu": 992})
+    # analytics' demand counts etl's reserved 120, not the 50 it uses; so its runtime
+    # quota covers etl's 120 and adhoc's whole min of 40 (more by weight, not less).
+    assert parent_demand[tree.index["analytics"]]["cpu"] == 220
+    assert runtime[tree.index["etl"]]["cpu"] == 120
+    assert runtime[tree.index["adhoc"]]["cpu"] >= 40
+
+
+def test_aging_is_off_only_on_purpose() -> None:
+    assert QueueSpec("q").aging_bound_s == 300.0
+    with pytest.raises(ValueError, match="aging_bound_s"):
+        QueueSpec("q", aging_bound_s=-1.0)
