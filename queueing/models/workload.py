@@ -57,6 +57,16 @@ class Workload(models.Model):
     global_position = models.PositiveIntegerField(null=True, blank=True)
     eta_p50 = models.DateTimeField(null=True, blank=True)
     eta_p90 = models.DateTimeField(null=True, blank=True)
+    #: The engine's structured ETA of the last forecast (queueing.forecasting.stored_eta):
+    #: epoch p50/p90, why there is none, and what last moved it. What the next cycle
+    #: passes back for hysteresis, across workers and restarts.
+    eta = models.JSONField(null=True, blank=True)
+    #: The first forecast of this workload, written once (what calibration learns from).
+    first_seen_at = models.DateTimeField(null=True, blank=True)
+    eta_first_p50 = models.DateTimeField(null=True, blank=True)
+    eta_first_p90 = models.DateTimeField(null=True, blank=True)
+    #: The uncalibrated simulated start of that first forecast (calibration.Residuals).
+    eta_first_forecast = models.DateTimeField(null=True, blank=True)
     message = models.TextField(blank=True)
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
