@@ -98,6 +98,26 @@ class Workload(models.Model):
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def eta_note(self) -> str:
+        """What moved the ETA shown (from ``eta``), or the precise reason there is none."""
+        stored = self.eta or {}
+        if stored.get("p50") is None:
+            return str(stored.get("reason") or "")
+        last = stored.get("last_move") or {}
+        moved, delta = last.get("moved"), float(last.get("delta_s") or 0.0)
+        if moved == "first":
+            text = "First forecast"
+        elif moved in ("earlier", "later"):
+            text = f"Moved {abs(delta):.0f} s {moved}: the queue or the cluster changed enough"
+        elif moved == "overdue":
+            text = f"Re-forecast ({delta:+.0f} s) after the earlier estimate passed"
+        else:
+            return ""
+        if stored.get("moved") == "kept":
+            text += "; kept since (newer forecasts were within the tolerance)"
+        return text + "."
+
 
 class WorkloadEvent(models.Model):
     """One phase change of a workload: its timeline."""

@@ -4,6 +4,7 @@ load, the previous ETAs (hysteresis) and the queues' aging bound."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from queueing.choices import WAITING_PHASES, Phase
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
 from queueing.cycle import tick
 from queueing.engine import run_cycle
+from queueing.engine.types import Eta
 from queueing.models import Queue, Workload
 from tests import builders
 from tests.builders import SYSTEM
@@ -73,7 +75,8 @@ def test_waiting_workloads_get_a_p90_above_their_p50_and_the_first_forecast_is_k
     waiting = list(Workload.objects.filter(phase__in=WAITING_PHASES).order_by("position"))
     assert len(waiting) == 6
     for w in waiting:
-        assert w.eta_p50 is not None and w.eta_p90 is not None, w.reason
+        assert w.eta_p50 is not None, w.reason
+        assert w.eta_p90 is not None, w.reason
         assert w.eta_p50 < w.eta_p90, (w.name, w.eta)
         # The first forecast is stored with it, as the engine made it.
         assert w.first_seen_at == world.clock()
@@ -92,9 +95,7 @@ def test_waiting_workloads_get_a_p90_above_their_p50_and_the_first_forecast_is_k
     for i in range(3):
         builders.submit(world, f"urgent-{i}", cpu="4", runtime=300, priority=1000)
     tick(cluster=world.cluster, now=world.clock.advance(5))
-    later = {
-        w.id: w for w in Workload.objects.filter(id__in=list(first), phase__in=WAITING_PHASES)
-    }
+    later = {w.id: w for w in Workload.objects.filter(id__in=list(first), phase__in=WAITING_PHASES)}
     assert later
     moved = [w for w in later.values() if w.eta["moved"] == "later"]
     assert moved, {w.name: w.eta for w in later.values()}
@@ -112,26 +113,27 @@ def test_hysteresis_holds_across_two_rounds_with_nothing_changed(world):
     tick(cluster=world.cluster, now=world.clock())
     nodes = nodeview.read()
 
-    def round_() -> dict[int, object]:
+    def round_() -> tuple[Mapping[int, Eta], Mapping[int, Eta]]:
         snapshot, index = state.build_snapshot(
             world.root.name, nodes=nodes, now=world.clock.advance(2)
         )
         result = run_cycle(snapshot, forecast=True)
         state.apply(result, snapshot, index, None, world.cluster, annotate=True)
-        return {"previous": snapshot.previous_etas, "etas": result.etas}
+        return snapshot.previous_etas, result.etas
 
-    first = round_()
-    etas1 = first["etas"]
-    assert len(etas1) == 4 and all(e.p50 is not None for e in etas1.values())  # type: ignore[union-attr]
-    second = round_()
+    _, etas1 = round_()
+    assert len(etas1) == 4
+    assert all(e.p50 is not None for e in etas1.values())
+    previous2, etas2 = round_()
     # What the first round published came back as the second's previous ETAs...
-    assert {wid: (e.p50, e.p90) for wid, e in second["previous"].items()} == {  # type: ignore[union-attr]
-        wid: (e.p50, e.p90) for wid, e in etas1.items()  # type: ignore[union-attr]
+    assert {w: (e.p50, e.p90) for w, e in previous2.items()} == {
+        w: (e.p50, e.p90) for w, e in etas1.items()
     }
     # ...and, nothing having changed but two seconds, the ETAs stay where they were.
-    for wid, eta in second["etas"].items():  # type: ignore[union-attr]
+    assert set(etas2) == set(etas1)
+    for wid, eta in etas2.items():
         assert eta.moved == "kept", eta
-        assert (eta.p50, eta.p90) == (etas1[wid].p50, etas1[wid].p90)  # type: ignore[index]
+        assert (eta.p50, eta.p90) == (etas1[wid].p50, etas1[wid].p90)
     stored = Workload.objects.get(id=next(iter(etas1)))
     assert stored.eta["moved"] == "kept"
     assert stored.eta["last_move"]["moved"] == "first"
@@ -149,9 +151,7 @@ def test_residuals_come_from_stored_first_forecasts(world):
             eta_first_forecast=now - timedelta(seconds=1900),
             admitted_at=now - timedelta(seconds=1900 - 10 * i),
         )
-    got = forecasting.eta_residuals(
-        [world.quota.id], {world.queue.id: world.queue.name}, now
-    )
+    got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
     key = f"q/{world.queue.name}/0"
     assert got[key][0] == pytest.approx(0.55)
     assert got[key][1] == pytest.approx(1.1)  # QBETS: with 12 points, the largest
