@@ -88,6 +88,8 @@ def runtime_ratio(queue_ids: Mapping[int, str]) -> dict[str, tuple[float, float]
     )
     ratios: dict[int, list[float]] = {}
     for queue_id, started, finished, declared in rows:
+        if started is None or finished is None or not declared:  # filtered out; for mypy
+            continue
         got = ratios.setdefault(queue_id, [])
         if len(got) < RATIO_WINDOW:
             got.append(max(0.0, (finished - started).total_seconds()) / declared)
@@ -128,6 +130,8 @@ def eta_residuals(
         ]
     )
     for queue_id, priority, seen, forecast, admitted in reversed(list(measured)):
+        if seen is None or forecast is None or admitted is None:  # filtered out; for mypy
+            continue
         if admitted < seen:  # admitted before this wait's first forecast: not its wait
             continue
         residuals.add(
@@ -144,6 +148,8 @@ def eta_residuals(
         eta_first_forecast__lt=now,
         attempts=0,
     ).values_list("queue_id", "priority", "first_seen_at", "eta_first_forecast"):
+        if seen is None or forecast is None:  # filtered out; for mypy
+            continue
         predicted = max(0.0, (forecast - seen).total_seconds())
         waited = (now - seen).total_seconds()
         if waited > predicted:
@@ -195,9 +201,10 @@ def arrival_load(
     for quota_id, queue_id, priority, request, runtime in tree.filter(
         created_at__gte=since
     ).values_list("quota_id", "queue_id", "priority", "total_request", "expected_runtime_s"):
-        root = root_of.get(names[quota_id])
-        if root is None:
+        found = root_of.get(names[quota_id])
+        if found is None:
             continue
+        root = found
         qcap = caps[root]
         share = 0.0
         for k, v in (request or {}).items():
@@ -245,6 +252,8 @@ def previous_etas(ids: Iterable[int], quota_ids: Iterable[int], *, many: bool) -
         query = Workload.objects.filter(id__in=list(ids))
     out: dict[int, Eta] = {}
     for workload_id, stored in query.filter(eta__isnull=False).values_list("id", "eta"):
+        if not isinstance(stored, dict):
+            continue
         p50, p90 = stored.get("p50"), stored.get("p90")
         if isinstance(p50, int | float) and isinstance(p90, int | float):
             out[workload_id] = Eta(float(p50), float(p90), moved=stored.get("moved", ""))
