@@ -376,7 +376,24 @@ def cmd_quota_preview(ctx: Context) -> Exit:
               [("QUOTA", lambda r: r["quota"]), ("RESOURCE", lambda r: r["resource"]),
                ("RUNTIME QUOTA", lambda r: r["change"])], ctx.out)  # fmt: skip
     else:
-        ctx.say("No quota's runtime quota would change now (with the demand waiting today).")
+        ctx.say(
+            "No quota's runtime quota would change now: runtime quotas move only when quotas "
+            "compete, and with today's demand none does."
+        )
+        rows = [
+            {"quota": q["name"], "resource": name,
+             "change": f"{units.human_value(name, q['before'].get(name, 0))} → "
+                       f"{units.human_value(name, q['after'].get(name, 0))}"}
+            for q in preview.get("full_demand", [])
+            for name in sorted(set(q["before"]) | set(q["after"]))
+            if q["before"].get(name) != q["after"].get(name)
+        ]  # fmt: skip
+        if rows:
+            ctx.say("Under full demand (every quota asking for all it may hold) it would move:")
+            table(rows, [("QUOTA", lambda r: r["quota"]), ("RESOURCE", lambda r: r["resource"]),
+                         ("RUNTIME QUOTA", lambda r: r["change"])], ctx.out)  # fmt: skip
+        else:
+            ctx.say("Even under full demand no runtime quota would move.")
     if preview["workloads"]:
         ctx.say("")
 

@@ -59,9 +59,12 @@ def _read_file(path: Path) -> dict[str, str]:
 def load(url: str | None = None) -> Config:
     """The configuration in force; a clear error when something is missing or wrong."""
     path = config_path()
-    from_file = _read_file(path)
-    url = url or os.environ.get("KQ_URL") or from_file.get("url", "")
-    token = os.environ.get("KQ_TOKEN") or from_file.get("token", "")
+    url = url or os.environ.get("KQ_URL", "")
+    token = os.environ.get("KQ_TOKEN", "")
+    if not (url and token):  # the file is read only for what the environment lacks
+        from_file = _read_file(path)
+        url = url or from_file.get("url", "")
+        token = token or from_file.get("token", "")
     if not url:
         raise KqError(
             f"No server: set KQ_URL, pass --url, or write url = ... in {path}.", Exit.USAGE

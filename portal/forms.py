@@ -16,6 +16,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.db.models import Field
 from django.utils.crypto import salted_hmac
 
 from queueing.choices import Policy, ReclaimPolicy, Role, Source, WithinQuotaPreemption
@@ -85,7 +86,9 @@ def apply_validation_error(form: forms.Form, exc: ValidationError, grid: Any = N
 def _default(name: str) -> Any:
     """A queue setting's default: the model's, the one place defaults live (the API's
     serializer takes them from the model too)."""
-    return Queue._meta.get_field(name).get_default()
+    field = Queue._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field.get_default()
 
 
 class QueueForm(forms.Form):

@@ -171,6 +171,7 @@ class _Batch:
     """
 
     cycle_id: int | None = None
+    callbacks: list[Any] | None = None  # the connection's on-commit list it was made under
     queues: dict[int, set[int]] = field(default_factory=dict)
     workloads: dict[int, set[int]] = field(default_factory=dict)
     sent: bool = False
@@ -194,16 +195,18 @@ class _Batch:
 def _batch(cycle_id: int | None) -> _Batch:
     conn = transaction.get_connection()
     batch: _Batch | None = getattr(conn, "_kq_stream_batch", None)
-    # A batch no callback can flush any more belonged to a transaction that rolled back
-    # (its callbacks went with it, even when others, of a new transaction, are pending).
+    # A batch no callback can flush any more belonged to a transaction that rolled back.
+    # Django replaces its list of callbacks when a transaction ends or a savepoint rolls
+    # back, so a batch made under another list is stale even while that list is not
+    # empty (the callbacks pending there are someone else's). O(1): cycles notify often.
     stale = (
         batch is None
         or batch.sent
         or not conn.in_atomic_block
-        or not any(entry[1] == batch.flush for entry in conn.run_on_commit)
+        or batch.callbacks is not conn.run_on_commit
     )
     if stale or (batch is not None and cycle_id is not None and batch.cycle_id != cycle_id):
-        batch = _Batch(cycle_id=cycle_id)
+        batch = _Batch(cycle_id=cycle_id, callbacks=conn.run_on_commit)
         conn._kq_stream_batch = batch
     assert batch is not None
     return batch

@@ -99,11 +99,11 @@ def persist(nodes: Iterable[NodeInfo]) -> NodeChanges:
             ClusterNode.objects.filter(name__in=gone).delete()
             changes.removed = gone
         if changes:
-            rows = [
+            announced = [
                 {"name": name, **seen[name][0]} for name in (*changes.created, *changes.updated)
             ]
             events.publish_on_commit(
-                None, events.config_message("nodes", None, rows, removed=changes.removed)
+                None, events.config_message("nodes", None, announced, removed=changes.removed)
             )
     return changes
 

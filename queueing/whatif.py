@@ -39,7 +39,12 @@ class Preview:
     full_demand: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"quotas": self.quotas, "workloads": self.workloads, "summary": self.summary}
+        return {
+            "quotas": self.quotas,
+            "workloads": self.workloads,
+            "summary": self.summary,
+            "full_demand": self.full_demand,
+        }
 
 
 def root_of(quota: Quota) -> Quota:

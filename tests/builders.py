@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from queueing import actions, nodeview
+from queueing import actions
 from queueing.actions import Actor
 from queueing.choices import Role
 from queueing.cluster.simulated import SimulatedCluster
@@ -60,14 +60,13 @@ def user(
 
 
 def node(name: str, cpu: str = "8", memory: str = "32Gi", **extra: Any) -> None:
-    """A simulated node, and the node view updated as the next cycle would."""
+    """A simulated node (the node view follows: queueing.actions.nodes)."""
     actions.upsert_sim_node(
         SYSTEM,
         name=name,
         allocatable={"cpu": cpu, "memory": memory, **extra.pop("alloc", {})},
         **extra,
     )
-    nodeview.persist(SimulatedCluster().nodes())
 
 
 def world(

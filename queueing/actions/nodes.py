@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
+from queueing import nodeview
 from queueing.actions.base import Actor, audit, publish, resources_or_error, snapshot_of
 from queueing.events import config_message, node_row
 from queueing.models import SimNode
@@ -62,6 +64,7 @@ def upsert_sim_node(
         after=snapshot_of(node),
     )
     publish(None, config_message("nodes", None, [node_row(node)]))
+    _follow_node_view()
     return node
 
 
@@ -70,3 +73,13 @@ def delete_sim_node(actor: Actor, node: SimNode) -> None:
     audit(actor, "simnode.delete", node, before=snapshot_of(node))
     publish(None, config_message("nodes", None, removed=[node.name]))
     node.delete()
+    _follow_node_view()
+
+
+def _follow_node_view() -> None:
+    """In simulated mode these rows are the cluster: the node view that pages and the
+    API read follows at once instead of at the next cycle (queueing.nodeview)."""
+    if settings.KQ_CLUSTER == "simulated":
+        from queueing.cluster.simulated import SimulatedCluster
+
+        nodeview.persist(SimulatedCluster().nodes())

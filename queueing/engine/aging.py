@@ -16,9 +16,9 @@ with an age factor; here the age raises the head's *claim*:
   who then cannot admit more and give the capacity back as their work ends (or are
   reclaimed by preemption where the queue allows it).
 * A head that has reached its full claim and still does not place on nodes because
-  smaller work keeps filling them *drains* its scarcest resource on the nodes it may
-  use for the rest of the cycle, as a backfill reservation does: nothing else takes
-  that resource there until the gang fits.
+  smaller work keeps filling them holds back its scarcest resource on just enough of
+  the nodes it may use (the freest first) for the rest of the cycle, as a backfill
+  reservation does: nothing else takes that room until the gang fits.
 
 The wait is counted from ``queue_order_at`` (when the workload joined its queue, kept
 across evictions), which the engine knows without memory of earlier cycles.

@@ -222,7 +222,9 @@ class Cycle(CycleState):
                         if shape not in failed_shapes:
                             break
                         fail[wid] = (F_NODES, shape)
-                    if self.set_aside_on_nodes(w):
+                    if (
+                        block_all or (intelligent and w.priority >= threshold)
+                    ) and self.set_aside_on_nodes(w):
                         pos += 1
                         continue
                 if block_all or (intelligent and w.priority >= threshold):
@@ -292,7 +294,7 @@ class Cycle(CycleState):
                     fail[wid] = (F_NODES, shape)
             else:
                 fail[wid] = (F_QUOTA, c)
-            if not ok and c < 0 and self.set_aside_on_nodes(w):
+            if not ok and c < 0 and q.blocks(w) and self.set_aside_on_nodes(w):
                 ok = True  # inadmissible: neither preempts nor blocks
             elif not ok:
                 if preemption_on and self._may_preempt(q, w, qi):
@@ -316,7 +318,11 @@ class Cycle(CycleState):
                 entry = nxt
 
     def set_aside_on_nodes(self, w: WorkloadSpec) -> bool:
-        """Whether ``w``'s gang cannot place even on empty eligible nodes (set aside)."""
+        """Whether ``w``'s gang cannot place even on empty eligible nodes (set aside).
+
+        Asked only of candidates that would block their queue: elsewhere a gang that
+        never fits is skipped anyway, and its explanation says it never fits.
+        """
         shape = self.shape(w)
         why = self._never_nodes.get(shape, "")
         if why == "":
@@ -344,12 +350,21 @@ class Cycle(CycleState):
         prim = self.nodes.primary(ps.elig, ps.req)
         if prim is None:
             return
+        # Hold back only what the gang needs: the nodes with the most free room first,
+        # until together they could hold all its pods (Slurm reserves the nodes a
+        # backfilled job will run on, not the whole partition).
+        per_pod = ps.req.get(prim, 0)
+        if per_pod <= 0:
+            return
+        # The placer keeps the eligible nodes sorted by free room: read it from the end.
+        entries = self.nodes._sorted_for(ps.elig, prim).entries
         take: dict[int, dict[str, int]] = {}
-        free = self.nodes.free
-        for i in self.nodes.eligible(ps.elig):
-            f = free[i].get(prim, 0)
-            if f > 0:
-                take[i] = {prim: f}
+        pods = 0
+        for f, i in reversed(entries):
+            if f <= 0 or pods >= ps.pods:
+                break
+            take[i] = {prim: f}
+            pods += f // per_pod
         self.draining[w.id] = prim
         if take:
             self.nodes.commit(take)

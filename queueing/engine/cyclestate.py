@@ -220,13 +220,19 @@ class CycleState:
         self.claims = aged_claims(
             tree, [(q.spec, q.cands) for q in self.queues], quota_of, own_used, now, frozen
         )
-        self.runtime, self.demand = tree.runtime(own_demand, nodes.capacity, self.claims)
         #: Runtime quota without aged claims. Preemption judges borrowing by it: aging
         #: takes back what siblings borrow as their work ends, it never evicts (a claim
         #: lapses once its head is admitted, and eviction by it would ping-pong).
-        self.runtime_base = (
-            self.runtime if self.claims is None else tree.runtime(own_demand, nodes.capacity)[0]
-        )
+        self.runtime_base, self.demand = tree.runtime(own_demand, nodes.capacity)
+        self.runtime = self.runtime_base
+        claims = self.claims
+        if claims is not None and any(
+            v > self.runtime_base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
+        ):
+            # Some aged claim is not met by water-filling alone: split again with claims.
+            self.runtime, _ = tree.runtime(own_demand, nodes.capacity, claims)
+        else:
+            self.claims = None
         #: Subtree usage of holding workloads plus this cycle's admissions.
         self.used: list[dict[str, int]] = tree.subtree_sums(own_used)
         #: ``used`` plus capacity reserved for waiting preemptors (fit checks use this).

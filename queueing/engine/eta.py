@@ -58,11 +58,10 @@ def finish_etas(
     snap = cy.snapshot
     res = snap.eta_residuals
     prev = snap.previous_etas
-    horizon_h = cy.config.eta_horizon_s / 3600
     no_eta = (
         "the forecast ran out of its time budget before reaching it"
         if out_of_time
-        else f"not admitted within the forecast horizon ({horizon_h:g} h)"
+        else f"not admitted within the forecast horizon ({_duration(cy.config.eta_horizon_s)})"
     )
     classes: dict[int, tuple[str, ...]] = {}
     stretch: dict[int, float] = {}
@@ -166,3 +165,11 @@ def _order(cy: Cycle, etas: dict[int, tuple[float, float]]) -> bool:
                 changed = True
             latest[qi] = got
     return changed
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

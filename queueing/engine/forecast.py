@@ -10,8 +10,10 @@ get a position; one backing off gets an explanation instead.
 
 **ETA** comes from a forward simulation of the cycle in virtual time. Running and
 admitted workloads finish after their expected remaining runtime -- the declared
-``expected_runtime_s`` if any, else their queue's observed runtime quantile, else
-``default_runtime_s``. The p50 run uses p50 runtimes, the p90 run p90 runtimes. At
+``expected_runtime_s`` (a limit) times the share of it their queue's work uses
+(``Snapshot.runtime_ratio``), else their queue's observed runtime quantile, else
+``default_runtime_s``. The p50 run uses p50 runtimes; the p90 run (p90 runtimes) is
+made only while no measured error calibrates the p90 (see :mod:`.eta`). At
 each completion the freed quota and node capacity go to the waiting workloads in the
 same order and with the same fit rules as the real cycle (quota chain, gang
 placement, Block/Intelligent blocking). Simplifications, on purpose:
@@ -22,12 +24,15 @@ placement, Block/Intelligent blocking). Simplifications, on purpose:
 * preempted victims and requeued workloads release at once; victims compete again
   with their original order;
 * a running workload past its estimate is assumed to need a quarter (p50) or half
-  (p90) of the estimate more (a declared runtime is a limit: it ends now);
+  (p90) of the estimate more; past the typical share of a declared limit, it ends
+  between now and the limit (half way at the median);
+* with ``cycle_interval_s``, what ends between two cycles is admitted at the next;
 * completions within 2 % of their lead time are released together (an ETA two
   hours out is good to about two minutes).
 
 The cost is bounded: the simulation stops at ``now + eta_horizon_s`` and when its
-half of ``eta_budget_s`` is spent; workloads not admitted by then get ``None``.
+share of ``eta_budget_s`` is spent; workloads not admitted by then get no time and a
+reason (:mod:`.eta`).
 
 To stay cheap, the simulation starts from what the cycle learnt: a candidate that
 failed on nodes, or whose quota is still short, is *filed* under what blocks it and

@@ -345,3 +345,17 @@ def test_a_membership_change_reaches_an_open_members_page(esite, server_url, bro
     row = page.locator("#members-live tr", has_text="newcomer")
     expect(row).to_have_count(1)
     expect(row.locator("select")).to_have_value("viewer")
+
+
+def test_a_new_node_reaches_an_open_cluster_page(esite, server_url, browser_factory):
+    from playwright.sync_api import expect
+
+    from tests.builders import node
+
+    page = browser_factory()
+    log_in(page, server_url, "root")
+    page.goto(f"{server_url}/cluster/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    expect(page.locator("main")).not_to_contain_text("node-9")
+    off_loop(node, "node-9", cpu="4")
+    expect(page.locator("main")).to_contain_text("node-9")

@@ -260,6 +260,21 @@ def test_quota_preview_changes_only_the_named_resource_and_saves_nothing(kq, sit
     assert kq("quota", "preview", site.quota.name).code == 2  # nothing to change
 
 
+def test_quota_preview_of_an_edit_that_changes_nothing_now(kq, site):
+    actions.create_quota(
+        SYSTEM, name="team-a-other", tenant=site.tenant, parent=site.world.root,
+        min={"cpu": "1"}, max={"cpu": "32"},  # the mins leave 3 of the 16 nodes' cpu idle
+    )  # fmt: skip
+    run = kq("quota", "preview", site.quota.name, "--weight", "cpu=64", who="root")
+    assert run.code == 0, run.err
+    assert "No quota's runtime quota would change now" in run.out
+    assert "Under full demand (every quota asking for all it may hold) it would move:" in run.out
+    moved = {line.split()[0]: line.split()[2:] for line in run.out.splitlines() if " → " in line}
+    assert moved[site.quota.name][1] == "→"
+    assert float(moved[site.quota.name][2]) > float(moved[site.quota.name][0])  # more for it
+    assert float(moved["team-a-other"][2]) < float(moved["team-a-other"][0])
+
+
 def test_configuration_errors_and_a_config_file(kq, site):
     none = kq("ls", who=None, KQ_URL="")
     assert none.code == 2
@@ -283,6 +298,7 @@ def test_configuration_errors_and_a_config_file(kq, site):
     readable = kq("whoami", who=None, KQ_URL="")
     assert readable.code == 2
     assert f"chmod 600 {config}" in readable.err
+    assert kq("whoami", who="mem").code == 0  # with URL and token in the environment, unread
     config.chmod(0o600)
     me = kq("whoami", who=None, KQ_URL="")
     assert me.code == 0, me.err

@@ -125,7 +125,7 @@ def test_beyond_the_horizon_is_unknown() -> None:
     etas = run_cycle(snap).etas
     assert times(etas[2]) == times_of(NOW + 30, NOW + 30)
     assert times(etas[3]) == times_of(None, None)  # would be t+80, past t+60
-    assert etas[3].reason == "not admitted within the forecast horizon (0.0166667 h)"
+    assert etas[3].reason == "not admitted within the forecast horizon (1 min)"
 
 
 def test_a_preemptor_is_expected_as_soon_as_its_victims_are_gone() -> None:

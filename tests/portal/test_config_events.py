@@ -159,9 +159,14 @@ def test_a_rolled_back_notification_does_not_ride_with_the_next(
 
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(events, "send", lambda tenant_id, payload: sent.append(payload))
-    with pytest.raises(RuntimeError), transaction.atomic():
-        events.notify_changes([(1, 1, 1)])
-        raise RuntimeError("abort")
+
+    def rolled_back() -> None:
+        with transaction.atomic():
+            events.notify_changes([(1, 1, 1)])
+            raise RuntimeError("abort")
+
+    with pytest.raises(RuntimeError):
+        rolled_back()
     with django_capture_on_commit_callbacks(execute=True):
         transaction.on_commit(lambda: None)  # someone else's, pending
         events.notify_changes([(1, 1, 2)])

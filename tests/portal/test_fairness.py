@@ -130,3 +130,21 @@ def test_the_pages(site, history):
     text = compare.content.decode()
     assert "Jain&#x27;s fairness index, last 1h" in text or "Jain's fairness index, last 1h" in text
     assert "50%" in text  # team-b received half its entitlement
+
+
+def test_backfilled_history_is_marked_on_the_page_and_in_the_chart_data(site):
+    from queueing import history as backfill
+
+    assert backfill.backfill(hours=1) == 60 * Quota.objects.count()
+    page = site.client("vic").get(f"/tenants/{site.tenant.name}/fairness/?window=6h")
+    html = page.content.decode()
+    assert "is <strong>backfilled</strong>: estimated for the demo seed, not measured" in html
+    data = json.loads(
+        re.search(
+            r'<script id="fair-tenant-data" type="application/json">(.*?)</script>', html, re.S
+        ).group(1)
+    )
+    last = UsageSample.objects.filter(backfilled=True).order_by("-at").first()
+    assert data["backfilled_until"] == int(last.at.timestamp() * 1000)
+    assert len(data["t"]) == 60
+    assert set(data["decayed"]) == {0}  # no memory the ledger does not have

@@ -310,10 +310,13 @@ def test_room_left_by_another_tree_is_still_used(world):
     assert sum(held_per_node().values()) == 8000
 
 
-def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(world, settings):
+def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
+    world, settings, monkeypatch
+):
     settings.KQ_FORECAST_EVERY_S = 1.0
-    state._forecasts.clear()
-    state._full_cycles["cluster"] = (time.monotonic(), 60.0)  # heads-only cycles from now
+    monkeypatch.setattr(state.annotate, "_forecasts", {})
+    # Heads-only cycles from now (a full cycle always forecasts).
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
     submit(world, "big", cpu="8", count=2, runtime=600)
     waiting = submit(world, "waits", cpu="8", count=2, runtime=600)
     cycle_root("cluster", cluster=world.cluster, now=world.clock())  # forecasts
@@ -326,7 +329,7 @@ def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(world, s
     assert report.annotated == 0  # within a second of the last forecast: none written
     assert Workload.objects.get(pk=late.pk).position is None
     # A second later the forecast runs again and the newcomers get their places.
-    state._forecasts["cluster"] -= 1.0
+    state.annotate._forecasts["cluster"] -= 1.0
     report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
     assert report is not None
     assert report.annotated >= 2

@@ -96,3 +96,29 @@ def test_changes_are_written_in_bulk_and_a_vanished_node_is_removed(
     assert by_name["n0"].unschedulable is True
     assert by_name["n1"].allocatable["cpu"] == 16000
     assert len(by_name) == 20
+
+
+def test_a_simulated_node_edit_shows_in_the_view_at_once(settings: Any) -> None:
+    from queueing import actions
+    from queueing.actions import Actor
+    from queueing.models import SimNode
+
+    settings.KQ_CLUSTER = "simulated"
+    actions.upsert_sim_node(Actor.system(), name="sim-1", allocatable={"cpu": "4"})
+    (view,) = nodeview.read()
+    assert (view.name, view.allocatable["cpu"]) == ("sim-1", 4000)
+    actions.upsert_sim_node(
+        Actor.system(), name="sim-1", allocatable={"cpu": "4"}, unschedulable=True
+    )
+    assert nodeview.read()[0].unschedulable is True
+    actions.delete_sim_node(Actor.system(), SimNode.objects.get(name="sim-1"))
+    assert nodeview.read() == []
+
+
+def test_in_kubernetes_mode_a_simulated_node_is_not_the_cluster(settings: Any) -> None:
+    from queueing import actions
+    from queueing.actions import Actor
+
+    settings.KQ_CLUSTER = "kubernetes"
+    actions.upsert_sim_node(Actor.system(), name="sim-1", allocatable={"cpu": "4"})
+    assert nodeview.read() == []

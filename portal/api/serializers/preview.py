@@ -102,6 +102,15 @@ class PreviewWorkloadSerializer(serializers.Serializer):
     after = PreviewPlaceSerializer()
 
 
+class PreviewFullDemandSerializer(serializers.Serializer):
+    """A quota whose runtime quota the change would move if every quota asked for all
+    it may hold (what a weight or max edit does under contention)."""
+
+    name = serializers.CharField()
+    before = ResourcesField()
+    after = ResourcesField()
+
+
 class PreviewResultSerializer(serializers.Serializer):
     """The predicted effect of a quota change."""
 
@@ -112,4 +121,9 @@ class PreviewResultSerializer(serializers.Serializer):
     summary = serializers.DictField(
         child=serializers.IntegerField(),
         help_text="Counts over the whole tree: admitted, preempted and changed, before and after.",
+    )
+    full_demand = PreviewFullDemandSerializer(
+        many=True,
+        help_text="Runtime quotas (of quotas you may see) that the change would move under "
+        "full demand: useful when it changes nothing now.",
     )

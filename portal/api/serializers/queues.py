@@ -69,6 +69,15 @@ class QueueSerializer(StrictModelSerializer):
     pending = serializers.SerializerMethodField(help_text="Waiting workloads.")
     admitted = serializers.SerializerMethodField(help_text="Admitted, not yet running.")
     running = serializers.SerializerMethodField(help_text="Running workloads.")
+    source = serializers.CharField(
+        read_only=True,
+        help_text='"kubernetes": mirrored from the object in kube_ref, edited there (edits '
+        'here are refused); "here": edited here.',
+    )
+    kube_ref = serializers.CharField(
+        read_only=True,
+        help_text="The Kubernetes object it mirrors (Kind namespace/name), or empty.",
+    )
     version = serializers.IntegerField(
         required=False,
         min_value=1,
@@ -99,6 +108,8 @@ class QueueSerializer(StrictModelSerializer):
             "pending",
             "admitted",
             "running",
+            "source",
+            "kube_ref",
             "version",
             "created_at",
             "updated_at",

@@ -79,6 +79,15 @@ class QuotaSerializer(StrictModelSerializer):
         help_text="Policy of the default queue created with the quota.",
     )
     children = serializers.SerializerMethodField()
+    source = serializers.CharField(
+        read_only=True,
+        help_text='"kubernetes": mirrored from the object in kube_ref, edited there (edits '
+        'here are refused); "here": edited here.',
+    )
+    kube_ref = serializers.CharField(
+        read_only=True,
+        help_text="The Kubernetes object it mirrors (Kind namespace/name), or empty.",
+    )
     version = serializers.IntegerField(
         required=False,
         min_value=1,
@@ -104,6 +113,8 @@ class QuotaSerializer(StrictModelSerializer):
             "default_queue",
             "default_queue_policy",
             "children",
+            "source",
+            "kube_ref",
             "version",
             "created_at",
             "updated_at",

@@ -78,4 +78,5 @@ def filter_preview(preview: dict[str, Any], user: Any, *, new: str = "") -> dict
         **preview,
         "quotas": [q for q in preview.get("quotas", []) if q["name"] in quota_names],
         "workloads": [w for w in preview.get("workloads", []) if w["id"] in visible_ids],
+        "full_demand": [q for q in preview.get("full_demand", []) if q["name"] in quota_names],
     }

@@ -125,3 +125,18 @@ def test_a_new_quota_is_checked_like_its_creation(api: ApiWorld, data: dict, fie
     assert response.status_code == 400, response.json()
     assert any(field in name for name in response.json()["fields"]), response.json()
     assert state() == before
+
+
+def test_what_it_would_change_under_full_demand_only_for_visible_quotas(api: ApiWorld) -> None:
+    data = {"quota": "team-a-train", "min": {"cpu": "2"}, "max": {"cpu": "2"}}
+    everything = api.call("cluster_admin", "post", URL, data).json()["full_demand"]
+    moved = {q["name"]: q for q in everything}
+    assert "team-a-train" in moved  # wanting all it may hold, it would get less under max 2
+    train = moved["team-a-train"]
+    assert train["after"]["cpu"] == "2"
+    assert train["before"]["cpu"] != "2"
+    assert any(name.startswith("team-b") for name in moved)  # the others gain: hidden below
+    mine = api.call("tenant_admin", "post", URL, data).json()["full_demand"]
+    assert {q["name"] for q in mine} == {q["name"] for q in everything} & {
+        "cluster", "team-a-q", "team-a-train", "team-a-dev",
+    }  # fmt: skip
