@@ -42,10 +42,17 @@ LABELS = {
     "admission_timeout_s": "admission timeout",
     "backoff_base_s": "backoff base",
     "backoff_max_s": "backoff max",
+    "aging_bound_s": "aging bound",
     "expected_runtime_s": "expected runtime",
 }
 SECONDS = frozenset(
-    {"admission_timeout_s", "backoff_base_s", "backoff_max_s", "expected_runtime_s"}
+    {
+        "admission_timeout_s",
+        "backoff_base_s",
+        "backoff_max_s",
+        "expected_runtime_s",
+        "aging_bound_s",
+    }
 )
 QUIET = frozenset({"version"})  # bookkeeping, not something a person changed
 VERBS = {"create": "created", "update": "changed", "delete": "deleted", "cancel": "cancelled",

@@ -121,6 +121,7 @@ QUEUE_ROW: dict[str, Any] = {
         "backoff_base_s": {"type": "number"},
         "backoff_max_s": {"type": "number"},
         "backoff_jitter": {"type": "number"},
+        "aging_bound_s": {"type": ["number", "null"]},
         "version": _VERSION,
     },
 }

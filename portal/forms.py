@@ -123,6 +123,17 @@ class QueueForm(forms.Form):
     backoff_jitter = forms.FloatField(
         label="Backoff jitter (0 to 1)", initial=_default("backoff_jitter")
     )
+    aging_bound_s = forms.FloatField(
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        required=False,
+        label="Aging bound (s)",
+        initial=_default("aging_bound_s"),
+        help_text=(
+            "Against starvation: a head that fits waits at most about this long before it "
+            "claims its whole request back from borrowing siblings; blank = off."
+        ),
+    )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args: Any, instance: Queue | None = None, **kwargs: Any) -> None:
@@ -150,6 +161,7 @@ QUEUE_FIELDS = (
     "backoff_base_s",
     "backoff_max_s",
     "backoff_jitter",
+    "aging_bound_s",
 )
 
 

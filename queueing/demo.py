@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from queueing.actions import Actor
 from queueing.choices import WAITING_PHASES, Role
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
 from queueing.models import Queue, Quota, SimNode, Tenant, Workload
+from queueing.quantities import parse_amount
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -241,6 +243,22 @@ MAX_WAITING = 120
 #: A demo job runs this share of its declared runtime (uniform), as in
 #: ``queueing.engine.scenarios.demo_world``.
 RUNTIME_USAGE = (0.4, 1.0)
+#: A job larger than its quota's max is set aside as inadmissible ("can never fit"):
+#: the demo shows one now and then, not as the rule -- otherwise another quota is taken.
+NEVER_FITS_SHARE = 0.05
+
+
+def _fits_max(quota: Quota, pods: int, requests: Mapping[str, str]) -> bool:
+    """Whether ``pods`` x ``requests`` stays within the quota's max (and its parent's)."""
+    at: Quota | None = quota
+    while at is not None:
+        for resource, limit in (at.max or {}).items():
+            if resource in requests and pods * parse_amount(resource, requests[resource]) > int(
+                limit
+            ):
+                return False
+        at = at.parent
+    return True
 
 
 def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
@@ -261,6 +279,15 @@ def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
         quota = quotas.get(name)
         if quota is None:
             continue
+        if not _fits_max(quota, pods, requests) and rng.random() >= NEVER_FITS_SHARE:
+            fitting = [
+                q
+                for n in (GPU_QUOTAS if gpu else CPU_QUOTAS)
+                if (q := quotas.get(n)) is not None and _fits_max(q, pods, requests)
+            ]
+            if not fitting:
+                continue
+            quota = rng.choice(fitting)
         pod_set: dict[str, Any] = {"name": "workers", "count": pods, "requests": requests}
         if gpu:
             pod_set["tolerations"] = [GPU_TOLERATION]

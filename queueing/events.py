@@ -264,6 +264,7 @@ QUEUE_ROW_FIELDS = (
     "backoff_base_s",
     "backoff_max_s",
     "backoff_jitter",
+    "aging_bound_s",
     "version",
 )
 

@@ -34,12 +34,14 @@ def _fast_password_hashing() -> None:
 
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
-    from queueing import world
+    from queueing import forecasting, world
 
     world.forget()  # each test's trees start from its own database, as a new worker would
+    forecasting.clear_cache()
     yield
     set_cluster(None)
     world.forget()
+    forecasting.clear_cache()
 
 
 @pytest.fixture(scope="session")

@@ -84,6 +84,7 @@ AUDITED_FIELDS: dict[str, tuple[str, ...]] = {
         "backoff_base_s",
         "backoff_max_s",
         "backoff_jitter",
+        "aging_bound_s",
         "version",
     ),
     "workload": (

@@ -37,7 +37,12 @@ QUEUE_EDITABLE = (
     "backoff_base_s",
     "backoff_max_s",
     "backoff_jitter",
+    "aging_bound_s",
 )
+
+
+#: A bound past a week is no bound against starvation (and NaN/inf are no numbers).
+AGING_BOUND_MAX_S = 7 * 24 * 3600.0
 
 
 def _clean_queue(queue: Queue) -> None:
@@ -60,6 +65,13 @@ def _clean_queue(queue: Queue) -> None:
     if not 0 <= queue.backoff_jitter <= 1:
         errors.add(
             "backoff_jitter", f"backoff_jitter must be between 0 and 1, not {queue.backoff_jitter}."
+        )
+    bound = queue.aging_bound_s
+    if bound is not None and not (0 <= bound <= AGING_BOUND_MAX_S):
+        errors.add(
+            "aging_bound_s",
+            f"aging_bound_s must be between 0 and {AGING_BOUND_MAX_S:g} seconds (or empty to "
+            f"turn aging off), not {bound}.",
         )
     errors.raise_if_any()
 

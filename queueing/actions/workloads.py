@@ -538,6 +538,7 @@ def _clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
         fields.setdefault("global_position", None)
         fields.setdefault("eta_p50", None)
         fields.setdefault("eta_p90", None)
+        fields.setdefault("eta", None)
     if to_phase in TERMINAL_PHASES:
         fields.setdefault("explanation", None)
         fields.setdefault("reason", reason)

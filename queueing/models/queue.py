@@ -39,6 +39,15 @@ class Queue(models.Model):
     backoff_base_s = models.FloatField(default=10.0)
     backoff_max_s = models.FloatField(default=600.0)
     backoff_jitter = models.FloatField(default=0.1)
+    aging_bound_s = models.FloatField(
+        null=True,
+        blank=True,
+        default=300.0,
+        help_text=(
+            "Against starvation: a head that fits its quota's max and the cluster claims its "
+            "whole request after waiting this many seconds. Empty turns it off (on purpose)."
+        ),
+    )
     kube_ref = models.CharField(
         max_length=200,
         blank=True,

@@ -57,6 +57,16 @@ class Workload(models.Model):
     global_position = models.PositiveIntegerField(null=True, blank=True)
     eta_p50 = models.DateTimeField(null=True, blank=True)
     eta_p90 = models.DateTimeField(null=True, blank=True)
+    #: The engine's structured ETA of the last forecast (queueing.forecasting.stored_eta):
+    #: epoch p50/p90, why there is none, and what last moved it. What the next cycle
+    #: passes back for hysteresis, across workers and restarts.
+    eta = models.JSONField(null=True, blank=True)
+    #: The first forecast of this workload, written once (what calibration learns from).
+    first_seen_at = models.DateTimeField(null=True, blank=True)
+    eta_first_p50 = models.DateTimeField(null=True, blank=True)
+    eta_first_p90 = models.DateTimeField(null=True, blank=True)
+    #: The uncalibrated simulated start of that first forecast (calibration.Residuals).
+    eta_first_forecast = models.DateTimeField(null=True, blank=True)
     message = models.TextField(blank=True)
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
@@ -87,6 +97,26 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def eta_note(self) -> str:
+        """What moved the ETA shown (from ``eta``), or the precise reason there is none."""
+        stored = self.eta or {}
+        if stored.get("p50") is None:
+            return str(stored.get("reason") or "")
+        last = stored.get("last_move") or {}
+        moved, delta = last.get("moved"), float(last.get("delta_s") or 0.0)
+        if moved == "first":
+            text = "First forecast"
+        elif moved in ("earlier", "later"):
+            text = f"Moved {abs(delta):.0f} s {moved}: the queue or the cluster changed enough"
+        elif moved == "overdue":
+            text = f"Re-forecast ({delta:+.0f} s) after the earlier estimate passed"
+        else:
+            return ""
+        if stored.get("moved") == "kept":
+            text += "; kept since (newer forecasts were within the tolerance)"
+        return text + "."
 
 
 class WorkloadEvent(models.Model):

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection
 
+from queueing import forecasting
 from queueing.choices import WAITING_PHASES
 from queueing.engine.types import (
     CycleResult,
@@ -124,7 +125,17 @@ def pending_annotations(
         )
     else:
         looked_at = Workload.objects.filter(id__in=[c[0] for c in candidates])
-    stored = dict(looked_at.values_list("id", "explanation")) if candidates else {}
+    stored = (
+        {
+            wid: (explanation, eta, first)
+            for wid, explanation, eta, first in looked_at.values_list(
+                "id", "explanation", "eta", "first_seen_at"
+            )
+        }
+        if candidates
+        else {}
+    )
+    now_s = index.now.timestamp()
     changed: list[tuple[int, dict[str, Any]]] = []
     for workload_id, before, fields in candidates:
         new = dict(fields)
@@ -132,16 +143,41 @@ def pending_annotations(
         as_dict = explanation.to_dict() if explanation else None
         new["reason"] = as_dict["sentence"][:500] if as_dict else ""
         new["explanation"] = as_dict
+        old_explanation, old_eta, first_seen = stored.get(workload_id, (None, None, None))
+        eta = result.etas.get(workload_id)
+        new["eta"] = forecasting.stored_eta(eta, old_eta, now_s)
+        # The first forecast of a wait, once (write_annotations never overwrites it).
+        new["first"] = (
+            (index.now, eta.p50, eta.p90, eta.forecast)
+            if first_seen is None and eta is not None and eta.p50 is not None
+            else None
+        )
         if (
-            new["position"] != before["position"]
+            new["first"] is not None
+            or new["eta"] != old_eta
+            or new["position"] != before["position"]
             or new["global_position"] != before["global_position"]
             or new["reason"] != before["reason"]
-            or new["explanation"] != stored.get(workload_id)
+            or new["explanation"] != old_explanation
             or _eta_changed(before["eta_p50"], new["eta_p50"], index.now)
             or _eta_changed(before["eta_p90"], new["eta_p90"], index.now)
         ):
             changed.append((workload_id, new))
     return changed
+
+
+def _first(
+    first: tuple[datetime, float, float | None, float | None] | None, to_db: Any
+) -> tuple[Any, ...]:
+    if first is None:
+        return (None, None, None, None)
+    seen, p50, p90, forecast = first
+    return (
+        to_db(seen),
+        to_db(from_epoch(p50)),
+        to_db(from_epoch(p90)),
+        to_db(from_epoch(forecast if forecast is not None else p50)),
+    )
 
 
 def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: datetime) -> int:
@@ -153,7 +189,13 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
     waiting = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)
     sql = (
         f"UPDATE {table} SET position = %s, global_position = %s, eta_p50 = %s, eta_p90 = %s, "
-        f"reason = %s, explanation = %s{json_cast}, updated_at = %s "
+        f"reason = %s, explanation = %s{json_cast}, eta = %s{json_cast}, "
+        # COALESCE: the first forecast is written once and never overwritten.
+        "first_seen_at = COALESCE(first_seen_at, %s), "
+        "eta_first_p50 = COALESCE(eta_first_p50, %s), "
+        "eta_first_p90 = COALESCE(eta_first_p90, %s), "
+        "eta_first_forecast = COALESCE(eta_first_forecast, %s), "
+        "updated_at = %s "
         f"WHERE id = %s AND phase IN ({waiting})"
     )
     to_db = connection.ops.adapt_datetimefield_value
@@ -165,6 +207,8 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
             to_db(new["eta_p90"]),
             new["reason"],
             json.dumps(new["explanation"]) if new["explanation"] is not None else None,
+            json.dumps(new["eta"]) if new.get("eta") is not None else None,
+            *_first(new.get("first"), to_db),
             to_db(now),
             workload_id,
         )

@@ -229,6 +229,7 @@ def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Chan
             "global_position": None,
             "eta_p50": None,
             "eta_p90": None,
+            "eta": None,
             "explanation": None,
             "reason": "Admitted: within quota and placed on nodes.",
         },

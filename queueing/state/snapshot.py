@@ -18,6 +18,7 @@ from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from queueing import forecasting
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import NodeInfo
 from queueing.engine import ledger as engine_ledger
@@ -262,6 +263,7 @@ def build_snapshot(
             "backoff_base_s",
             "backoff_max_s",
             "backoff_jitter",
+            "aging_bound_s",
         )
     )
     queue_names = {q["id"]: q["name"] for q in queue_rows}
@@ -322,6 +324,7 @@ def build_snapshot(
                 backoff_base_s=q["backoff_base_s"],
                 backoff_max_s=q["backoff_max_s"],
                 backoff_jitter=q["backoff_jitter"],
+                aging_bound_s=q["aging_bound_s"],
             )
             for q in queue_rows
             if q["id"] in used_queue_ids
@@ -356,7 +359,9 @@ def build_snapshot(
         unlisted=unlisted,
         elsewhere={node: dict(held) for node, held in elsewhere.items()},
     )
-    return snapshot, index
+    # What the forecast learns from history (runtime ratios, residuals, arrivals, the
+    # previous ETAs): queueing.forecasting.
+    return forecasting.with_history(snapshot, index), index
 
 
 def _read_rows(

@@ -54,6 +54,17 @@ class QueueSerializer(StrictModelSerializer):
     backoff_base_s = FiniteFloatField(required=False, min_value=0, max_value=1e9)
     backoff_max_s = FiniteFloatField(required=False, min_value=0, max_value=1e9)
     backoff_jitter = FiniteFloatField(required=False, min_value=0, max_value=1)
+    aging_bound_s = FiniteFloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        help_text=(
+            "Against starvation: after waiting this many seconds a head that fits its "
+            "quota's max and the cluster claims its whole request back from borrowing "
+            "siblings. Default 300; null turns aging off (on purpose)."
+        ),
+    )
     quotas = serializers.SerializerMethodField()
     pending = serializers.SerializerMethodField(help_text="Waiting workloads.")
     admitted = serializers.SerializerMethodField(help_text="Admitted, not yet running.")
@@ -89,6 +100,7 @@ class QueueSerializer(StrictModelSerializer):
             "backoff_base_s",
             "backoff_max_s",
             "backoff_jitter",
+            "aging_bound_s",
             "quotas",
             "pending",
             "admitted",

@@ -189,9 +189,19 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 
     explanation = serializers.JSONField(read_only=True)
     assignment = serializers.JSONField(read_only=True)
+    eta = serializers.JSONField(
+        read_only=True,
+        help_text=(
+            "The engine's ETA: p50/p90 (epoch s), reason when there is none, moved "
+            "(first, kept, earlier, later, overdue) and last_move {moved, delta_s, at}."
+        ),
+    )
+    eta_note = serializers.CharField(
+        read_only=True, help_text="What moved the ETA, or why there is none, in words."
+    )
 
     class Meta(WorkloadSerializer.Meta):
-        fields = (*WorkloadSerializer.Meta.fields, "explanation", "assignment")  # type: ignore[assignment]
+        fields = (*WorkloadSerializer.Meta.fields, "explanation", "assignment", "eta", "eta_note")  # type: ignore[assignment]
         read_only_fields = fields  # type: ignore[assignment]
 
 

@@ -1,0 +1,285 @@
+"""What the engine's forecast learns from history, read from the database.
+
+The engine (``queueing.engine.eta``) turns its forward simulation into calibrated,
+steady ETAs when the snapshot carries what happened before (see the docstrings of
+``Snapshot`` and ``queueing.engine.calibration``): each queue's ratio of actual to
+declared runtime, the error of earlier first forecasts per class (QBETS residuals),
+the offered load of recent arrivals per root and priority, the ETAs the previous cycle
+published (hysteresis) and how often cycles run. The virtual-time simulator keeps these
+in memory (``calibration.EtaRecorder``); the live system keeps them in the database --
+``Workload.eta`` and the ``eta_first_*`` fields written by the cycle's annotation step
+(``queueing.state.annotate``) -- so they survive workers and restarts.
+
+``with_history`` is the one call ``build_snapshot`` makes. Everything but the previous
+ETAs is cached per tree for ``TTL_S``: it moves with admissions and finishes, not with
+every cycle; the previous ETAs are read every cycle (hysteresis needs the last ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from queueing.choices import WAITING_PHASES, Phase
+from queueing.engine.calibration import FLOOR_S, Residuals, eta_classes
+from queueing.engine.types import Eta, Snapshot
+from queueing.models import Workload
+
+if TYPE_CHECKING:
+    from queueing.state.snapshot import SnapshotIndex
+
+__all__ = [
+    "ARRIVAL_WINDOW_S",
+    "TTL_S",
+    "arrival_load",
+    "clear_cache",
+    "cycle_interval_s",
+    "eta_residuals",
+    "previous_etas",
+    "runtime_ratio",
+    "stored_eta",
+    "with_history",
+]
+
+#: How long a tree's learnt inputs are reused (s).
+TTL_S = 5.0
+#: Finished workloads whose runtimes make a queue's ratio; at least RATIO_MIN of them.
+RATIO_WINDOW = 200
+RATIO_MIN = 5
+#: Admitted workloads whose first forecasts make the residuals (calibration's window).
+RESIDUAL_WINDOW = 300
+#: Arrivals counted in the offered load (s), as ``calibration.ArrivalLoad``.
+ARRIVAL_WINDOW_S = 300.0
+
+_cache: dict[tuple[str, frozenset[int]], tuple[float, dict[str, Any]]] = {}
+
+
+def clear_cache() -> None:
+    """Forget what was learnt (tests; a process that changed the history under it)."""
+    _cache.clear()
+
+
+def cycle_interval_s() -> float:
+    """How often cycles run, for the forecast: 0 when events wake them (queueing.wake),
+    else the beat's interval (work that ends between two ticks starts at the next)."""
+    return 0.0 if settings.KQ_WAKE else float(settings.KQ_CYCLE_INTERVAL_S)
+
+
+def runtime_ratio(queue_ids: Mapping[int, str]) -> dict[str, tuple[float, float]]:
+    """Per queue: (p50, p90) of actual / declared runtime over its last finished
+    workloads that declared one (a declared runtime is a limit, work ends before it)."""
+    rows = (
+        Workload.objects.filter(
+            queue_id__in=list(queue_ids),
+            phase=Phase.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+            expected_runtime_s__gt=0,
+        )
+        .order_by("-finished_at")
+        .values_list("queue_id", "started_at", "finished_at", "expected_runtime_s")[
+            : RATIO_WINDOW * max(1, len(queue_ids))
+        ]
+    )
+    ratios: dict[int, list[float]] = {}
+    for queue_id, started, finished, declared in rows:
+        if started is None or finished is None or not declared:  # filtered out; for mypy
+            continue
+        got = ratios.setdefault(queue_id, [])
+        if len(got) < RATIO_WINDOW:
+            got.append(max(0.0, (finished - started).total_seconds()) / declared)
+    out: dict[str, tuple[float, float]] = {}
+    for queue_id, xs in ratios.items():
+        if len(xs) < RATIO_MIN:
+            continue
+        ordered = sorted(xs)
+        # The same order statistics as the simulator's recorder (calibration.EtaRecorder).
+        out[queue_ids[queue_id]] = (
+            ordered[len(ordered) // 2],
+            ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        )
+    return out
+
+
+def eta_residuals(
+    quota_ids: Iterable[int], queue_ids: Mapping[int, str], now: datetime
+) -> dict[str, tuple[float, float]]:
+    """Per class (``calibration.eta_classes``): the median and QBETS p90 bound of the
+    relative error of first forecasts, over the tree's last admitted workloads, with the
+    censored errors of those still waiting past their forecast (``Residuals.quantiles``)."""
+    residuals = Residuals(window=RESIDUAL_WINDOW)
+    quota_list = list(quota_ids)
+    measured = (
+        Workload.objects.filter(
+            quota_id__in=quota_list,
+            eta_first_forecast__isnull=False,
+            first_seen_at__isnull=False,
+            admitted_at__isnull=False,
+            # The first wait only: a workload evicted and admitted again keeps the first
+            # forecast of its first wait, which says nothing of the later one.
+            attempts=1,
+        )
+        .order_by("-admitted_at")
+        .values_list("queue_id", "priority", "first_seen_at", "eta_first_forecast", "admitted_at")[
+            :RESIDUAL_WINDOW
+        ]
+    )
+    for queue_id, priority, seen, forecast, admitted in reversed(list(measured)):
+        if seen is None or forecast is None or admitted is None:  # filtered out; for mypy
+            continue
+        if admitted < seen:  # admitted before this wait's first forecast: not its wait
+            continue
+        residuals.add(
+            eta_classes(queue_ids.get(queue_id, ""), priority),
+            (forecast - seen).total_seconds(),
+            (admitted - seen).total_seconds(),
+        )
+    overdue: dict[str, list[float]] = {}
+    for queue_id, priority, seen, forecast in Workload.objects.filter(
+        quota_id__in=quota_list,
+        phase__in=WAITING_PHASES,
+        eta_first_forecast__isnull=False,
+        first_seen_at__isnull=False,
+        eta_first_forecast__lt=now,
+        attempts=0,
+    ).values_list("queue_id", "priority", "first_seen_at", "eta_first_forecast"):
+        if seen is None or forecast is None:  # filtered out; for mypy
+            continue
+        predicted = max(0.0, (forecast - seen).total_seconds())
+        waited = (now - seen).total_seconds()
+        if waited > predicted:
+            e = (waited - predicted) / max(predicted, FLOOR_S)
+            for key in eta_classes(queue_ids.get(queue_id, ""), priority):
+                overdue.setdefault(key, []).append(e)
+    return residuals.quantiles(overdue)
+
+
+def arrival_load(
+    snapshot: Snapshot,
+    quota_ids: Mapping[str, int],
+    ratio: Mapping[str, tuple[float, float]],
+    queue_ids: Mapping[int, str],
+    now: datetime,
+) -> dict[str, dict[int, float]]:
+    """Per root quota and priority: the offered load of the workloads that arrived in
+    the last ARRIVAL_WINDOW_S, as a fraction of the tree's capacity (the cluster, capped
+    by the root's max) -- ``calibration.ArrivalLoad`` over the database's history."""
+    parent = {q.name: q.parent for q in snapshot.quotas}
+    maxes = {q.name: q.max for q in snapshot.quotas}
+    cap: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if not n.unschedulable:
+            for k, v in n.allocatable.items():
+                cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
+    root_of: dict[str, str] = {}
+    for name in parent:
+        at = name
+        while parent[at] is not None:
+            at = parent[at]  # type: ignore[assignment]
+        root_of[name] = at
+    caps: dict[str, dict[str, int]] = {}
+    for root in set(root_of.values()):
+        qcap = dict(cap)
+        for k, m in maxes[root].items():
+            if m < qcap.get(k, 0):
+                qcap[k] = m
+        caps[root] = qcap
+    names = {qid: name for name, qid in quota_ids.items()}
+    since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
+    tree = Workload.objects.filter(quota_id__in=list(names))
+    oldest = tree.order_by("created_at").values_list("created_at", flat=True).first()
+    if oldest is None:
+        return {}
+    # A system younger than the window has seen its arrivals over a shorter span.
+    span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
+    out: dict[str, dict[int, float]] = {}
+    for quota_id, queue_id, priority, request, runtime in tree.filter(
+        created_at__gte=since
+    ).values_list("quota_id", "queue_id", "priority", "total_request", "expected_runtime_s"):
+        found = root_of.get(names[quota_id])
+        if found is None:
+            continue
+        root = found
+        qcap = caps[root]
+        share = 0.0
+        for k, v in (request or {}).items():
+            c = qcap.get(k, 0)
+            if c > 0:
+                share = max(share, int(v) / c)
+        work = share * (runtime or 0.0)
+        r = ratio.get(queue_ids.get(queue_id, ""))
+        if r is not None:
+            work *= r[0]
+        if work > 0:
+            bands = out.setdefault(root, {})
+            bands[priority] = bands.get(priority, 0.0) + work / span
+    return out
+
+
+def stored_eta(eta: Eta | None, before: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+    """What ``Workload.eta`` keeps of the engine's ETA: its numbers (epoch seconds, the
+    exact values hysteresis compares against), the reason when there is none, the
+    verdict of this cycle and the last movement (``kept`` cycles keep it, so a page can
+    still say what moved the ETA it shows). Unchanged while the ETA is kept, so a kept
+    ETA costs no write."""
+    if eta is None:
+        return {"p50": None, "p90": None, "reason": "", "moved": "", "last_move": None}
+    last = (before or {}).get("last_move")
+    if eta.moved in ("first", "earlier", "later", "overdue"):
+        last = {"moved": eta.moved, "delta_s": round(eta.delta_s, 1), "at": round(now, 1)}
+    elif eta.p50 is None:
+        last = None
+    return {
+        "p50": eta.p50,
+        "p90": eta.p90,
+        "reason": eta.reason,
+        "moved": eta.moved,
+        "last_move": last,
+    }
+
+
+def previous_etas(ids: Iterable[int], quota_ids: Iterable[int], *, many: bool) -> dict[int, Eta]:
+    """The ETAs the last cycle published for these waiting workloads (``Workload.eta``).
+    ``many``: select by tree rather than a long IN list."""
+    if many:
+        query = Workload.objects.filter(quota_id__in=list(quota_ids), phase__in=WAITING_PHASES)
+    else:
+        query = Workload.objects.filter(id__in=list(ids))
+    out: dict[int, Eta] = {}
+    for workload_id, stored in query.filter(eta__isnull=False).values_list("id", "eta"):
+        if not isinstance(stored, dict):
+            continue
+        p50, p90 = stored.get("p50"), stored.get("p90")
+        if isinstance(p50, int | float) and isinstance(p90, int | float):
+            out[workload_id] = Eta(float(p50), float(p90), moved=stored.get("moved", ""))
+    return out
+
+
+def with_history(snapshot: Snapshot, index: SnapshotIndex) -> Snapshot:
+    """The snapshot with the forecast's inputs from history (see the module's doc)."""
+    now = index.now
+    quota_ids = frozenset(index.quota_ids.values())
+    key = (index.root, quota_ids)
+    hit = _cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < TTL_S:
+        learnt = hit[1]
+    else:
+        ratio = runtime_ratio(index.queue_names)
+        learnt = {
+            "runtime_ratio": ratio,
+            "eta_residuals": eta_residuals(quota_ids, index.queue_names, now),
+            "arrival_load": arrival_load(snapshot, index.quota_ids, ratio, index.queue_names, now),
+        }
+        _cache[key] = (time.monotonic(), learnt)
+    waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]
+    previous = previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting else {}
+    interval = cycle_interval_s()
+    config = snapshot.config
+    if config.cycle_interval_s != interval:
+        config = dataclasses.replace(config, cycle_interval_s=interval)
+    return dataclasses.replace(snapshot, previous_etas=previous, config=config, **learnt)
