@@ -59,8 +59,11 @@ def _digest(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def persist(nodes: Iterable[NodeInfo]) -> NodeChanges:
-    """Store ``nodes`` as the whole node view: write what changed, announce it on commit."""
+def persist(nodes: Iterable[NodeInfo], *, announce: bool = True) -> NodeChanges:
+    """Store ``nodes`` as the whole node view: write what changed, announce it on commit.
+
+    ``announce=False`` for a caller that publishes the same change itself (the
+    simulated-node actions): a client must not be told of one removal twice."""
     seen: dict[str, tuple[dict[str, Any], str]] = {}
     for node in nodes:
         doc = _document(node)
@@ -98,7 +101,7 @@ def persist(nodes: Iterable[NodeInfo]) -> NodeChanges:
         if gone:
             ClusterNode.objects.filter(name__in=gone).delete()
             changes.removed = gone
-        if changes:
+        if changes and announce:
             announced = [
                 {"name": name, **seen[name][0]} for name in (*changes.created, *changes.updated)
             ]

@@ -82,4 +82,5 @@ def _follow_node_view() -> None:
     if settings.KQ_CLUSTER == "simulated":
         from queueing.cluster.simulated import SimulatedCluster
 
-        nodeview.persist(SimulatedCluster().nodes())
+        # The action's own ``nodes`` message already announces the change.
+        nodeview.persist(SimulatedCluster().nodes(), announce=False)

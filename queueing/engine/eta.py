@@ -17,7 +17,9 @@ promise one can hold the engine to:
 2. **Hysteresis.** Against ``Snapshot.previous_etas``, a new p50 within the tolerance
    (a tenth of the remaining wait, at least ``min_tolerance_s``) of the old one keeps
    the old one (``moved="kept"``); beyond it, the ETA moves and says so
-   (``earlier``/``later`` with ``delta_s``), or ``overdue`` when the old one passed.
+   (``earlier``/``later`` with ``delta_s``) once two forecasts in a row agree it must
+   (the first is held as ``pending``), or at once as ``overdue`` when the old one
+   passed.
 3. **Order.** In a strict-order queue a workload cannot start before one ahead of it
    on the same quota: its ETA is at least theirs.
 
@@ -125,6 +127,10 @@ def finish_etas(
         tol = max(MIN_TOLERANCE_S, TOLERANCE * (old.p50 - now))
         if abs(lo - old.p50) <= tol and abs(hi - old.p90) <= max(tol, TOLERANCE * (old.p90 - now)):
             etas[wid] = Eta(old.p50, old.p90, moved="kept", forecast=sim)
+        elif old.moved and not _confirmed(old, lo, tol):
+            # A first jump is held for one cycle: it is published when the next
+            # forecast agrees (a spike of one cycle -- one job's end reordered -- is not).
+            etas[wid] = Eta(old.p50, old.p90, moved="kept", forecast=sim, pending=lo)
         else:
             etas[wid] = Eta(
                 lo,
@@ -143,6 +149,15 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def _confirmed(old: Eta, lo: float, tol: float) -> bool:
+    """Whether the previous cycle already wanted to move the ETA the same way."""
+    if old.pending is None or old.p50 is None:
+        return False
+    before = old.pending - old.p50
+    now = lo - old.p50
+    return abs(before) > tol and (before > 0) == (now > 0)
 
 
 def _order(cy: Cycle, etas: dict[int, tuple[float, float]]) -> bool:

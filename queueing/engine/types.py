@@ -500,6 +500,10 @@ class Eta:
     delta_s: float = 0.0
     #: The simulation's own start time before calibration (what errors are learnt on).
     forecast: float | None = None
+    #: A move held back for one cycle (the p50 this cycle wanted); pass it back in
+    #: ``previous_etas`` to confirm it. A caller that keeps only p50/p90 (``moved`` ""
+    #: in what it passes back) gets every move at once.
+    pending: float | None = None
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {
@@ -509,6 +513,7 @@ class Eta:
             "moved": self.moved,
             "delta_s": self.delta_s,
             "forecast": self.forecast,
+            "pending": self.pending,
         }
 
 

@@ -70,6 +70,20 @@ def test_an_eta_within_the_tolerance_of_the_last_one_is_kept_and_says_so() -> No
     assert overdue.moved == "overdue"
 
 
+def test_a_jump_is_published_only_when_the_next_forecast_confirms_it() -> None:
+    # The engine's own previous ETA (moved set) said +40 s; now it says +100 s. The
+    # first time the jump is held as pending; passed back, the next cycle publishes it.
+    mine = Eta(NOW + 40, NOW + 40, moved="first")
+    held = run_cycle(world(previous_etas={2: mine})).etas[2]
+    assert (held.p50, held.moved, held.pending) == (NOW + 40, "kept", NOW + 100)
+    moved = run_cycle(world(previous_etas={2: held})).etas[2]
+    assert (moved.p50, moved.moved, moved.delta_s) == (NOW + 100, "later", 60.0)
+    # A spike that reverses is never published: pending later, now earlier again.
+    spike = Eta(NOW + 100, NOW + 100, moved="kept", pending=NOW + 900)
+    calm = run_cycle(world(previous_etas={2: spike})).etas[2]
+    assert (calm.p50, calm.moved) == (NOW + 100, "kept")
+
+
 def test_calibration_turns_the_measured_error_into_p50_and_p90() -> None:
     # Simulated wait 100 s; measured errors: median +0.2, p90 bound +0.9 of the wait.
     eta = run_cycle(world(eta_residuals={"": (0.2, 0.9)})).etas[2]

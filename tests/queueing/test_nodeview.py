@@ -122,3 +122,21 @@ def test_in_kubernetes_mode_a_simulated_node_is_not_the_cluster(settings: Any) -
     settings.KQ_CLUSTER = "kubernetes"
     actions.upsert_sim_node(Actor.system(), name="sim-1", allocatable={"cpu": "4"})
     assert nodeview.read() == []
+
+
+def test_a_simulated_node_edit_is_announced_once(
+    settings: Any, sent: list[dict[str, Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    from queueing import actions
+    from queueing.actions import Actor
+
+    settings.KQ_CLUSTER = "simulated"
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.upsert_sim_node(Actor.system(), name="sim-1", allocatable={"cpu": "4"})
+    assert [(m["type"], [row["name"] for row in m["nodes"]]) for m in sent] == [
+        ("nodes", ["sim-1"])
+    ]
+    # Positive control: the cycle's reading of a changed node is announced.
+    with django_capture_on_commit_callbacks(execute=True):
+        nodeview.persist([node("sim-1", cpu=8000)])
+    assert len(sent) == 2

@@ -69,11 +69,8 @@ class QueueSerializer(StrictModelSerializer):
     pending = serializers.SerializerMethodField(help_text="Waiting workloads.")
     admitted = serializers.SerializerMethodField(help_text="Admitted, not yet running.")
     running = serializers.SerializerMethodField(help_text="Running workloads.")
-    source = serializers.CharField(
-        read_only=True,
-        help_text='"kubernetes": mirrored from the object in kube_ref, edited there (edits '
-        'here are refused); "here": edited here.',
-    )
+    # "source" (a model property, read-only): "kubernetes" when mirrored from kube_ref
+    # and edited there (edits here are refused), "here" otherwise.
     kube_ref = serializers.CharField(
         read_only=True,
         help_text="The Kubernetes object it mirrors (Kind namespace/name), or empty.",

@@ -79,11 +79,8 @@ class QuotaSerializer(StrictModelSerializer):
         help_text="Policy of the default queue created with the quota.",
     )
     children = serializers.SerializerMethodField()
-    source = serializers.CharField(
-        read_only=True,
-        help_text='"kubernetes": mirrored from the object in kube_ref, edited there (edits '
-        'here are refused); "here": edited here.',
-    )
+    # "source" (a model property, read-only): "kubernetes" when mirrored from kube_ref
+    # and edited there (edits here are refused), "here" otherwise.
     kube_ref = serializers.CharField(
         read_only=True,
         help_text="The Kubernetes object it mirrors (Kind namespace/name), or empty.",
