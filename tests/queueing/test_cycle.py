@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, forecasting, lease, state
+from queueing.admission import cycle_root, tick
 from queueing.choices import HOLDING_PHASES, Phase
-from queueing.cycle import cycle_root, tick
 from queueing.engine import run_cycle
 from queueing.models import CycleRun, Quota, SimJob, UsageLedger, Workload
 from tests import builders

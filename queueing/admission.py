@@ -1,6 +1,7 @@
 """One admission cycle, end to end: lease -> snapshot -> engine -> apply -> release.
 
-Plain functions that tests and the ``run_cycle`` command call directly; the Celery tasks
+The cluster-facing cycle (the engine's is ``queueing.engine.cycle``). Plain functions that
+tests and the ``run_cycle`` command call directly; the Celery tasks
 are thin wrappers around ``tick()``.
 """
 
