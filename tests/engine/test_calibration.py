@@ -135,8 +135,32 @@ def test_the_recorder_measures_coverage_error_and_flips() -> None:
     assert m["p50_coverage_pct"] == 0.0
     assert m["p90_coverage_pct"] == 0.0
     assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # Started 50 s later than said (signed > 0); uncalibrated, the simulation said the same.
+    assert m["p50_median_signed_err"] == pytest.approx(round(50 / 150, 3))
+    assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    assert m["sim_median_signed_err"] == pytest.approx(round(50 / 150, 3))
     assert m["presence_pct"] == 100.0
     assert m["contradictions"] == 0
+
+
+def test_the_recorder_tells_the_simulation_s_error_from_the_calibrated_one() -> None:
+    # Calibration moves the simulated 100 s wait to a p50 of 120 s; it took 150 s.
+    rec = EtaRecorder(calibrate=False)
+    snap = world(eta_residuals={"": (0.2, 0.9)})
+    rec.after(snap, run_cycle(snap))
+    done = dataclasses.replace(
+        snap, now=NOW + 150, workloads=(workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0),)
+    )
+    rec.after(done, run_cycle(done))
+    m = rec.metrics()
+    assert m["p50_median_signed_err"] == pytest.approx(round(30 / 150, 3))
+    assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # Early, not late: a p50 of 200 s for a 150 s wait is a negative error.
+    rec = EtaRecorder(calibrate=False)
+    snap = world(eta_residuals={"": (1.0, 2.0)})
+    rec.after(snap, run_cycle(snap))
+    rec.after(dataclasses.replace(done, eta_residuals={"": (1.0, 2.0)}), run_cycle(done))
+    assert rec.metrics()["p50_median_signed_err"] == pytest.approx(round(-50 / 150, 3))
 
 
 def test_aged_claims_are_served_after_every_min_and_before_the_weights() -> None:
