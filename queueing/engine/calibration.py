@@ -161,7 +161,12 @@ class ArrivalLoad:
         """Count the workloads seen for the first time in ``snap``."""
         now = snap.now
         if self.start is None:
+            # What waits at the first look is a backlog, not arrivals at a rate: counted
+            # over a 1-second span it read as a load far above capacity (the demo's
+            # first forecasts were stretched 3x). The simulation sees it already.
             self.start = now
+            self.seen.update(w.id for w in snap.workloads)
+            return
         parent = {q.name: q.parent for q in snap.quotas}
         maxes = {q.name: q.max for q in snap.quotas}
         cap: dict[str, int] = {}

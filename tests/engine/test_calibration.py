@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from queueing.engine import run_cycle
-from queueing.engine.calibration import EtaRecorder, Residuals, qbets_index
+from queueing.engine.calibration import ArrivalLoad, EtaRecorder, Residuals, qbets_index
 from queueing.engine.quota import QuotaTree, waterfill
 from queueing.engine.types import Eta, QueueSpec, Snapshot
 
@@ -114,6 +114,25 @@ def test_higher_priority_arrivals_stretch_the_wait() -> None:
         ),
     )
     assert run_cycle(hi).etas[2].p50 == pytest.approx(NOW + 100)
+
+
+def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
+    load = ArrivalLoad(window_s=300.0)
+    # What already waits (and runs) at the first look arrived at unknown times.
+    load.update(world(), {})
+    assert load.load(NOW) == {}
+    # A workload first seen 10 s later is an arrival: the whole 4-cpu tree for 50 s,
+    # over the 10 s seen so far -- a load of 5 at its priority.
+    later = dataclasses.replace(
+        world(),
+        now=NOW + 10,
+        workloads=(
+            *world().workloads,
+            workload(3, "q", req={"cpu": 4}, expected_runtime_s=50.0, priority=7),
+        ),
+    )
+    load.update(later, {})
+    assert load.load(NOW + 10) == {"root": {7: pytest.approx(5.0)}}
 
 
 def test_the_recorder_measures_coverage_error_and_flips() -> None:
