@@ -262,6 +262,7 @@ class TreeWorld:
         self.holding: set[int] = set()
         self.queues: dict[int, _QueueOrder] = defaultdict(_QueueOrder)
         self.cursor: Cursor | None = None
+        self.again: set[int] = set()  # ids to read once more at the next refresh
         self.quota_ids: frozenset[int] = frozenset()
         self.rebuilt_at = 0.0
         self.rebuilds = 0
@@ -285,6 +286,11 @@ class TreeWorld:
             self._rebuild(wanted)
             return
         self.cursor = cursor
+        # Ids recorded inside a transaction may be read before it commits (the old row);
+        # the record after the commit normally follows, but not from a writer killed in
+        # between. So each id is read twice: now, and at the next refresh.
+        again, self.again = self.again, set(ids)
+        ids |= again
         self.reread = len(ids)
         if ids:
             self._reread(ids)
@@ -299,6 +305,7 @@ class TreeWorld:
             *WORLD_FIELDS
         )
         self.rows = {}
+        self.again = set()
         self.holding = set()
         self.queues = defaultdict(_QueueOrder)
         self.specs = {}

@@ -12,7 +12,7 @@ statuses), ``fivexx``, ``p95_ms`` of the API, the live clients' ``ws_frames``,
 ``ws_drops`` and ``ws_errors``, per process ``rss_mb`` after warm-up and at the end and
 ``rss_growth_pct`` between the two, ``cycles`` run, ``db_rows_lost`` (workloads this
 process created, 201, minus those found in the database at the end) and the count of
-tracebacks in the product's log. Target (DESIGN.md): 0 errors, 0 5xx, every process's
+tracebacks in the product's log while it ran (and, apart, during its shutdown). Target (DESIGN.md): 0 errors, 0 5xx, every process's
 memory within 10 % of where it was after warm-up, nothing lost. Not a test.
 
 Knobs: KQ_SOAK_SECONDS (600), KQ_SOAK_WARMUP_S (60, at most a fifth of the run),
@@ -408,7 +408,14 @@ def soak() -> dict[str, Any]:
         "cycles": cycles,
         "workloads_created": len(load.created),
         "db_rows_lost": len(load.created) - found,
-        "tracebacks_in_log": log.count("Traceback (most recent call last)"),
+        # Until the bench stops the product: honcho stops Redis while the worker and the
+        # cycler finish their last task, which logs connection errors that are no finding.
+        "tracebacks_in_log": log.split("SIGINT received")[0].count(
+            "Traceback (most recent call last)"
+        ),
+        "tracebacks_at_shutdown": log.partition("SIGINT received")[2].count(
+            "Traceback (most recent call last)"
+        ),
         "wall_s": round(time.monotonic() - started, 1),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }

@@ -90,3 +90,31 @@ def test_a_misconfiguration_stops_start_up_with_one_sentence(env, sentence):
     assert sentence in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.django_db
+def test_the_trickle_sends_a_job_beyond_its_quotas_max_only_now_and_then(
+    settings, tmp_path, monkeypatch
+):
+    import random
+
+    from queueing.cluster import set_cluster
+    from queueing.cluster.simulated import SimulatedCluster
+
+    settings.VAR_DIR = tmp_path
+    demo.seed()
+    set_cluster(SimulatedCluster())
+    vision_dev = Quota.objects.get(name="vision-dev")
+    assert not demo._fits_max(vision_dev, 8, {"cpu": "16"})  # 128 cpu > its 120-cpu max
+    assert demo._fits_max(vision_dev, 4, {"cpu": "8"})
+    # Only large jobs, as many as the waiting cap allows.
+    large = next(shape for shape in demo.SHAPES if shape[0] == "large")
+    monkeypatch.setattr(demo, "SHAPES", [large])
+    rng = random.Random(7)
+    while demo.trickle(rng, count=10):
+        pass
+    jobs = list(Workload.objects.values_list("quota__name", flat=True))
+    assert len(jobs) >= demo.MAX_WAITING
+    never = jobs.count("vision-dev")
+    # Without the redirect a quarter (one CPU quota in four) would go there.
+    assert 1 <= never <= len(jobs) * 0.15, (never, len(jobs))

@@ -10,12 +10,13 @@ from datetime import timedelta
 import pytest
 
 from queueing import actions, forecasting, nodeview, state
+from queueing.admission import tick
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
-from queueing.cycle import tick
 from queueing.engine import run_cycle
 from queueing.engine.types import Eta
 from queueing.models import Queue, Workload
+from queueing.state.annotate import write_annotations
 from tests import builders
 from tests.builders import SYSTEM
 
@@ -91,20 +92,45 @@ def test_waiting_workloads_get_a_p90_above_their_p50_and_the_first_forecast_is_k
             "last_move": {"moved": "first", "delta_s": 0.0, "at": world.clock().timestamp()},
         }
     first = {w.id: (w.first_seen_at, w.eta_first_p50, w.eta_first_p90) for w in waiting}
-    # Higher-priority work arrives and pushes them back: their ETAs move later...
+    # Higher-priority work arrives; the next cycles forecast again and rewrite the rows...
     for i in range(3):
         builders.submit(world, f"urgent-{i}", cpu="4", runtime=300, priority=1000)
     tick(cluster=world.cluster, now=world.clock.advance(5))
-    later = {w.id: w for w in Workload.objects.filter(id__in=list(first), phase__in=WAITING_PHASES)}
+    tick(cluster=world.cluster, now=world.clock.advance(5))
+    later = list(Workload.objects.filter(id__in=list(first), phase__in=WAITING_PHASES))
     assert later
-    moved = [w for w in later.values() if w.eta["moved"] == "later"]
-    assert moved, {w.name: w.eta for w in later.values()}
-    for w in later.values():
+    for w in later:
+        assert w.eta["moved"] != "first", w.eta  # the row was written again
         # ...and the first forecast stays what it was.
         assert (w.first_seen_at, w.eta_first_p50, w.eta_first_p90) == first[w.id]
-    for w in moved:
-        assert w.eta_p50 != first[w.id][1]
-        assert w.eta["last_move"]["delta_s"] > 0
+
+
+def test_the_first_forecast_is_written_once(world):
+    builders.submit(world, "w", cpu="1")
+    row = Workload.objects.get(name="w")
+    at = world.clock()
+    new = {
+        "position": 1,
+        "global_position": 1,
+        "eta_p50": at + timedelta(seconds=60),
+        "eta_p90": at + timedelta(seconds=90),
+        "reason": "r",
+        "explanation": None,
+        "eta": {"p50": 0.0, "p90": 0.0, "reason": "", "moved": "first", "last_move": None},
+        "first": (at, at.timestamp() + 60, at.timestamp() + 90, at.timestamp() + 50),
+    }
+    assert write_annotations([(row.id, new)], at) == 1
+    again = new | {"first": (at + timedelta(seconds=30), 1.0, 2.0, 3.0), "reason": "later"}
+    write_annotations([(row.id, again)], at)
+    row.refresh_from_db()
+    assert row.reason == "later"  # the second write happened...
+    # ...but the first forecast is the first one.
+    assert (row.first_seen_at, row.eta_first_p50, row.eta_first_p90, row.eta_first_forecast) == (
+        at,
+        at + timedelta(seconds=60),
+        at + timedelta(seconds=90),
+        at + timedelta(seconds=50),
+    )
 
 
 def test_hysteresis_holds_across_two_rounds_with_nothing_changed(world):

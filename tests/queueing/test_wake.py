@@ -8,8 +8,8 @@ import pytest
 from django.core.cache import cache
 
 from queueing import actions, lease, wake
+from queueing.admission import react
 from queueing.choices import Phase
-from queueing.cycle import react
 from queueing.models import Quota, Workload
 from tests.builders import SYSTEM, submit
 

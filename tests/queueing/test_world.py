@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, state, world
+from queueing.admission import cycle_root, tick
 from queueing.choices import Phase
-from queueing.cycle import cycle_root, tick
 from queueing.models import Workload
 from queueing.state.snapshot import WORLD_FIELDS
 from queueing.world import LIVE, LocalJournal
@@ -86,6 +86,22 @@ def test_the_world_stays_what_the_database_says_through_random_histories(world, 
 
 def world_of(root: str) -> world.TreeWorld:
     return world.world_of(root)
+
+
+def test_an_id_read_before_its_commit_is_read_again(world, journal):
+    # A reader in another process may take an id from the journal before the writer
+    # commits (it sees the old row); a writer killed after its commit never records it
+    # again. The world reads every id once more at its next refresh.
+    first = submit(world, "a", cpu="4")
+    quota_ids = state.tree_quota_ids("cluster")
+    tree = world_of("cluster")
+    tree.refresh(quota_ids)
+    journal.append({"cluster": [first.pk]})
+    tree.refresh(quota_ids)  # takes the id (the "commit" has not happened yet)
+    Workload.objects.filter(pk=first.pk).update(phase=Phase.CANCELLED)  # now it commits
+    tree.refresh(quota_ids)  # no new record: the second read sees it
+    assert first.pk not in tree.rows
+    assert tree.rebuilds == 1
 
 
 def test_a_lost_journal_makes_the_world_rebuild(world, journal):
@@ -164,6 +180,7 @@ def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
     # still believes "b" waits, the database says it was cancelled.
     second = submit(world, "b", cpu="4")
     tree.refresh(state.tree_quota_ids("cluster"))
+    tree.refresh(state.tree_quota_ids("cluster"))  # read twice (world.TreeWorld.again)
     Workload.objects.filter(pk=second.pk).update(phase=Phase.CANCELLED)
     report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
     assert report is not None

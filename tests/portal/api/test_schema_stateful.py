@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from tests.portal.api.conftest import ApiWorld
 from tests.portal.api.test_schema import CHECKS, served  # noqa: F401  # the live server
@@ -178,6 +178,9 @@ def test_create_then_read_update_cancel_sequences_never_fail(
             deadline=None,
             database=None,
             derandomize=True,
+            # No shrinking: replaying a sequence against a server whose state moved on
+            # draws differently (FlakyStrategyDefinition) and hides the real failure.
+            phases=[Phase.explicit, Phase.generate],
             suppress_health_check=list(HealthCheck),
         )
     )
