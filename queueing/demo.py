@@ -303,7 +303,7 @@ def trickle(
             SHAPES, weights=[shape[5] for shape in SHAPES]
         )[0]
         gpu = "nvidia.com/gpu" in requests
-        targets = GPU_QUOTAS if gpu else CPU_QUOTAS
+        targets: tuple[str, ...] = GPU_QUOTAS if gpu else CPU_QUOTAS
         if i >= steady:
             targets = tuple(n for n in wave if n in targets) or targets
         name = rng.choice(targets)
