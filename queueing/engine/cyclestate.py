@@ -211,15 +211,21 @@ class CycleState:
         #: Per quota, usage plus competing requests of workloads attached directly to it.
         self.own_demand = own_demand
         #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
-        # A reclaim takes from any quota of the tree that borrows (a cousin as well as a
-        # sibling), so while one is under way -- victims releasing, or the preemptor
-        # still to be admitted -- no head of that tree claims by age: a claim would move
-        # the runtime quota the preemption was decided on, and the victim, back in its
-        # queue with its old timestamp, would claim its room back (ping-pong).
+        # While victims release, the preemptor's siblings claim nothing by age (a claim
+        # would move the runtime quota the preemption was decided on). Once they are
+        # gone and the preemptor is still to be admitted, nothing in its whole tree
+        # claims: a reclaim takes from any quota that borrows (a cousin as well as a
+        # sibling), and the victim, back in its queue with its old timestamp, would age
+        # its room back before the preemptor got it (ping-pong).
         frozen: set[int] = set()
         for wid in (*self.nominated_in, *self.inflight):
             pq = quota_of.get(wid)
-            if pq is not None:
+            if pq is None:
+                continue
+            if wid in self.inflight:
+                par = tree.parent[pq]
+                frozen.update(tree.children[par] if par >= 0 else (pq,))
+            else:
                 frozen.update(tree.subtree(tree.root_of(pq)))
         self.claims = aged_claims(
             tree, [(q.spec, q.cands) for q in self.queues], quota_of, own_used, now, frozen
