@@ -261,21 +261,52 @@ def _fits_max(quota: Quota, pods: int, requests: Mapping[str, str]) -> bool:
     return True
 
 
-def trickle(rng: random.Random | None = None, count: int | None = None) -> int:
-    """Submit a few demo jobs unless plenty are already waiting. Returns how many."""
+#: Every WAVE_PERIOD_S one tenant gets a wave of work for WAVE_S (in turn): its queues
+#: fill past its quotas, it borrows what the others leave idle, positions, ETAs and
+#: "why pending" have something to say, and the wave drains -- the steady trickle alone
+#: keeps the cluster a third busy, with nothing waiting.
+WAVE_PERIOD_S = 180
+WAVE_S = 45
+WAVE_EXTRA = (3, 6)
+WAVE_TENANTS: tuple[tuple[str, ...], ...] = (
+    ("vision-train", "vision-dev"),
+    ("analytics-etl", "analytics-adhoc"),
+    ("nlp-prod", "nlp-research"),
+)
+
+
+def wave_quotas(at: float) -> tuple[str, ...]:
+    """The quotas of the tenant whose wave runs at ``at`` (epoch seconds), or ()."""
+    period, into = divmod(int(at), WAVE_PERIOD_S)
+    if into >= WAVE_S:
+        return ()
+    return WAVE_TENANTS[period % len(WAVE_TENANTS)]
+
+
+def trickle(
+    rng: random.Random | None = None, count: int | None = None, *, at: float | None = None
+) -> int:
+    """Submit a few demo jobs unless plenty are already waiting; during a wave
+    (:func:`wave_quotas`) a few more, into the wave's quotas. Returns how many."""
     rng = rng or random.Random()
     if Workload.objects.filter(phase__in=WAITING_PHASES).count() >= MAX_WAITING:
         return 0
     quotas = {q.name: q for q in Quota.objects.filter(name__in=set(GPU_QUOTAS + CPU_QUOTAS))}
     if not quotas:
         return 0
+    wave = wave_quotas(timezone.now().timestamp() if at is None else at) if count is None else ()
+    steady = count if count is not None else rng.randint(1, 3)
+    extra = rng.randint(*WAVE_EXTRA) if wave else 0
     submitted = 0
-    for _ in range(count if count is not None else rng.randint(1, 3)):
+    for i in range(steady + extra):
         label, pods, requests, (low, high), priority, _w = rng.choices(
             SHAPES, weights=[shape[5] for shape in SHAPES]
         )[0]
         gpu = "nvidia.com/gpu" in requests
-        name = rng.choice(GPU_QUOTAS if gpu else CPU_QUOTAS)
+        targets: tuple[str, ...] = GPU_QUOTAS if gpu else CPU_QUOTAS
+        if i >= steady:
+            targets = tuple(n for n in wave if n in targets) or targets
+        name = rng.choice(targets)
         quota = quotas.get(name)
         if quota is None:
             continue

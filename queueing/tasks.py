@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 @shared_task(name="queueing.tick", ignore_result=True)
 def tick() -> dict[str, Any]:
     """Sync with the cluster, then run the admission cycle of every quota tree."""
-    from queueing.cycle import tick as run_tick
+    from queueing.admission import tick as run_tick
 
     summary = run_tick().as_dict()
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
@@ -24,7 +24,7 @@ def tick() -> dict[str, Any]:
 @shared_task(name="queueing.react", ignore_result=True)
 def react(target: str) -> dict[str, Any]:
     """A woken cycle (queueing.wake): a tree's root, "*" for every tree, or "sync"."""
-    from queueing.cycle import react as run_react
+    from queueing.admission import react as run_react
 
     summary = run_react(target).as_dict()
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
@@ -37,19 +37,6 @@ def sync_cluster() -> dict[str, Any]:
     from queueing.sync import sync_cluster as run_sync
 
     return run_sync().as_dict()
-
-
-@shared_task(name="queueing.run_cycle", ignore_result=True)
-def run_cycle() -> dict[str, Any]:
-    """The cycle without a sync (the sync runs in tick)."""
-    from queueing.cycle import cycle_root
-    from queueing.state import roots
-
-    admitted = 0
-    for root in roots():
-        report = cycle_root(root)
-        admitted += len(report.admitted) if report else 0
-    return {"admitted": admitted}
 
 
 @shared_task(name="queueing.demo_trickle", ignore_result=True)

@@ -232,7 +232,7 @@ def _audited(sender: Any, instance: Any, created: bool = False, **kwargs: Any) -
         wake_on_commit(None, reason="queue")
         return
     quota_id = int(instance.object_id) if str(instance.object_id).isdigit() else None
-    parent_id = (instance.before or {}).get("parent") or (instance.after or {}).get("parent")
+    parent_id = (instance.before or {}).get("parent_id") or (instance.after or {}).get("parent_id")
 
     def later() -> None:
         ids = [q for q in (quota_id, parent_id) if isinstance(q, int)]

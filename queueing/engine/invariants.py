@@ -1,7 +1,7 @@
 """The quota invariants, checked on any cycle's snapshot and result.
 
 The engine's tests prove them on small worlds; this module lets every cycle that runs
--- the simulator's, the benchmarks', and the cluster-facing one (``queueing/cycle``
+-- the simulator's, the benchmarks', and the cluster-facing one (``queueing/admission``
 can call :func:`check_cycle` after ``run_cycle`` and log what it returns) -- check
 them on what it actually decided, including head-only snapshots
 (``Snapshot.unlisted_demand``) and incremental cycles:

@@ -362,9 +362,9 @@ def measure_world_cycle(pending: int, cycles: int) -> None:
 
     from queueing import actions, state, world
     from queueing.actions import Actor, total_request
+    from queueing.admission import cycle_root
     from queueing.choices import Phase, Source
     from queueing.cluster.simulated import SimulatedCluster
-    from queueing.cycle import cycle_root
     from queueing.engine import run_cycle as engine_cycle
     from queueing.models import Quota, Workload
 

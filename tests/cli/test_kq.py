@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from queueing import actions
+from queueing.admission import tick
 from queueing.choices import Phase
-from queueing.cycle import tick
 from queueing.models import Quota, Workload
 from tests import live
 from tests.builders import SYSTEM, submit

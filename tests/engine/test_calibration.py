@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from queueing.engine import run_cycle
-from queueing.engine.calibration import EtaRecorder, Residuals, qbets_index
+from queueing.engine.calibration import ArrivalLoad, EtaRecorder, Residuals, qbets_index
 from queueing.engine.quota import QuotaTree, waterfill
 from queueing.engine.types import Eta, QueueSpec, Snapshot
 
@@ -116,6 +116,25 @@ def test_higher_priority_arrivals_stretch_the_wait() -> None:
     assert run_cycle(hi).etas[2].p50 == pytest.approx(NOW + 100)
 
 
+def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
+    load = ArrivalLoad(window_s=300.0)
+    # What already waits (and runs) at the first look arrived at unknown times.
+    load.update(world(), {})
+    assert load.load(NOW) == {}
+    # A workload first seen 10 s later is an arrival: the whole 4-cpu tree for 50 s,
+    # over the 10 s seen so far -- a load of 5 at its priority.
+    later = dataclasses.replace(
+        world(),
+        now=NOW + 10,
+        workloads=(
+            *world().workloads,
+            workload(3, "q", req={"cpu": 4}, expected_runtime_s=50.0, priority=7),
+        ),
+    )
+    load.update(later, {})
+    assert load.load(NOW + 10) == {"root": {7: pytest.approx(5.0)}}
+
+
 def test_the_recorder_measures_coverage_error_and_flips() -> None:
     rec = EtaRecorder(calibrate=False)
     snap = world()
@@ -135,8 +154,32 @@ def test_the_recorder_measures_coverage_error_and_flips() -> None:
     assert m["p50_coverage_pct"] == 0.0
     assert m["p90_coverage_pct"] == 0.0
     assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # Started 50 s later than said (signed > 0); uncalibrated, the simulation said the same.
+    assert m["p50_median_signed_err"] == pytest.approx(round(50 / 150, 3))
+    assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    assert m["sim_median_signed_err"] == pytest.approx(round(50 / 150, 3))
     assert m["presence_pct"] == 100.0
     assert m["contradictions"] == 0
+
+
+def test_the_recorder_tells_the_simulation_s_error_from_the_calibrated_one() -> None:
+    # Calibration moves the simulated 100 s wait to a p50 of 120 s; it took 150 s.
+    rec = EtaRecorder(calibrate=False)
+    snap = world(eta_residuals={"": (0.2, 0.9)})
+    rec.after(snap, run_cycle(snap))
+    done = dataclasses.replace(
+        snap, now=NOW + 150, workloads=(workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0),)
+    )
+    rec.after(done, run_cycle(done))
+    m = rec.metrics()
+    assert m["p50_median_signed_err"] == pytest.approx(round(30 / 150, 3))
+    assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # Early, not late: a p50 of 200 s for a 150 s wait is a negative error.
+    rec = EtaRecorder(calibrate=False)
+    snap = world(eta_residuals={"": (1.0, 2.0)})
+    rec.after(snap, run_cycle(snap))
+    rec.after(dataclasses.replace(done, eta_residuals={"": (1.0, 2.0)}), run_cycle(done))
+    assert rec.metrics()["p50_median_signed_err"] == pytest.approx(round(-50 / 150, 3))
 
 
 def test_aged_claims_are_served_after_every_min_and_before_the_weights() -> None:

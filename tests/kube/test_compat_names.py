@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from queueing import compat
+from queueing.admission import tick
 from queueing.choices import Phase
 from queueing.cluster.base import JobInfo, JobRef
 from queueing.cluster.kubernetes import KubernetesCluster
 from queueing.cluster.kubernetes.queueunits import queue_unit_for, queue_unit_hints
-from queueing.cycle import tick
 from queueing.kubequeue import find_queue, import_kube_queue, read_objects
 from queueing.models import Queue, Quota, Workload
 from tests.fakekube import FakeKube

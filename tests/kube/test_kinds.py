@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from queueing.admission import tick
 from queueing.choices import Phase
 from queueing.cluster.base import FAILED, RUNNING, SUCCEEDED, SUSPENDED
 from queueing.cluster.kubernetes import KINDS, KubernetesCluster
-from queueing.cycle import tick
 from queueing.models import Workload
 from tests.fakekube import FakeKube, unsuspend_counts
 from tests.kube.conftest import POOL_LABEL, make_adapter

@@ -13,9 +13,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from queueing import actions, compat
+from queueing.admission import tick
 from queueing.choices import Phase
 from queueing.cluster.kubernetes import KubernetesCluster, RetryPolicy
-from queueing.cycle import tick
 from queueing.models import MetricCounter, Queue, Quota, Workload, WorkloadEvent
 from tests.builders import SYSTEM
 from tests.fakekube import (

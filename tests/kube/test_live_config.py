@@ -12,8 +12,8 @@ from django.core.cache import cache
 
 from queueing import actions, kubeconfig
 from queueing.actions import Actor
+from queueing.admission import tick
 from queueing.choices import Source
-from queueing.cycle import tick
 from queueing.models import Queue, Quota
 from tests.fakekube import FakeKube
 from tests.kube.conftest import make_adapter

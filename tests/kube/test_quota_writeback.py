@@ -11,8 +11,8 @@ import pytest
 from django.core.cache import cache
 
 from queueing import quotawriteback
+from queueing.admission import tick
 from queueing.choices import Phase
-from queueing.cycle import tick
 from queueing.kubequeue import import_kube_queue, read_objects
 from queueing.models import Quota, Workload
 from queueing.quantities import format_resources

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import uvicorn
 
+from queueing.admission import tick
 from queueing.choices import Phase
 from queueing.cluster.kubernetes.client import ApiCallError
 from queueing.cluster.kubernetes.webhook import ReviewError, review
-from queueing.cycle import tick
 from queueing.models import Workload
 from queueing.webhookcert import issue
 from tests.fakekube import ApiError, FakeKube

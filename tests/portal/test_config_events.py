@@ -179,7 +179,7 @@ def test_the_cycles_quota_messages_bring_a_fetched_state_up_to_date(
 ):
     """Runtime quota and usage move in a cycle: its ``quotas`` messages (the tenant's to
     its group, the cluster quota's to the cluster admins only) carry them."""
-    from queueing.cycle import tick
+    from queueing.admission import tick
     from tests.builders import submit
 
     sent: list[tuple[int | None, dict[str, Any]]] = []

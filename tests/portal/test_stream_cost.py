@@ -20,7 +20,7 @@ from django.utils import timezone
 from portal.delivery import Stream, Subscription
 from portal.event_schema import NOTIFICATIONS, SERVER_MESSAGES
 from portal.stream_queries import deliver_now
-from queueing import cycle, events
+from queueing import admission, events
 from queueing.choices import WAITING_PHASES
 from queueing.models import Workload
 from tests.builders import submit
@@ -96,7 +96,7 @@ def test_a_real_cycle_over_a_long_queue_sends_one_small_notification(
     fill(site, 600)
     Workload.objects.update(position=None, global_position=None)  # not ranked yet
     with django_capture_on_commit_callbacks(execute=True):
-        cycle.tick(cluster=site.world.cluster)
+        admission.tick(cluster=site.world.cluster)
     changed = [m for m in sent if m["type"] == "changed"]
     assert len(changed) == 1, "one notification per tenant per commit"
     [message] = changed

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, forecasting, lease, state
+from queueing.admission import cycle_root, tick
 from queueing.choices import HOLDING_PHASES, Phase
-from queueing.cycle import cycle_root, tick
 from queueing.engine import run_cycle
 from queueing.models import CycleRun, Quota, SimJob, UsageLedger, Workload
 from tests import builders
@@ -364,3 +364,30 @@ def test_a_cycle_without_the_forecast_does_not_read_the_previous_etas(world, set
     state.annotate._forecasts["cluster"] -= 1.0
     cycle_root("cluster", cluster=world.cluster, now=world.clock())
     assert len(reads) == 2
+
+
+def test_every_cycle_checks_the_quota_invariants_and_records_a_break(world, monkeypatch):
+    from queueing import admission
+    from queueing.engine.invariants import check_cycle
+
+    checked: list[list[str]] = []
+
+    def spy(snapshot, result):
+        found = check_cycle(snapshot, result)
+        checked.append(found)
+        return found
+
+    monkeypatch.setattr(admission, "check_cycle", spy)
+    for i in range(5):
+        submit(world, f"w{i}", cpu="4", runtime=600)
+    tick(cluster=world.cluster, now=world.clock())
+    assert checked == [[]]  # checked once for the one tree, and nothing broke
+    assert CycleRun.objects.get().errors == []
+    # A decision that breaks one is an error of that cycle, in its record.
+    monkeypatch.setattr(
+        admission, "check_cycle", lambda s, r: ["runtime quota of team-a-q (cpu 20000) exceeds"]
+    )
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    last = CycleRun.objects.order_by("-id").first()
+    assert last is not None
+    assert last.errors == ["invariant: runtime quota of team-a-q (cpu 20000) exceeds"]

@@ -118,3 +118,36 @@ def test_the_trickle_sends_a_job_beyond_its_quotas_max_only_now_and_then(
     never = jobs.count("vision-dev")
     # Without the redirect a quarter (one CPU quota in four) would go there.
     assert 1 <= never <= len(jobs) * 0.15, (never, len(jobs))
+
+
+@pytest.mark.django_db
+def test_the_trickle_sends_a_wave_to_one_tenant_at_a_time(settings, tmp_path):
+    import random
+
+    from queueing.cluster import set_cluster
+    from queueing.cluster.simulated import SimulatedCluster
+
+    settings.VAR_DIR = tmp_path
+    demo.seed()
+    set_cluster(SimulatedCluster())
+    period = demo.WAVE_PERIOD_S
+    start = 1_800_000_000 - 1_800_000_000 % period  # a period's start
+    # Between waves: the steady 1-3 jobs.
+    calm = random.Random(5)
+    quiet = [demo.trickle(calm, at=start + demo.WAVE_S + 10) for _ in range(20)]
+    assert all(0 <= n <= 3 for n in quiet), quiet
+    # In a wave: 3-6 more, into that tenant's quotas.
+    wave = demo.wave_quotas(start + 5)
+    assert wave in demo.WAVE_TENANTS
+    before = set(Workload.objects.values_list("id", flat=True))
+    busy = random.Random(5)
+    loud = [demo.trickle(busy, at=start + 5) for _ in range(20)]
+    assert all(n <= 9 for n in loud), loud
+    assert sum(loud) / len(loud) >= 4 > 3 >= max(quiet), (loud, quiet)
+    new = Workload.objects.exclude(id__in=before)
+    into_wave = new.filter(quota__name__in=wave).count()
+    calm_into_wave = Workload.objects.filter(id__in=before, quota__name__in=wave).count()
+    # Between waves these 2 of the 6 quotas get about a third; in a wave, more than half.
+    assert calm_into_wave / len(before) < 0.45 < 0.5 < into_wave / sum(loud)
+    # The next period's wave belongs to the next tenant.
+    assert demo.wave_quotas(start + period + 5) != wave

@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 
 from queueing import actions, forecasting, nodeview, state
+from queueing.admission import tick
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
-from queueing.cycle import tick
 from queueing.engine import run_cycle
 from queueing.engine.types import Eta
 from queueing.models import Queue, Workload

@@ -8,8 +8,8 @@ import pytest
 from django.core.cache import cache
 
 from queueing import actions, lease, wake
+from queueing.admission import react
 from queueing.choices import Phase
-from queueing.cycle import react
 from queueing.models import Quota, Workload
 from tests.builders import SYSTEM, submit
 
@@ -150,3 +150,16 @@ def test_roots_of_quotas_walks_up_the_tree(world):
     assert wake.roots_of_quotas([world.quota.pk]) == {"cluster"}
     assert wake.roots_of_quotas([world.root.pk]) == {"cluster"}
     assert wake.roots_of_quotas([]) == set()
+
+
+def test_deleting_a_quota_wakes_its_own_tree_only(world, sent, django_capture_on_commit_callbacks):
+    other = second_tree()
+    spare = actions.create_quota(
+        SYSTEM, name="spare", tenant=other.tenant, parent=other.parent, max={"cpu": "1"}
+    )
+    sent.clear()
+    cache.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.delete_quota(SYSTEM, spare)
+    # Found through its parent (the deleted quota is gone from the tree): not every tree.
+    assert sent.targets() == ["other"]

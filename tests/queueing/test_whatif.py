@@ -6,8 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from queueing import actions, whatif
+from queueing.admission import tick
 from queueing.choices import Phase
-from queueing.cycle import tick
 from queueing.models import AuditEvent, Quota, Workload
 from tests.builders import SYSTEM, submit
 

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, state, world
+from queueing.admission import cycle_root, tick
 from queueing.choices import Phase
-from queueing.cycle import cycle_root, tick
 from queueing.models import Workload
 from queueing.state.snapshot import WORLD_FIELDS
 from queueing.world import LIVE, LocalJournal

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from queueing.cycle import tick
+from queueing.admission import tick
 
 
 class Command(BaseCommand):

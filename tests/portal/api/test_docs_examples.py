@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from queueing import demo
+from queueing.admission import tick
 from queueing.choices import Phase
-from queueing.cycle import tick
 from queueing.models import Quota, Workload
 from tests.services import ROOT, child_env, wait_until
 

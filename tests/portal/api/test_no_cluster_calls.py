@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from queueing import cycle, nodeview, whatif
+from queueing import admission, nodeview, whatif
 from queueing.cluster import get_cluster, set_cluster
 from queueing.models import ClusterNode
 from tests.builders import submit
@@ -43,7 +43,7 @@ def test_the_stub_catches_a_cluster_call(db: None, forbidden: ForbiddenCluster) 
 
 def test_pages_read_the_node_view_without_calling_the_cluster(site: Site) -> None:
     w = submit(site.world, "train-1", cpu="2")
-    cycle.tick(cluster=site.world.cluster, now=site.world.clock())  # persists the node view
+    admission.tick(cluster=site.world.cluster, now=site.world.clock())  # persists the node view
     ClusterNode.objects.filter(name="node-1").update(labels={"koord-queue/pool": "from-view"})
     stub = ForbiddenCluster()
     set_cluster(stub)
@@ -67,7 +67,7 @@ def test_pages_read_the_node_view_without_calling_the_cluster(site: Site) -> Non
 
 
 def test_api_and_previews_read_the_node_view(api: ApiWorld) -> None:
-    cycle.tick(cluster=api.w.cluster, now=api.w.clock())
+    admission.tick(cluster=api.w.cluster, now=api.w.clock())
     stored = nodeview.read()
     assert [n.name for n in stored] == ["node-1", "node-2"]
     stub = ForbiddenCluster()

@@ -1,6 +1,7 @@
 """One admission cycle, end to end: lease -> snapshot -> engine -> apply -> release.
 
-Plain functions that tests and the ``run_cycle`` command call directly; the Celery tasks
+The cluster-facing cycle (the engine's is ``queueing.engine.cycle``). Plain functions that
+tests and the ``run_cycle`` command call directly; the Celery tasks
 are thin wrappers around ``tick()``.
 """
 
@@ -20,6 +21,7 @@ from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
 from queueing.engine import run_cycle as engine_cycle
+from queueing.engine.invariants import check_cycle
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster
 
@@ -99,6 +101,9 @@ def cycle_root(
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000
+        # The quota invariants, checked on what this very cycle decided (head-only and
+        # world-fed snapshots included): a break is an error of the cycle, not silence.
+        broken = check_cycle(snapshot, result)
         report = state.apply(
             result,
             snapshot,
@@ -117,7 +122,12 @@ def cycle_root(
         elapsed = time.perf_counter() - started
         if full:
             state.full_cycle_done(root, elapsed)
-        CycleRun.objects.filter(id=report.cycle_id).update(duration_ms=elapsed * 1000)
+        if broken:
+            log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
+            report.errors.extend(f"invariant: {problem}" for problem in broken)
+        CycleRun.objects.filter(id=report.cycle_id).update(
+            duration_ms=elapsed * 1000, **({"errors": report.errors[:50]} if broken else {})
+        )
         return report
     except BaseException:
         # A lost lease, a database error: whatever this world believed, the next cycle
