@@ -89,10 +89,15 @@ def cycle_root(
         full = state.full_cycle_due(root)
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root))
-        snapshot, index = state.build_snapshot(
-            root, nodes=nodes, now=now, head=None if full else state.HEAD_ROWS, world=tree
-        )
         forecast = full or state.forecast_due(root)
+        snapshot, index = state.build_snapshot(
+            root,
+            nodes=nodes,
+            now=now,
+            head=None if full else state.HEAD_ROWS,
+            world=tree,
+            forecast=forecast,
+        )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000

@@ -260,8 +260,11 @@ def previous_etas(ids: Iterable[int], quota_ids: Iterable[int], *, many: bool) -
     return out
 
 
-def with_history(snapshot: Snapshot, index: SnapshotIndex) -> Snapshot:
-    """The snapshot with the forecast's inputs from history (see the module's doc)."""
+def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = True) -> Snapshot:
+    """The snapshot with the forecast's inputs from history (see the module's doc).
+
+    ``previous=False``: without the previous ETAs, for an engine run without the
+    forecast (the only reader of ``Snapshot.previous_etas``)."""
     now = index.now
     quota_ids = frozenset(index.quota_ids.values())
     key = (index.root, quota_ids)
@@ -277,9 +280,11 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex) -> Snapshot:
         }
         _cache[key] = (time.monotonic(), learnt)
     waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]
-    previous = previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting else {}
+    etas = (
+        previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting and previous else {}
+    )
     interval = cycle_interval_s()
     config = snapshot.config
     if config.cycle_interval_s != interval:
         config = dataclasses.replace(config, cycle_interval_s=interval)
-    return dataclasses.replace(snapshot, previous_etas=previous, config=config, **learnt)
+    return dataclasses.replace(snapshot, previous_etas=etas, config=config, **learnt)

@@ -225,6 +225,7 @@ def build_snapshot(
     config: EngineConfig | None = None,
     head: int | None = None,
     world: TreeWorld | None = None,
+    forecast: bool = True,
 ) -> tuple[Snapshot, SnapshotIndex]:
     """Read the database into a Snapshot of the tree under ``root`` (None: every tree).
 
@@ -361,7 +362,9 @@ def build_snapshot(
     )
     # What the forecast learns from history (runtime ratios, residuals, arrivals, the
     # previous ETAs): queueing.forecasting.
-    return forecasting.with_history(snapshot, index), index
+    # A cycle without the forecast (state.forecast_due) skips the previous ETAs: one
+    # query and a JSON decode per waiting row of the tree, which only the forecast reads.
+    return forecasting.with_history(snapshot, index, previous=forecast), index
 
 
 def _read_rows(

@@ -338,6 +338,34 @@ def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
     assert Workload.objects.get(pk=small.pk).position is not None
 
 
+def test_a_cycle_without_the_forecast_does_not_read_the_previous_etas(world, settings, monkeypatch):
+    from queueing import forecasting
+
+    settings.KQ_FORECAST_EVERY_S = 1.0
+    monkeypatch.setattr(state.annotate, "_forecasts", {})
+    monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
+    reads: list[int] = []
+    real = forecasting.previous_etas
+
+    def counted(ids, quota_ids, *, many):  # type: ignore[no-untyped-def]
+        reads.append(1)
+        return real(ids, quota_ids, many=many)
+
+    monkeypatch.setattr(forecasting, "previous_etas", counted)
+    submit(world, "big", cpu="8", count=2, runtime=600)
+    submit(world, "waits", cpu="8", count=2, runtime=600)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # forecasts
+    assert len(reads) == 1  # the positive control: a forecasting cycle reads them
+    submit(world, "late", cpu="8", count=2, runtime=600)
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert report.annotated == 0
+    assert len(reads) == 1
+    state.annotate._forecasts["cluster"] -= 1.0
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert len(reads) == 2
+
+
 def test_every_cycle_checks_the_quota_invariants_and_records_a_break(world, monkeypatch):
     from queueing import admission
     from queueing.engine.invariants import check_cycle
