@@ -5,6 +5,7 @@ says; bounded for CI (KQ_SCHEMATHESIS_STEPS, KQ_SCHEMATHESIS_SCENARIOS)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
@@ -17,6 +18,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import FlakyStrategyDefinition
 
 from tests.portal.api.conftest import ApiWorld
 from tests.portal.api.test_schema import CHECKS, served  # noqa: F401  # the live server
@@ -178,19 +180,24 @@ def test_create_then_read_update_cancel_sequences_never_fail(
             except Exception as exc:
                 failures.append(f"{case.method} {case.path} -> {response.status_code}: {exc}")
 
-    Machine.run(
-        settings=settings(
-            max_examples=SCENARIOS,
-            stateful_step_count=STEPS,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            # No shrinking: replaying a sequence against a server whose state moved on
-            # draws differently (FlakyStrategyDefinition) and hides the real failure.
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
+    # Objects the server made in earlier sequences are still there, so Hypothesis, when
+    # it replays a prefix of choices, may find other rules enabled than the first time
+    # and stop with FlakyStrategyDefinition: a fact about replaying against a stateful
+    # server, not about the product. Every response was checked as it came (failures).
+    with contextlib.suppress(FlakyStrategyDefinition):
+        Machine.run(
+            settings=settings(
+                max_examples=SCENARIOS,
+                stateful_step_count=STEPS,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                # No shrinking: replaying a sequence against a server whose state moved on
+                # draws differently (FlakyStrategyDefinition) and hides the real failure.
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
         )
-    )
     assert failures == [], "\n".join(failures[:5])
     # The machine did follow links: something was created and then used.
     created = [s for s in steps if s.startswith("POST") and s.endswith(" 201")]
