@@ -267,7 +267,7 @@ def _fits_max(quota: Quota, pods: int, requests: Mapping[str, str]) -> bool:
 #: keeps the cluster a third busy, with nothing waiting.
 WAVE_PERIOD_S = 180
 WAVE_S = 45
-WAVE_EXTRA = (3, 6)
+WAVE_EXTRA = (2, 4)
 WAVE_TENANTS: tuple[tuple[str, ...], ...] = (
     ("vision-train", "vision-dev"),
     ("analytics-etl", "analytics-adhoc"),
