@@ -52,6 +52,22 @@ class Phase(models.TextChoices):
     CANCELLED = "Cancelled", "Cancelled"
 
 
+#: A queue's settings, the columns a cycle reads, an audit snapshot records and a
+#: ``queues`` message carries (each adds its own keys around them).
+QUEUE_SETTINGS = (
+    "policy",
+    "priority",
+    "priority_threshold",
+    "max_depth",
+    "preempt_within_quota",
+    "reclaim",
+    "admission_timeout_s",
+    "backoff_base_s",
+    "backoff_max_s",
+    "backoff_jitter",
+    "aging_bound_s",
+)
+
 WAITING_PHASES = (Phase.PENDING, Phase.BACKOFF)
 # Phases that hold quota and node capacity. Preempted holds until the cluster confirms
 # the job is suspended, so an eviction never overlaps its replacement.

@@ -46,6 +46,8 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
+from queueing.choices import QUEUE_SETTINGS
+
 log = logging.getLogger(__name__)
 
 MAX_IDS = 100  # beyond this many changed workloads a notification carries only the count
@@ -251,22 +253,7 @@ QUOTA_ROW_FIELDS = (
     "default_queue_id",
     "version",
 )
-QUEUE_ROW_FIELDS = (
-    "id",
-    "name",
-    "policy",
-    "priority",
-    "priority_threshold",
-    "max_depth",
-    "preempt_within_quota",
-    "reclaim",
-    "admission_timeout_s",
-    "backoff_base_s",
-    "backoff_max_s",
-    "backoff_jitter",
-    "aging_bound_s",
-    "version",
-)
+QUEUE_ROW_FIELDS = ("id", "name", *QUEUE_SETTINGS, "version")
 
 
 def quota_row(quota: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from queueing import events
-from queueing.choices import Source
+from queueing.choices import QUEUE_SETTINGS, Source
 from queueing.models import AuditEvent, Tenant
 from queueing.quantities import QuantityError
 from queueing.validation import Errors, as_amounts
@@ -71,22 +71,7 @@ AUDITED_FIELDS: dict[str, tuple[str, ...]] = {
         "default_queue_id",
         "version",
     ),
-    "queue": (
-        "name",
-        "tenant_id",
-        "policy",
-        "priority",
-        "priority_threshold",
-        "max_depth",
-        "preempt_within_quota",
-        "reclaim",
-        "admission_timeout_s",
-        "backoff_base_s",
-        "backoff_max_s",
-        "backoff_jitter",
-        "aging_bound_s",
-        "version",
-    ),
+    "queue": ("name", "tenant_id", *QUEUE_SETTINGS, "version"),
     "workload": (
         "name",
         "namespace",

@@ -19,7 +19,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from queueing import forecasting
-from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
+from queueing.choices import HOLDING_PHASES, QUEUE_SETTINGS, WAITING_PHASES, Phase
 from queueing.cluster.base import NodeInfo
 from queueing.engine import ledger as engine_ledger
 from queueing.engine.resources import Resources
@@ -250,23 +250,7 @@ def build_snapshot(
     quota_ids = {q["name"]: q["id"] for q in quotas}
     id_to_quota = {q["id"]: q["name"] for q in all_quotas}
 
-    queue_rows = list(
-        Queue.objects.values(
-            "id",
-            "name",
-            "policy",
-            "priority",
-            "priority_threshold",
-            "max_depth",
-            "preempt_within_quota",
-            "reclaim",
-            "admission_timeout_s",
-            "backoff_base_s",
-            "backoff_max_s",
-            "backoff_jitter",
-            "aging_bound_s",
-        )
-    )
+    queue_rows = list(Queue.objects.values("id", "name", *QUEUE_SETTINGS))
     queue_names = {q["id"]: q["name"] for q in queue_rows}
 
     if world is not None:
