@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from queueing import actions, compat
+from queueing import actions, compat, faults
 from queueing.actions import Actor
 from queueing.choices import Phase
 from queueing.models import Workload
@@ -58,6 +58,7 @@ def enforce(now: datetime) -> int:
                 ),
             )
             stopped += 1
+            faults.reach("maxexec.between")
         except actions.ActionError as exc:  # finished meanwhile, or the cluster refused
             log.info("could not stop %s at its time limit: %s", workload, exc)
     return stopped

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from django.conf import settings
 from django.core.cache import cache
 
+from queueing import faults
 from queueing.choices import ACTIVE_PHASES
 from queueing.models import Quota, Workload
 from queueing.quantities import format_resources
@@ -103,6 +104,7 @@ def _publish(cluster: AnnotationWriter, now: float) -> int:
             continue  # changed, but written a moment ago: at a later sync
         namespace, _, name = quota.kube_ref.removeprefix("ElasticQuota ").partition("/")
         cluster.patch_annotations(ELASTIC_QUOTAS, namespace, name, values)
+        faults.reach("quotawriteback.patched")
         cache.set(key, values, None)
         _written_at[quota.pk] = now
         written += 1
