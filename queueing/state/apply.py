@@ -170,8 +170,14 @@ def apply(
         changed = {*report.admitted, *report.preempted, *report.requeued}
         changed.update(workload_id for workload_id, _ in annotated)
         _publish(changed, index, report.cycle_id)
-        # The tree's worlds (this process's and any other's) re-read what moved.
-        world.record_now_and_on_commit({index.root: [*changed, *result.nominations]})
+        # The tree's worlds (this process's and any other's) re-read what moved; the
+        # world this cycle read takes its annotations in place.
+        world.record_cycle(
+            index.root,
+            [*report.admitted, *report.preempted, *report.requeued, *result.nominations],
+            annotated,
+            index.world,
+        )
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
