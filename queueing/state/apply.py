@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import wake
+from queueing import wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
@@ -113,10 +113,17 @@ def apply(
         report.cycle_id = _record(result, index, lease, report, engine_ms=engine_ms, full=full)
 
         # 8. After the commit: the live stream hears what changed (the cycle's own
-        # writes wake no cycle), the tree's worlds (this process's and any other's)
-        # re-read it; a withdrawn admission wakes this tree again.
+        # writes wake no cycle); a withdrawn admission wakes this tree again.
         changed = [*moved.changes, *_located(annotated, index)]
-        publish(changed, cycle_id=report.cycle_id, root=index.root, also=result.nominations)
+        publish(changed, cycle_id=report.cycle_id)
+        # The tree's worlds (this process's and any other's) re-read what moved; the
+        # world this cycle read takes its annotations in place.
+        world.record_cycle(
+            index.root,
+            [*report.admitted, *report.preempted, *report.requeued, *result.nominations],
+            annotated,
+            index.world,
+        )
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
