@@ -143,12 +143,14 @@ class Residuals:
 
 
 class ArrivalLoad:
-    """Offered load of recent arrivals per root quota and priority (for the engine).
+    """Offered load of recent arrivals per queue and priority (for the engine).
 
     Each workload seen for the first time adds ``dominant share of its tree's capacity
     (the root's max, the cluster) x expected runtime``; over the last ``window_s`` that
-    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). Capacity is
-    shared within a tree, so every higher-priority arrival there may go first.
+    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). It is kept per
+    *queue*: the engine orders queues by fair share before workload priority, so a
+    higher-priority arrival goes first only in its own queue (or from a queue of higher
+    queue priority); :mod:`.eta` rescales the load to the capacity serving the queue.
     """
 
     def __init__(self, window_s: float = 300.0) -> None:
@@ -203,15 +205,15 @@ class ArrivalLoad:
             r = ratio.get(w.queue)
             if r is not None:
                 runtime *= r[0]
-            self.recent.append((now, root, w.priority, share * runtime))
+            self.recent.append((now, w.queue, w.priority, share * runtime))
         while self.recent and self.recent[0][0] < now - self.window_s:
             self.recent.popleft()
 
     def load(self, now: float) -> dict[str, dict[int, float]]:
         span = min(self.window_s, max(now - (self.start or now), 1.0))
         out: dict[str, dict[int, float]] = {}
-        for _, root, prio, work in self.recent:
-            bands = out.setdefault(root, {})
+        for _, queue, prio, work in self.recent:
+            bands = out.setdefault(queue, {})
             bands[prio] = bands.get(prio, 0.0) + work / span
         return out
 
