@@ -11,7 +11,10 @@ promise one can hold the engine to:
    ``Snapshot.arrival_load`` (offered load per queue and priority, from recent
    history) the simulated wait ``d`` becomes ``d / (1 - rho)``, ``rho`` that load as a
    share of the capacity serving its quota -- the completion time of low-priority work
-   in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times.
+   in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times. When
+   ``rho >= 1`` -- what goes first arrives at least as fast as it is served (Kueue's
+   burst) -- no stationary bound exists while that lasts: the p90 is the horizon
+   rather than a bound the engine cannot keep.
 1. **Calibration.** With ``Snapshot.eta_residuals`` (the measured error of earlier
    forecasts, see :mod:`.calibration`), the predicted wait ``d`` becomes
    ``p50 = d + s * e50`` and ``p90 = d + s * e90`` with ``s = max(d, floor)``: the
@@ -70,6 +73,9 @@ def finish_etas(
     )
     classes: dict[int, tuple[str, ...]] = {}
     stretch: dict[int, float] = {}
+    #: Work that goes first arrives at least as fast as it is served: no stationary
+    #: bound on the wait exists while that lasts, so the p90 is the horizon.
+    saturated: set[int] = set()
     load = snap.arrival_load
     if res or load:
         above = _load_above(cy, load) if load else None
@@ -83,6 +89,8 @@ def finish_etas(
                     rho = above(q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw)
                     if rho > 0:
                         stretch[cw.id] = 1.0 / max(1.0 - rho, 1.0 / MAX_STRETCH)
+                    if rho >= 1.0:
+                        saturated.add(cw.id)
     model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}
     for wid in pos:
@@ -104,6 +112,8 @@ def finish_etas(
         else:
             lo = now + d
             hi = now + max(0.0, p90.get(wid, a) - now) * stretch.get(wid, 1.0)
+        if wid in saturated:
+            hi = max(hi, now + cy.config.eta_horizon_s)
         raw[wid] = (lo, max(hi, lo))
     _order(cy, raw)
     etas: dict[int, Eta] = {}

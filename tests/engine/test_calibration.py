@@ -129,6 +129,18 @@ def test_only_arrivals_that_go_first_stretch_the_wait() -> None:
     assert run_cycle(ranked).etas[2].p50 == pytest.approx(NOW + 200)
 
 
+def test_a_wait_behind_arrivals_faster_than_service_has_no_bounded_p90() -> None:
+    # Priority-10 work of q arrives at 120 % of what serves q: while that lasts the
+    # priority-0 workload has no stationary bound; the p50 is stretched (capped) and
+    # the p90 is the horizon, not a bound the engine cannot keep.
+    snap = world(arrival_load={"q": {10: 1.2}})
+    eta = run_cycle(snap).etas[2]
+    assert eta.p50 == pytest.approx(NOW + 300)
+    assert eta.p90 == pytest.approx(NOW + snap.config.eta_horizon_s)
+    # Below saturation the p90 stays a finite multiple.
+    assert run_cycle(world(arrival_load={"q": {10: 0.5}})).etas[2].p90 < NOW + 1000
+
+
 def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
     load = ArrivalLoad(window_s=300.0)
     # What already waits (and runs) at the first look arrived at unknown times.
