@@ -244,7 +244,9 @@ def build_snapshot(
     now = now or timezone.now()
     config = config or engine_config()
     all_quotas = list(
-        Quota.objects.values("id", "name", "parent_id", "min", "max", "shared_weight", "allow_lent")
+        Quota.objects.values(
+            "id", "name", "parent_id", "min", "max", "shared_weight", "fair_weight", "allow_lent"
+        )
     )
     quotas = subtree(all_quotas, root)
     quota_ids = {q["name"]: q["id"] for q in quotas}
@@ -292,6 +294,7 @@ def build_snapshot(
                 min=Resources(q["min"] or {}),
                 max=dict(q["max"] or {}),
                 shared_weight=dict(q["shared_weight"] or {}),
+                fair_weight=q["fair_weight"],
                 allow_lent=q["allow_lent"],
             )
             for q in quotas
