@@ -11,6 +11,7 @@ import yaml
 from queueing.cluster.base import JobRequest
 from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
+from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 from queueing.kubequeue import read_objects
 from queueing.quotawriteback import ELASTIC_QUOTAS, RUNTIME_ANNOTATION
 from tests.fakekube import FakeKube, FaultSpec
@@ -103,13 +104,18 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
     cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
     read_objects(cluster)
-    watcher = ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1)
-    watcher.start()
-    try:
-        assert watcher.wait_synced(10)
-        wait_until(lambda: all(i.watches for i in watcher.informers), timeout=10, interval=0.01)
-    finally:
-        watcher.stop()
+    for watcher in (
+        ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1),
+        ConfigWatcher(cluster, lambda reason: None, watch_timeout_s=1),  # KQ_KUBE_LIVE_CONFIG
+    ):
+        watcher.start()
+        try:
+            assert watcher.wait_synced(10)
+            wait_until(
+                lambda w=watcher: all(i.watches for i in w.informers), timeout=10, interval=0.01
+            )
+        finally:
+            watcher.stop()
     for ref in refs:
         cluster.delete(ref)
 
