@@ -74,7 +74,7 @@ def digest(objects: KubeQueueObjects) -> str:
 
 
 def present_refs(objects: KubeQueueObjects) -> set[str]:
-    refs = set()
+    refs: set[str] = set()
     for kind, items in _collections(objects):
         if kind == "ElasticQuotaTree":
             refs.update(str(node["_kube_ref"]) for node in tree_nodes(items))

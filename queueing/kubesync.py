@@ -10,7 +10,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from queueing import kubeconfig, kubeevents, maxexec, quotawriteback
+from queueing import kubeconfig, kubeevents, kubequotas, maxexec, quotawriteback
 
 log = logging.getLogger(__name__)
 
@@ -25,4 +25,5 @@ def after_sync(cluster: Any, now: datetime) -> None:
     except Exception:  # the next sync checks again
         log.exception("could not enforce maximum execution times")
     kubeevents.publish(cluster, now)
+    kubequotas.publish(cluster)  # the quotas managed here, as ElasticQuotas
     quotawriteback.publish(cluster)

@@ -104,6 +104,12 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
     cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
     read_objects(cluster)
+    # Quotas managed here written as ElasticQuotas (queueing/kubequotas.py).
+    ours = {"metadata": {"name": "made-here", "namespace": "team-a"}, "spec": {"max": {}}}
+    cluster.quota_objects.list_all()
+    cluster.quota_objects.create(ours)
+    cluster.quota_objects.patch("team-a", "made-here", {"spec": {"max": {"cpu": "1"}}})
+    cluster.quota_objects.delete("team-a", "made-here")
     for watcher in (
         ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1),
         ConfigWatcher(cluster, lambda reason: None, watch_timeout_s=1),  # KQ_KUBE_LIVE_CONFIG
