@@ -72,8 +72,13 @@ def read_objects(cluster: Any, *, queue_units: bool = True) -> KubeQueueObjects:
         for ns in cluster.list_objects("", "v1", "namespaces", cluster_scoped=True)
     }
     return KubeQueueObjects(
+        # The quota tree is one for the whole cluster: a parent's ElasticQuota usually
+        # lives in a namespace with no jobs (koordinator-system, say), so all are read.
         elastic_quotas=cluster.list_objects(
-            compat.ELASTIC_QUOTA_GROUP, compat.ELASTIC_QUOTA_VERSION, "elasticquotas"
+            compat.ELASTIC_QUOTA_GROUP,
+            compat.ELASTIC_QUOTA_VERSION,
+            "elasticquotas",
+            cluster_scoped=True,
         ),
         # koord-queue and kube-queue keep cluster-wide Queues in a namespace of their own,
         # which need not be a managed one: listed across all namespaces.

@@ -271,3 +271,27 @@ def test_a_rename_in_the_cluster_moves_the_namespace_to_the_new_name(
     assert not Quota.objects.filter(name="team-a").exists()
     renamed = Quota.objects.get(name="alpha")
     assert (renamed.namespaces, renamed.kube_ref) == (["team-a"], "ElasticQuota team-a/alpha")
+
+
+def test_a_parent_in_a_namespace_without_jobs_is_read(
+    fake: FakeKube, cluster: KubernetesCluster, use_cluster: Callable[[Any], None], live: None
+) -> None:
+    """Koordinator's parents live anywhere (koordinator-system, say): the tree is read from
+    every namespace, not only the managed ones (found running the walkthrough)."""
+    fake.add_namespace("koordinator-system")
+    parent = elastic_quota(
+        "research",
+        min={"cpu": "8"},
+        max={"cpu": "16"},
+        labels={"quota.scheduling.koordinator.sh/is-parent": "true"},
+    )
+    fake.create(EQ, parent, "koordinator-system")
+    child = elastic_quota(
+        "team-a", parent="research", min={"cpu": "4"}, max={"cpu": "8"}, namespace="team-a"
+    )
+    fake.create(EQ, child, "team-a")
+    use_cluster(cluster)
+    tick(cluster=cluster)
+    team_a = Quota.objects.select_related("parent").get(name="team-a")
+    assert team_a.parent is not None
+    assert (team_a.parent.name, team_a.namespaces) == ("research", ["team-a"])
