@@ -11,7 +11,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from queueing import kubeconfig, kubeevents, maxexec, namespacequeues, quotawriteback
+from queueing import kubeconfig, kubeevents, kubequotas, maxexec, namespacequeues, quotawriteback
 
 log = logging.getLogger(__name__)
 
@@ -26,5 +26,6 @@ def after_sync(cluster: Any, now: datetime) -> None:
     except Exception:  # the next sync checks again
         log.exception("could not enforce maximum execution times")
     kubeevents.publish(cluster, now)
+    kubequotas.publish(cluster)  # the quotas managed here, as ElasticQuotas
     quotawriteback.publish(cluster)
     namespacequeues.publish(cluster)
