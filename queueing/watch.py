@@ -47,6 +47,57 @@ def live_config() -> bool:
     return bool(getattr(settings, "KQ_KUBE_LIVE_CONFIG", False))
 
 
+class Coalescer:
+    """Many changes in a burst, one trigger: the first change arms a timer of
+    ``debounce_s``; the changes until it fires ride along with it. Safe to call from
+    any thread (informers call it from theirs)."""
+
+    def __init__(self, trigger: Trigger, debounce_s: float = 0.02) -> None:
+        self.trigger = trigger
+        self.debounce_s = debounce_s
+        self._lock = threading.Lock()
+        self._reasons: Counter[str] = Counter()
+        self._timer: threading.Timer | None = None
+        self.fired = 0
+
+    def __call__(self, reason: str) -> None:
+        with self._lock:
+            self._reasons[reason] += 1
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(self.debounce_s, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            batch = dict(self._reasons)
+            self._reasons.clear()
+            self._timer = None
+        try:
+            self.trigger(batch)
+            self.fired += 1
+        except Exception:  # the broker may be down; beat's timer still runs ticks
+            log.exception("could not wake the cycle after a cluster change")
+
+
+def wake_sync(reasons: Mapping[str, int]) -> None:
+    """Wake a sync and every tree's cycle (queueing.wake); nothing when wakes are off
+    (beat's tick follows the change then)."""
+    from queueing import wake
+
+    wake.wake(None, sync=True, reason=",".join(sorted(reasons))[:100])
+
+
+def wake_on_own_informers(cluster: KubernetesCluster) -> None:
+    """The cycle process's own watch cache (KQ_KUBE_WATCH_CACHE) wakes its cycle when
+    it sees a job finish, appear, vanish or change state, or capacity change: the same
+    reasons the ``watch_cluster`` process wakes it for, so a deployment without that
+    process (``make run``) reacts at once too. Both at once cost nothing: a wake already
+    on its way takes the other along (queueing.wake)."""
+    cluster.reader.on_change = Coalescer(wake_sync)
+
+
 def run_watch(
     cluster: KubernetesCluster,
     stop: threading.Event,

@@ -176,11 +176,14 @@ def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
 
 
 def _read(ids: set[int]) -> dict[int, tuple[str, int, int]]:
-    """id -> (phase, tenant id, queue id), read and locked in one query."""
+    """id -> (phase, tenant id, queue id), read and locked in one query. In id order:
+    two transactions locking overlapping rows take them in the same order, so they wait
+    for each other instead of deadlocking."""
     return {
         wid: (phase, tenant_id, queue_id)
         for wid, phase, tenant_id, queue_id in Workload.objects.select_for_update()
         .filter(id__in=ids)
+        .order_by("id")
         .values_list("id", "phase", "tenant_id", "queue_id")
     }
 

@@ -228,3 +228,20 @@ def test_the_sync_finishing_many_jobs_is_a_constant_number_of_updates(world):
         counts.append(len([u for u in statements(queries, "UPDATE") if f'"{TABLE}" SET' in u]))
     assert counts[0] == counts[1] == 1, counts
     assert Workload.objects.filter(phase=Phase.SUCCEEDED).count() == 10
+
+
+def test_a_cycle_admitting_more_workloads_sends_no_more_workload_updates(world):
+    from queueing.admission import tick
+    from tests.builders import submit
+
+    counts = []
+    for n, prefix in ((2, "c"), (7, "d")):
+        for i in range(n):
+            submit(world, f"{prefix}{i}", cpu="1", runtime=600)
+        with CaptureQueriesContext(connection) as queries:
+            summary = tick(cluster=world.cluster, now=world.clock.advance(1))
+        assert summary.admitted == n
+        counts.append(len([u for u in statements(queries, "UPDATE") if f'"{TABLE}" SET' in u]))
+        tick(cluster=world.cluster, now=world.clock.advance(1))  # they start: Running
+    assert counts[0] == counts[1], counts
+    assert Workload.objects.filter(phase=Phase.RUNNING).count() == 9
