@@ -186,8 +186,8 @@ def arrival_load(
     queue_ids: Mapping[int, str],
     now: datetime,
 ) -> dict[str, dict[int, float]]:
-    """Per root quota and priority: the offered load of the workloads that arrived in
-    the last ARRIVAL_WINDOW_S, as a fraction of the tree's capacity (the cluster, capped
+    """Per queue and priority: the offered load of the workloads that arrived in the
+    last ARRIVAL_WINDOW_S, as a fraction of their tree's capacity (the cluster, capped
     by the root's max) -- ``calibration.ArrivalLoad`` over the database's history."""
     parent = {q.name: q.parent for q in snapshot.quotas}
     maxes = {q.name: q.max for q in snapshot.quotas}
@@ -236,7 +236,7 @@ def arrival_load(
         if r is not None:
             work *= r[0]
         if work > 0:
-            bands = out.setdefault(root, {})
+            bands = out.setdefault(queue_ids.get(queue_id, ""), {})
             bands[priority] = bands.get(priority, 0.0) + work / span
     return out
 

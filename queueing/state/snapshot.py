@@ -258,6 +258,7 @@ def build_snapshot(
             "min",
             "max",
             "shared_weight",
+            "fair_weight",
             "allow_lent",
             "tenant_id",
             "runtime",
@@ -312,6 +313,7 @@ def build_snapshot(
                 min=Resources(q["min"] or {}),
                 max=dict(q["max"] or {}),
                 shared_weight=dict(q["shared_weight"] or {}),
+                fair_weight=q["fair_weight"],
                 allow_lent=q["allow_lent"],
             )
             for q in quotas

@@ -108,7 +108,8 @@ def test_annotations_are_taken_in_place_and_other_worlds_read_them(
     mine.refresh(quota_ids)
     with django_capture_on_commit_callbacks(execute=True):
         report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
-    assert report is not None and len(report.admitted) == 4
+    assert report is not None
+    assert len(report.admitted) == 4
     waiting = Workload.objects.filter(phase=Phase.PENDING)
     assert waiting.count() == 2
     assert all(w.position is not None and w.reason for w in waiting)  # annotated
