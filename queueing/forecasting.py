@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: How long a tree's learnt inputs are reused (s).
-TTL_S = 5.0
+TTL_S = 15.0
 #: Finished workloads whose runtimes make a queue's ratio; at least RATIO_MIN of them.
 RATIO_WINDOW = 200
 RATIO_MIN = 5

@@ -119,6 +119,13 @@ class SnapshotIndex:
     elsewhere: dict[str, dict[str, int]] = field(default_factory=dict)
     #: The tree's world the rows came from, if any (apply journals for it: world.record_cycle).
     world: TreeWorld | None = None
+    #: The tree's quotas as read (id -> tenant_id, runtime, used, min, max): what
+    #: state.quotas compares the new runtime quota and usage against (only this tree's
+    #: cycle, under its lease, writes those two).
+    quota_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: The tree's leaf quotas (their usage ledgers are charged) and the ledgers' row ids.
+    leaves: frozenset[str] = frozenset()
+    ledger_ids: dict[str, int] = field(default_factory=dict)
 
 
 def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mapping[str, Any]]:
@@ -245,7 +252,17 @@ def build_snapshot(
     config = config or engine_config()
     all_quotas = list(
         Quota.objects.values(
-            "id", "name", "parent_id", "min", "max", "shared_weight", "fair_weight", "allow_lent"
+            "id",
+            "name",
+            "parent_id",
+            "min",
+            "max",
+            "shared_weight",
+            "fair_weight",
+            "allow_lent",
+            "tenant_id",
+            "runtime",
+            "used",
         )
     )
     quotas = subtree(all_quotas, root)
@@ -276,10 +293,12 @@ def build_snapshot(
                     bucket[resource] = bucket.get(resource, 0) + int(amount)
 
     ledgers: dict[str, tuple[dict[str, float], datetime | None]] = {}
-    for quota_id, usage, updated in UsageLedger.objects.filter(
+    ledger_ids: dict[str, int] = {}
+    for ledger_id, quota_id, usage, updated in UsageLedger.objects.filter(
         quota_id__in=list(quota_ids.values())
-    ).values_list("quota_id", "usage", "updated_at"):
+    ).values_list("id", "quota_id", "usage", "updated_at"):
         ledgers[id_to_quota[quota_id]] = (dict(usage), updated)
+        ledger_ids[id_to_quota[quota_id]] = ledger_id
     history = _runtime_history_cached(queue_names)
 
     used_queue_ids = {row["queue_id"] for row in rows.values()}
@@ -347,6 +366,12 @@ def build_snapshot(
         unlisted=unlisted,
         elsewhere={node: dict(held) for node, held in elsewhere.items()},
         world=world,
+        quota_rows={
+            q["id"]: {k: q[k] for k in ("id", "name", "tenant_id", "runtime", "used", "min", "max")}
+            for q in quotas
+        },
+        leaves=frozenset(quota_ids) - {id_to_quota.get(q["parent_id"]) for q in quotas},
+        ledger_ids=ledger_ids,
     )
     # What the forecast learns from history (runtime ratios, residuals, arrivals, the
     # previous ETAs): queueing.forecasting.
