@@ -190,7 +190,9 @@ class Cycle(CycleState):
                         fail[wid] = (F_POLICY, b)
                         pos += 1
                         continue
-                if may_preempt and (qidx, qi) not in preempt_tried:
+                if may_preempt and (qidx, qi, w.queue_order_at <= q.aged_before) not in (
+                    preempt_tried
+                ):
                     break
                 # Fast fail: the quota chain's cached headroom, then the nodes' largest
                 # free slot (single pod set), then the memo of failed gang shapes.
@@ -374,7 +376,10 @@ class Cycle(CycleState):
         """One victim search per queue and quota per cycle, for its first failing head."""
         if not q.may_preempt:
             return False
-        key = (q.index, qi)
+        # Aged candidates (first in their queue) have their own search: a failing aged
+        # head that has nothing to preempt must not use up the search of a
+        # higher-priority workload behind it.
+        key = (q.index, qi, w.queue_order_at <= q.aged_before)
         if key in self.preempt_tried:
             return False
         self.preempt_tried.add(key)
