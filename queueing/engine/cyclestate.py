@@ -297,8 +297,8 @@ class CycleState:
         self.waiting: dict[int, tuple[int, ...]] = {}
         self.fail: dict[int, tuple[int, Any]] = {}
         self.failed_shapes: set[ShapeKey] = set()
-        #: (queue index, quota index, aged): one victim search each per cycle.
-        self.preempt_tried: set[tuple[int, int, bool]] = set()
+        #: (queue index, quota index, kind): one victim search each per cycle.
+        self.preempt_tried: set[tuple[int, int, int]] = set()
         self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
         #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
         self.qver: list[int] = [0] * nq
@@ -413,6 +413,21 @@ class CycleState:
             if v > hk[0]:
                 return hk[1]
         return -1
+
+    def within_min(self, qi: int, req: Mapping[str, int]) -> bool:
+        """Whether quota ``qi`` stays within its min with ``req``, in every resource of
+        ``req`` its min names (and it names one): a guaranteed claim (see
+        :mod:`.preemption`)."""
+        m = self.tree.mins[qi]
+        used = self.load[qi]
+        named = False
+        for k, v in req.items():
+            mk = m.get(k, 0)
+            if mk > 0:
+                named = True
+                if used.get(k, 0) + v > mk:
+                    return False
+        return named
 
     def _chain_headroom(self, qi: int, k: str) -> tuple[int, int]:
         """Smallest ``limit - load`` for resource ``k`` along the chain, and where."""
