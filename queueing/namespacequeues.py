@@ -82,7 +82,8 @@ def publish(cluster: Any, clock: Any = time.monotonic) -> int:
         return 0
     now = clock()
     interval = float(getattr(settings, "KQ_QUOTA_WRITEBACK_S", 10.0))
-    if now - _last.get(cluster, -interval) < interval:
+    last = _last.get(cluster)
+    if last is not None and 0 <= now - last < interval:  # a clock set back starts afresh
         return 0
     _last[cluster] = now
     try:
