@@ -262,6 +262,9 @@ KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Positions and ETAs of a tree are forecast at most this often (woken cycles between
 # only admit; queueing/state/annotate.py).
 KQ_FORECAST_EVERY_S = _float("KQ_FORECAST_EVERY_S", 1.0, 0.0)
+# What cycles learn from finished work (runtime quantiles and ratios per queue) is read
+# again at most this often per process (queueing/forecasting.py); it moves slowly.
+KQ_HISTORY_TTL_S = _float("KQ_HISTORY_TTL_S", 30.0, 0.0)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 # Client frames: at most this many bytes each, this many a second (bursts of twice that).

@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from queueing import actions, kubeobjects
+from queueing import actions, kubeobjects, namespacequeues
 from queueing.actions import Actor
 from queueing.kubequeue import (
     ImportReport,
@@ -62,12 +62,18 @@ def _collections(objects: KubeQueueObjects) -> tuple[tuple[str, list[dict[str, A
 def digest(objects: KubeQueueObjects) -> str:
     """What the configuration objects say now: their specs, labels and annotations (not
     their resourceVersions, which the runtime write-back moves on every change; not the
-    ElasticQuotas the queue writes itself for quotas managed here)."""
+    ElasticQuotas the queue writes itself for quotas managed here, nor its available-queue
+    annotations on Namespaces)."""
     seen = sorted(
         ([kind, *kubeobjects.said(o)] for kind, items in _collections(objects) for o in items),
         key=lambda row: json.dumps(row[:3], default=str),
     )
-    marks = sorted(objects.namespace_annotations.items())
+    # Not the available-queue annotations the queue writes on Namespaces itself
+    # (queueing/namespacequeues.py): its own write must not read as a change.
+    marks = sorted(
+        (namespace, {k: v for k, v in notes.items() if k not in namespacequeues.WRITTEN})
+        for namespace, notes in objects.namespace_annotations.items()
+    )
     return hashlib.sha256(
         json.dumps([seen, marks, sorted(objects.namespaces)], default=str, sort_keys=True).encode()
     ).hexdigest()

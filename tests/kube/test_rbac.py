@@ -13,6 +13,7 @@ from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
 from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 from queueing.kubequeue import read_objects
+from queueing.namespacequeues import NAMESPACES
 from queueing.quotawriteback import ELASTIC_QUOTAS, RUNTIME_ANNOTATION
 from tests.fakekube import FakeKube, FaultSpec
 from tests.kube.conftest import make_adapter
@@ -103,6 +104,8 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     KubernetesCluster(cluster.api).record_events([story])  # another recorder: 409, get, patch
     # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
     cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
+    # The available queues of a namespace (queueing/namespacequeues.py) annotate it.
+    cluster.patch_annotations(NAMESPACES, "", "team-a", {"koord-queue/available-queue": "{}"})
     read_objects(cluster)
     # Quotas managed here written as ElasticQuotas (queueing/kubequotas.py).
     ours = {"metadata": {"name": "made-here", "namespace": "team-a"}, "spec": {"max": {}}}
