@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from queueing import actions, kubeobjects, namespacequeues
+from queueing import actions, kubeobjects
 from queueing.actions import Actor
 from queueing.kubequeue import (
     ImportReport,
@@ -69,9 +69,10 @@ def digest(objects: KubeQueueObjects) -> str:
         key=lambda row: json.dumps(row[:3], default=str),
     )
     # Not the available-queue annotations the queue writes on Namespaces itself
-    # (queueing/namespacequeues.py): its own write must not read as a change.
+    # (queueing/namespacequeues.py; kubeobjects.OWN_ANNOTATIONS): its own write must not
+    # read as a change.
     marks = sorted(
-        (namespace, {k: v for k, v in notes.items() if k not in namespacequeues.WRITTEN})
+        (namespace, {k: v for k, v in notes.items() if k not in kubeobjects.OWN_ANNOTATIONS})
         for namespace, notes in objects.namespace_annotations.items()
     )
     return hashlib.sha256(

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from queueing import compat
+
 # The ElasticQuotas the queue writes for quotas managed here carry this label: the import
 # and the watch leave them alone (they are the product's, not configuration for it).
 OWNER_LABEL = "app.kubernetes.io/managed-by"
 OWNER = "koord-queue"
 
-# What the queue writes on ElasticQuotas itself (quotawriteback): not configuration.
+# What the queue writes itself, not configuration: the runtime and request annotations on
+# ElasticQuotas (quotawriteback), and koord-queue's/kube-queue's available-queue family on
+# Namespaces (namespacequeues; the import reads only the available-quota family).
 RUNTIME_ANNOTATION = "quota.scheduling.koordinator.sh/runtime"
 REQUEST_ANNOTATION = "quota.scheduling.koordinator.sh/request"
-OWN_ANNOTATIONS = frozenset({RUNTIME_ANNOTATION, REQUEST_ANNOTATION})
+NAMESPACE_QUEUE_ANNOTATIONS = frozenset(
+    p + k for k in compat.NAMESPACE_QUEUES_KEYS for p in compat.ANNOTATION_PREFIXES
+)
+OWN_ANNOTATIONS = frozenset({RUNTIME_ANNOTATION, REQUEST_ANNOTATION}) | NAMESPACE_QUEUE_ANNOTATIONS
 
 ELASTIC_QUOTAS = ("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas")
 # koord-queue's and ACK's tree form: one object holding the whole tree (spec.root with

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from queueing import kubeconfig, kubeobjects, quotawriteback
+from queueing import kubeconfig, kubeobjects, namespacequeues, quotawriteback
 from queueing.admission import tick
 from queueing.cluster.kubernetes import KubernetesCluster
 from queueing.cluster.kubernetes.configwatch import ConfigWatcher
@@ -295,3 +295,16 @@ def test_a_parent_in_a_namespace_without_jobs_is_read(
     team_a = Quota.objects.select_related("parent").get(name="team-a")
     assert team_a.parent is not None
     assert (team_a.parent.name, team_a.namespaces) == ("research", ["team-a"])
+
+
+def test_the_available_queue_annotations_the_queue_writes_are_not_a_change(
+    fake: FakeKube, reasons: list[str]
+) -> None:
+    assert set(namespacequeues.WRITTEN) <= kubeobjects.OWN_ANNOTATIONS
+    own = dict.fromkeys(namespacequeues.FAMILY, "team-a/default")
+    fake.store.patch("namespaces", None, "team-b", {"metadata": {"annotations": own}})
+    # Then a configuration annotation on the same Namespace (same stream, so later).
+    said = {"koord-queue/available-quota-in-namespace": "team-b"}
+    fake.store.patch("namespaces", None, "team-b", {"metadata": {"annotations": said}})
+    wait_until(lambda: "Namespace team-b modified" in reasons, timeout=10, interval=0.01)
+    assert reasons.count("Namespace team-b modified") == 1, reasons

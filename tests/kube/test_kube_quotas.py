@@ -196,3 +196,55 @@ def test_it_is_off_unless_asked_for(fake: FakeKube, cluster: KubernetesCluster, 
     tree()
     assert kubequotas.publish(cluster) == 0
     assert objects(fake) == {}
+
+
+def test_under_an_is_root_tree_ours_carry_its_tree_id(
+    fake: FakeKube,
+    cluster: KubernetesCluster,
+    writing: None,
+    settings: Any,
+    use_cluster: Callable[[Any], None],
+) -> None:
+    """Koordinator's multi-tree quotas: a tree's root is an ElasticQuota labelled is-root
+    with a tree-id, and every quota of the tree carries that tree-id."""
+    settings.KQ_KUBE_LIVE_CONFIG = True
+    settings.KQ_KUBE_CONFIG_SYNC_S = 0.0
+    tree_labels = {compat.QUOTA_IS_ROOT_LABEL: "true", compat.QUOTA_TREE_ID_LABEL: "gpu"}
+    fake.create(
+        EQ,
+        elastic_quota(
+            "gpu-pool", min={"cpu": "8"}, max={"cpu": "8"}, labels=tree_labels, namespace="team-b"
+        ),
+        "team-b",
+    )
+    fake.create(
+        EQ,
+        elastic_quota(
+            "gpu-team",
+            parent="gpu-pool",
+            min={"cpu": "4"},
+            max={"cpu": "8"},
+            labels={compat.QUOTA_TREE_ID_LABEL: "gpu", compat.QUOTA_IS_PARENT_LABEL: "true"},
+            namespace="team-b",
+        ),
+        "team-b",
+    )
+    use_cluster(cluster)
+    tick(cluster=cluster)
+    team = Quota.objects.get(name="gpu-team")
+    assert team.source == "kubernetes"
+    actions.create_quota(
+        SYSTEM,
+        name="gpu-interns",
+        tenant=team.tenant,
+        parent=team,
+        min={},
+        max={"cpu": "2"},
+        namespaces=["team-a"],
+    )
+    kubequotas._last.clear()
+    cache.delete(kubequotas.DIGEST_KEY)
+    assert kubequotas.publish(cluster) == 1
+    labels = objects(fake)["gpu-interns"]["metadata"]["labels"]
+    assert labels[compat.QUOTA_PARENT_LABEL] == "gpu-team"
+    assert labels[compat.QUOTA_TREE_ID_LABEL] == "gpu"
