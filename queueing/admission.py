@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from queueing import faults, nodeview, state, wake, world
 from queueing import lease as leases
-from queueing import nodeview, state, wake, world
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
@@ -173,6 +173,7 @@ def react(
     """What a wake runs (queueing.wake): ``target`` is a root, ``wake.ALL`` or
     ``wake.SYNC`` (look at the cluster, then cycle every tree). See docs/realtime.md."""
     wake.taken(target)
+    faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()

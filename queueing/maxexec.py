@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from queueing import actions, compat
+from queueing import actions, compat, faults
 from queueing.actions import Actor
 from queueing.choices import Phase
 from queueing.models import Workload
@@ -91,6 +91,7 @@ def enforce(now: datetime) -> int:
                 code=REASON,
             )
             stopped += 1
+            faults.reach("maxexec.between")
         except actions.ActionError as exc:  # finished meanwhile, or the cluster refused
             log.info("could not stop %s at its time limit: %s", workload, exc)
     return stopped

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from django.conf import settings
 from django.core.cache import cache
 
-from queueing import kubeobjects, kubequotas
+from queueing import faults, kubeobjects, kubequotas
 from queueing.choices import ACTIVE_PHASES
 from queueing.models import Quota, Workload
 from queueing.quantities import format_resources
@@ -108,6 +108,7 @@ def _publish(cluster: AnnotationWriter, now: float) -> int:
         if now - _written_at.get(quota.pk, -interval) < interval:
             continue  # changed, but written a moment ago: at a later sync
         cluster.patch_annotations(ELASTIC_QUOTAS, namespace, name, values)
+        faults.reach("quotawriteback.patched")
         cache.set(key, values, None)
         _written_at[quota.pk] = now
         written += 1

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import wake, world
+from queueing import faults, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
@@ -127,6 +127,7 @@ def apply(
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
+        faults.reach("apply.before_commit", work=len(moved.made))
 
     # 9. The cluster follows: idempotent calls; what they miss, the next sync repeats.
     # The fence stops them if the lease ran out (another worker may have decided since).
@@ -136,6 +137,7 @@ def apply(
         for w in report.admitted
     ]
     calls += [Call("suspend", _ref(index.rows[w])) for w in report.preempted + report.requeued]
+    faults.reach("apply.committed", work=len(calls))
     run_calls(cluster, calls, Fence(lease), report.errors)
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
@@ -149,6 +151,7 @@ def _placeable(
     if not result.admissions:
         return []
     placement.lock()
+    faults.reach("placement.locked")
     now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
     if not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)
