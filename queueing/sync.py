@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat, kubequeue, kubesync
+from queueing import actions, compat, faults, kubequeue, kubesync
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -272,6 +272,8 @@ def _sync_jobs(
                     report.cancelled += 1
                 else:
                     report.transitions += 1
+            faults.reach("sync.before_commit", work=len(moves))
+        faults.reach("sync.committed", work=len(moves) + len(repairs))
         _repair(cluster, repairs, report, fence)
 
     new = [

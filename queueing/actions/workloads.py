@@ -393,8 +393,13 @@ def workload_ref(workload: Workload) -> JobRef:
     )
 
 
-def cancel_workload(actor: Actor, workload: Workload, *, reason: str = "") -> Workload:
+def cancel_workload(
+    actor: Actor, workload: Workload, *, reason: str = "", code: str = "Cancelled"
+) -> Workload:
     """Stop a workload: delete its cluster object, then mark it Cancelled.
+
+    ``code`` is the timeline step's reason (and its Kubernetes Event's): a person's
+    cancel is "Cancelled", a stop at the running time limit names that.
 
     The cluster goes first so a running job never outlives the quota it held; if the
     database write is lost, the sync sees the job gone and cancels the workload.
@@ -411,7 +416,7 @@ def cancel_workload(actor: Actor, workload: Workload, *, reason: str = "") -> Wo
         changed = transition(
             workload,
             Phase.CANCELLED,
-            reason="Cancelled",
+            reason=code,
             message=reason or f"Cancelled by {actor.name}.",
             expect=ACTIVE_PHASES,
             finished_at=timezone.now(),

@@ -168,7 +168,6 @@ class Cycle(CycleState):
             cands = q.cands
             blocked = q.blocked
             may_preempt = preemption_on and q.may_preempt
-            qidx = q.index
             block_all = q.block_all
             intelligent = q.intelligent
             threshold = q.threshold
@@ -190,7 +189,7 @@ class Cycle(CycleState):
                         fail[wid] = (F_POLICY, b)
                         pos += 1
                         continue
-                if may_preempt and (qidx, qi) not in preempt_tried:
+                if may_preempt and self.search_key(q, w, qi) not in preempt_tried:
                     break
                 # Fast fail: the quota chain's cached headroom, then the nodes' largest
                 # free slot (single pod set), then the memo of failed gang shapes.
@@ -302,7 +301,8 @@ class Cycle(CycleState):
                     if found is not None:
                         self._preempt(w, qi, found)
                     else:
-                        self.preempt_failed.add((-1 if c < 0 else qi, w.priority, self.shape(w)))
+                        on_nodes = c < 0 and not self.within_min(qi, req)
+                        self.preempt_failed.add((-1 if on_nodes else qi, w.priority, self.shape(w)))
                 if q.blocks(w):
                     q.blocked.setdefault(qi, wid)
                     if fail.get(wid, (F_WAITING,))[0] != F_WAITING:
@@ -370,11 +370,23 @@ class Cycle(CycleState):
             self.nodes.commit(take)
             self.drained.append(take)
 
+    def search_key(self, q: QueueState, w: WorkloadSpec, qi: int) -> tuple[int, int, int]:
+        """Which victim search of its queue and quota ``w`` may use this cycle.
+
+        One each for: a candidate within its quota's min (a guaranteed claim, which may
+        reclaim more), an aged one (first in its queue), any other. Otherwise a failing
+        head that has nothing to preempt -- an aged low-priority job, a gang beyond the
+        min -- uses up the search of a workload behind it that could.
+        """
+        if self.within_min(qi, w._request._d):
+            return (q.index, qi, 2)
+        return (q.index, qi, 1 if w.queue_order_at <= q.aged_before else 0)
+
     def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
-        """One victim search per queue and quota per cycle, for its first failing head."""
+        """One victim search per queue, quota and :meth:`search_key` per cycle."""
         if not q.may_preempt:
             return False
-        key = (q.index, qi)
+        key = self.search_key(q, w, qi)
         if key in self.preempt_tried:
             return False
         self.preempt_tried.add(key)
@@ -382,8 +394,11 @@ class Cycle(CycleState):
         if (qi, w.priority, shape) in self.preempt_failed:
             return False
         # A gang that found no victims on nodes (its quota fitting) will not find them
-        # for another quota at the same or lower priority either, as far as nodes go.
-        return (-1, w.priority, shape) not in self.preempt_failed
+        # for another quota at the same or lower priority either, as far as nodes go --
+        # unless that quota is within its min, which may reclaim more (recorded per quota).
+        return (-1, w.priority, shape) not in self.preempt_failed or self.within_min(
+            qi, w._request._d
+        )
 
     def _preempt(self, w: WorkloadSpec, qi: int, found: Any) -> None:
         victims, reasons, per_node, freed, extra = found

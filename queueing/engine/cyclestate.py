@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from queueing.engine.aging import aged_claims
+from queueing.engine.aging import aged_before, aged_claims, queue_order_key
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
 from queueing.engine.quota import QuotaTree
@@ -60,7 +60,11 @@ ShapeKey = tuple[tuple[frozenset[tuple[str, int]], int, Any], ...]
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
-    """Queue order: higher priority first, then earlier queue-order time, then id."""
+    """Priority order: higher priority first, then earlier queue-order time, then id.
+
+    A queue's own order also puts its aged workloads first
+    (:func:`.aging.queue_order_key`); ``QueueState.cands`` is in that order.
+    """
     return (-w.priority, w.queue_order_at, w.id)
 
 
@@ -68,6 +72,7 @@ class QueueState:
     """A queue's candidates for this cycle and how far the cycle got into them."""
 
     __slots__ = (
+        "aged_before",
         "block_all",
         "blocked",
         "cands",
@@ -80,8 +85,12 @@ class QueueState:
         "threshold",
     )
 
-    def __init__(self, index: int, spec: QueueSpec, cands: list[WorkloadSpec]) -> None:
+    def __init__(
+        self, index: int, spec: QueueSpec, cands: list[WorkloadSpec], now: float = 0.0
+    ) -> None:
         self.index = index
+        #: Workloads queued at or before this are aged (first in the queue's order).
+        self.aged_before = aged_before(spec, now)
         self.spec = spec
         self.cands = cands
         self.pos = 0
@@ -195,12 +204,13 @@ class CycleState:
                 for k, v in extra.items():
                     d[k] = d.get(k, 0) + int(v)
         t1 = perf_counter()
-        # Queues in name order; candidates in queue order.
+        # Queues in name order; candidates in queue order (the aged first, see
+        # :func:`.aging.queue_order_key`).
         self.queues: list[QueueState] = []
         for name in sorted(per_queue):
             cands = per_queue[name]
-            cands.sort(key=order_key)
-            self.queues.append(QueueState(len(self.queues), queue_specs[name], cands))
+            cands.sort(key=queue_order_key(queue_specs[name], now))
+            self.queues.append(QueueState(len(self.queues), queue_specs[name], cands, now))
         # Step 2: runtime quota, with the aged claims of long-waiting heads.
         own_demand = [dict(u) for u in own_used]
         for i, p in enumerate(own_pend):
@@ -287,7 +297,8 @@ class CycleState:
         self.waiting: dict[int, tuple[int, ...]] = {}
         self.fail: dict[int, tuple[int, Any]] = {}
         self.failed_shapes: set[ShapeKey] = set()
-        self.preempt_tried: set[tuple[int, int]] = set()  # (queue index, quota index)
+        #: (queue index, quota index, kind): one victim search each per cycle.
+        self.preempt_tried: set[tuple[int, int, int]] = set()
         self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
         #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
         self.qver: list[int] = [0] * nq
@@ -402,6 +413,21 @@ class CycleState:
             if v > hk[0]:
                 return hk[1]
         return -1
+
+    def within_min(self, qi: int, req: Mapping[str, int]) -> bool:
+        """Whether quota ``qi`` stays within its min with ``req``, in every resource of
+        ``req`` its min names (and it names one): a guaranteed claim (see
+        :mod:`.preemption`)."""
+        m = self.tree.mins[qi]
+        used = self.load[qi]
+        named = False
+        for k, v in req.items():
+            mk = m.get(k, 0)
+            if mk > 0:
+                named = True
+                if used.get(k, 0) + v > mk:
+                    return False
+        return named
 
     def _chain_headroom(self, qi: int, k: str) -> tuple[int, int]:
         """Smallest ``limit - load`` for resource ``k`` along the chain, and where."""

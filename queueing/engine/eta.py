@@ -4,11 +4,17 @@ The simulation (:mod:`.forecast`) gives, per waiting workload, when it would sta
 if runtimes were their medians and nothing new arrived. Three corrections make that a
 promise one can hold the engine to:
 
-0. **Arrivals.** Work of higher priority arriving while a workload waits goes
-   before it: with ``Snapshot.arrival_load`` (offered load per root quota and
-   priority, from recent history) the simulated wait ``d`` is stretched to
-   ``d / (1 - load above its priority)`` -- the completion time of low-priority work
-   in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times.
+0. **Arrivals.** Work arriving while a workload waits that goes before it -- higher
+   priority in its own queue, or any work of a queue of higher queue priority (the
+   engine ranks queues by fair share before workload priority, so a sibling queue's
+   urgent work does not overtake it) -- stretches its wait: with
+   ``Snapshot.arrival_load`` (offered load per queue and priority, from recent
+   history) the simulated wait ``d`` becomes ``d / (1 - rho)``, ``rho`` that load as a
+   share of the capacity serving its quota -- the completion time of low-priority work
+   in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times. When
+   ``rho >= 1`` -- what goes first arrives at least as fast as it is served (Kueue's
+   burst) -- no stationary bound exists while that lasts: the p90 is the horizon
+   rather than a bound the engine cannot keep.
 1. **Calibration.** With ``Snapshot.eta_residuals`` (the measured error of earlier
    forecasts, see :mod:`.calibration`), the predicted wait ``d`` becomes
    ``p50 = d + s * e50`` and ``p90 = d + s * e90`` with ``s = max(d, floor)``: the
@@ -28,11 +34,11 @@ A competing workload the simulation did not reach gets a reason instead of a tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.calibration import FLOOR_S, eta_classes
-from queueing.engine.types import Eta, Position
+from queueing.engine.types import Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -67,25 +73,24 @@ def finish_etas(
     )
     classes: dict[int, tuple[str, ...]] = {}
     stretch: dict[int, float] = {}
+    #: Work that goes first arrives at least as fast as it is served: no stationary
+    #: bound on the wait exists while that lasts, so the p90 is the horizon.
+    saturated: set[int] = set()
     load = snap.arrival_load
     if res or load:
-        tree = cy.tree
-        above_cache: dict[tuple[str, int], float] = {}
+        above = _load_above(cy, load) if load else None
         for q in cy.queues:
             for cw in q.cands:
                 if cw.id not in pos:
                     continue
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
-                if load:
-                    root = tree.names[tree.chains[cy.quota_of[cw.id]][-1]]
-                    lkey = (root, cw.priority)
-                    f = above_cache.get(lkey)
-                    if f is None:
-                        bands = load.get(root, {})
-                        above = sum(v for p, v in bands.items() if p > cw.priority)
-                        f = above_cache[lkey] = 1.0 / max(1.0 - above, 1.0 / MAX_STRETCH)
-                    stretch[cw.id] = f
+                if above is not None:
+                    rho = above(q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw)
+                    if rho > 0:
+                        stretch[cw.id] = 1.0 / max(1.0 - rho, 1.0 / MAX_STRETCH)
+                    if rho >= 1.0:
+                        saturated.add(cw.id)
     model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}
     for wid in pos:
@@ -107,6 +112,8 @@ def finish_etas(
         else:
             lo = now + d
             hi = now + max(0.0, p90.get(wid, a) - now) * stretch.get(wid, 1.0)
+        if wid in saturated:
+            hi = max(hi, now + cy.config.eta_horizon_s)
         raw[wid] = (lo, max(hi, lo))
     _order(cy, raw)
     etas: dict[int, Eta] = {}
@@ -149,6 +156,72 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def _load_above(
+    cy: Cycle, load: Mapping[str, Mapping[int, float]]
+) -> Callable[[str, int, int, int, WorkloadSpec], float]:
+    """The offered load of arrivals that go before a workload, as a share of the
+    capacity serving its queue.
+
+    What goes first: higher-priority work of the same queue, and all work of queues of
+    higher queue priority (the engine orders queues by queue priority, then fair share,
+    and only then by workload priority -- so a higher-priority arrival in a sibling
+    queue does not overtake it). ``load`` is per queue and priority, each a share of
+    its tree's capacity (:class:`.calibration.ArrivalLoad`). The capacity serving the
+    queue is what its tree leaves after the other queues' offered load, at least its
+    quota's ``min`` (fair share guarantees it) and at most its ``max`` -- in the
+    resource the workload needs most of.
+    """
+    tree = cy.tree
+    cap = cy.nodes.capacity
+    qprio = {name: spec.priority for name, spec in cy.queue_specs.items()}
+    root_of_queue: dict[str, int] = {}
+    for w in cy.snapshot.workloads:
+        if w.queue not in root_of_queue:
+            qi = tree.index.get(w.quota)
+            if qi is not None:
+                root_of_queue[w.queue] = tree.chains[qi][-1]
+    total: dict[int, float] = {}
+    for queue, bands in load.items():
+        r = root_of_queue.get(queue)
+        if r is not None:
+            total[r] = total.get(r, 0.0) + sum(bands.values())
+    tree_cap: dict[int, dict[str, int]] = {}
+    memo: dict[tuple[str, int, int, str], float] = {}
+
+    def above(queue: str, queue_prio: int, prio: int, qi: int, w: WorkloadSpec) -> float:
+        root = tree.chains[qi][-1]
+        tc = tree_cap.get(root)
+        if tc is None:
+            tc = tree_cap[root] = {k: min(v, tree.maxes[root].get(k, v)) for k, v in cap.items()}
+        req = w._request._d
+        k_best, worst = "", 0.0
+        for k, v in req.items():
+            c = tc.get(k, 0)
+            if v > 0 and c > 0 and v / c > worst:
+                k_best, worst = k, v / c
+        if not k_best:
+            return 0.0
+        key = (queue, prio, qi, k_best)
+        got = memo.get(key)
+        if got is not None:
+            return got
+        own = load.get(queue, {})
+        share = sum(v for p, v in own.items() if p > prio)
+        for other, bands in load.items():
+            if other != queue and qprio.get(other, 0) > queue_prio:
+                share += sum(bands.values())
+        c_tree = tc[k_best]
+        others = max(0.0, total.get(root, 0.0) - sum(own.values()))
+        serve = c_tree * max(0.0, 1.0 - others)
+        lo = tree.mins[qi].get(k_best, 0)
+        hi = tree.maxes[qi].get(k_best, c_tree)
+        serve = min(max(serve, lo), hi, c_tree)
+        got = memo[key] = share * c_tree / serve if serve > 0 else (1.0 if share > 0 else 0.0)
+        return got
+
+    return above
 
 
 def _confirmed(old: Eta, lo: float, tol: float) -> bool:

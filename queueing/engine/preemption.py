@@ -4,7 +4,12 @@ Candidate victims, in the order they are tried:
 
 1. **Reclaim / FairShare** -- workloads of *other* quotas that sit in a subtree using
    more than its runtime quota (borrowing), below the lowest common ancestor with the
-   preemptor. A victim is only taken while its subtree is still above runtime quota
+   preemptor. A preemptor whose quota fits but whose pods do not place, and whose
+   quota chain (up to that ancestor) stays within its ``min`` with it, may also take
+   from subtrees using more than their ``min`` (Kueue's reclaim within a cohort): the
+   runtime quota counts every schedulable node, so when the nodes a workload can use
+   are full of work within its owners' runtime quota, nothing is "borrowed" by that
+   measure and a guaranteed minimum could wait for as long as that work runs. A victim is only taken while its subtree is still above runtime quota
    in a resource the preemptor needs, and never if that would take any quota on its
    path below its ``min`` in such a resource. When the preemptor's quota stays within
    its own ``min`` after admission the reason is ``Reclaim`` (it takes back what it
@@ -113,6 +118,9 @@ class Preemptor:
                         self.arriving(cy.quota_of[w.id], w._request._d)
         self.by_quota: dict[int, list[tuple[VKey, WorkloadSpec]]] = {}
         self.over: dict[int, set[str]] = {}
+        #: Quota nodes using more than their ``min`` (a guaranteed reclaim's victims).
+        self.over_min: dict[int, set[str]] = {}
+        mins = tree.mins
         for c in range(n):
             u = cy.used[c]
             if not u:
@@ -123,6 +131,10 @@ class Preemptor:
             over = {k for k, v in u.items() if v - rel.get(k, 0) + inc.get(k, 0) > rt.get(k, 0)}
             if over:
                 self.over[c] = over
+            m = mins[c]
+            above = {k for k, v in u.items() if v - rel.get(k, 0) + inc.get(k, 0) > m.get(k, 0)}
+            if above:
+                self.over_min[c] = above
         self._subtree_lists: dict[int, list[tuple[VKey, WorkloadSpec, int]]] = {}
 
     def arriving(self, qi: int, req: Mapping[str, int]) -> None:
@@ -265,9 +277,10 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     # -- candidate streams, in preference order ------------------------------------------
     def reclaim_stream() -> Iterator[tuple[VKey, WorkloadSpec, int]]:
         lo, hi = (top, top + size[top]) if top >= 0 else (0, len(tree))
+        source = pre.over_min if by_min else pre.over
         rel_over = [
             x
-            for x, over in pre.over.items()
+            for x, over in source.items()
             if lo <= x < hi and x not in chain_set and over & req.keys()
         ]
         rel_set = set(rel_over)
@@ -357,19 +370,30 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         m = mins[qi]
         return all(net(qi, k) + req[k] <= m[k] for k in guaranteed_keys)
 
+    # Quota fits, nodes do not, and the preemptor claims its guarantee: reclaim from
+    # whoever uses more than its min on the nodes it needs.
+    by_min = not need and allow_reclaim and within_min()
+
     def fair_ok(vq: int) -> bool:
         less_q = _merge(releasing[qi], freed.get(qi), incoming[qi])
         less_v = _merge(releasing[vq], freed.get(vq), incoming[vq])
         return _share(used[qi], runtime[qi], less_q, req) <= _share(used[vq], runtime[vq], less_v)
 
     def reclaim_ok(v: WorkloadSpec, vq: int) -> bool:
-        """Is ``v``'s subtree still borrowing, and does taking it respect every min?"""
+        """Is ``v``'s subtree still borrowing, and does taking it respect every min?
+
+        Borrowing is using more than the runtime quota; for a guaranteed reclaim on
+        nodes (``by_min``), more than the ``min`` -- and then the preemptor's own chain
+        up to the common ancestor must stay within its ``min`` with it.
+        """
         vr = v._request._d
         borrowing = False
         for x in chains[vq]:
             if x in chain_set:
+                if by_min and not chain_within_min(x):
+                    return False
                 break  # reached the lowest common ancestor
-            rt = runtime[x]
+            rt = mins[x] if by_min else runtime[x]
             m = mins[x]
             for k in req:
                 a = net(x, k)
@@ -379,6 +403,17 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 if t and a - t < m.get(k, 0):
                     return False
         return borrowing
+
+    def chain_within_min(lca: int) -> bool:
+        """Whether every quota of ``w``'s chain below ``lca`` stays within its min."""
+        for x in chain:
+            if x == lca:
+                return True
+            m = mins[x]
+            keys = [k for k in req if m.get(k, 0) > 0]
+            if not keys or any(net(x, k) + req[k] > m[k] for k in keys):
+                return False
+        return True
 
     def useful(v: WorkloadSpec, vq: int) -> bool:
         vr = v._request._d
@@ -481,7 +516,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 (
                     RECLAIM,
                     f"quota {w.quota} reclaims its guaranteed share from quota {v.quota}, "
-                    f"which uses more than its runtime quota (for workload {w.id})",
+                    f"which uses more than its {'min' if by_min else 'runtime quota'} "
+                    f"(for workload {w.id})",
                 )
             )
         else:

@@ -377,15 +377,48 @@ def _amounts(cores: int, gi: int, gpus: int) -> dict[str, int]:
     return out
 
 
+#: The demo's waves (``queueing/demo.py``): every period one tenant in turn gets
+#: 1-2 extra jobs a call for ``DEMO_WAVE_S``, into its quotas where the shape allows.
+DEMO_WAVE_PERIOD_S = 180
+DEMO_WAVE_S = 45
+DEMO_WAVE_EXTRA = (1, 2)
+DEMO_WAVE_TENANTS: tuple[tuple[str, ...], ...] = (
+    ("vision-train", "vision-dev"),
+    ("analytics-etl", "analytics-adhoc"),
+    ("nlp-prod", "nlp-research"),
+)
+#: Share of picks beyond their quota's max that the demo keeps (the rest go to a quota
+#: they fit): one now and then shows "can never fit".
+DEMO_NEVER_FITS_SHARE = 0.05
+
+
+def _demo_fits_max(
+    quota: str, pods: int, per_pod: dict[str, int], maxes: dict[str, dict[str, int]]
+) -> bool:
+    parents = {name: parent for name, parent, *_ in DEMO_TREE}
+    at: str | None = quota
+    while at is not None and at in maxes:
+        for k, v in per_pod.items():
+            if k in maxes[at] and pods * v > maxes[at][k]:
+                return False
+        at = parents.get(at)
+    return True
+
+
 def demo_world(
     minutes: float = 15.0,
     *,
     seed: int = 7,
     every_s: float = 5.0,
     usage: tuple[float, float] = (0.4, 1.0),
+    waves: bool = False,
 ) -> Scenario:
     """The demo world with its trickle: 1-3 jobs every ``every_s`` (the demo's beat) for
     ``minutes``.
+
+    With ``waves`` it is the demo as ``make run`` runs it now (``queueing/demo.py``):
+    a wave of 2-4 extra jobs a call for 45 s of every 3 minutes, one tenant in turn,
+    and a job beyond its quota's max sent to a quota it fits (but one in twenty).
 
     Runtimes vary around their estimates: a job declares ``expected_runtime_s`` (a
     limit) and actually runs a uniform ``usage`` fraction of it. Both cases of the
@@ -440,13 +473,35 @@ def demo_world(
     wid = 0
     t = 0.0
     weights = [s[5] for s in DEMO_SHAPES]
+    maxes = {name: _amounts(*mx) for name, _p, _mn, mx, _pol, _l in DEMO_TREE}
     while t < minutes * 60:
         t += every_s
-        for _ in range(rng.randint(1, 3)):
+        steady = rng.randint(1, 3)
+        period, into = divmod(int(t), DEMO_WAVE_PERIOD_S)
+        wave = DEMO_WAVE_TENANTS[period % len(DEMO_WAVE_TENANTS)] if into < DEMO_WAVE_S else ()
+        extra = rng.randint(*DEMO_WAVE_EXTRA) if waves and wave else 0
+        for i in range(steady + extra):
             label, pods, (cores, gi, gpus), (low, high), prio, _w = rng.choices(
                 DEMO_SHAPES, weights=weights
             )[0]
-            quota = rng.choice(DEMO_GPU_QUOTAS if gpus else DEMO_CPU_QUOTAS)
+            targets: tuple[str, ...] = DEMO_GPU_QUOTAS if gpus else DEMO_CPU_QUOTAS
+            if i >= steady:
+                targets = tuple(n for n in wave if n in targets) or targets
+            quota = rng.choice(targets)
+            per_pod = _amounts(cores, gi, gpus)
+            if (
+                waves
+                and not _demo_fits_max(quota, pods, per_pod, maxes)
+                and rng.random() >= DEMO_NEVER_FITS_SHARE
+            ):
+                fitting = [
+                    n
+                    for n in (DEMO_GPU_QUOTAS if gpus else DEMO_CPU_QUOTAS)
+                    if _demo_fits_max(n, pods, per_pod, maxes)
+                ]
+                if not fitting:
+                    continue
+                quota = rng.choice(fitting)
             queue = "nlp-shared" if quota.startswith("nlp") and rng.random() < 0.3 else quota
             declared = float(rng.randint(low, high))
             wid += 1
@@ -468,7 +523,7 @@ def demo_world(
             )
             arrivals.append(Arrival(t, w, label, round(declared * rng.uniform(*usage), 3)))
     return Scenario(
-        name="demo",
+        name="demo-waves" if waves else "demo",
         quotas=tuple(quotas),
         queues=tuple(queues),
         nodes=tuple(nodes),
@@ -561,5 +616,6 @@ def gpu_heavy(hours: float = 4.0, *, seed: int = 11, every_s: float = 70.0) -> S
 
 
 SCENARIOS["demo"] = demo_world
+SCENARIOS["demo-waves"] = lambda: demo_world(waves=True)
 SCENARIOS["gpu-heavy"] = gpu_heavy
 SCENARIOS["kueue-baseline-10x"] = kueue_baseline_10x

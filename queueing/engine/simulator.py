@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from queueing.engine import ledger as ledger_mod
 from queueing.engine.cycle import run_cycle
+from queueing.engine.invariants import check_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     CycleResult,
@@ -53,11 +54,17 @@ __all__ = [
     "CYCLE_MODES",
     "Arrival",
     "CycleObserver",
+    "InvariantBroken",
     "Scenario",
     "SimResult",
     "next_cycle_at",
     "simulate",
 ]
+
+
+class InvariantBroken(AssertionError):
+    """A simulated cycle broke a quota invariant (``simulate(invariants=True)``)."""
+
 
 #: When cycles run: on beat's timer, or woken by events (debounced).
 CYCLE_MODES = ("interval", "on-event")
@@ -188,6 +195,7 @@ def simulate(
     epoch: float = 1_700_000_000.0,
     max_virtual_s: float = 24 * 3600.0,
     observer: CycleObserver | None = None,
+    invariants: bool = False,
 ) -> SimResult:
     """Run ``scenario`` through the engine in virtual time and measure it.
 
@@ -196,6 +204,9 @@ def simulate(
     virtual times to make snapshot clocks look like epoch seconds; results are
     reported relative to the start (t = 0). With an ``observer`` the cycles also
     forecast (positions, ETAs), and the observer sees each snapshot and result.
+    With ``invariants`` every cycle's decisions are checked against the quota
+    invariants (:func:`~.invariants.check_cycle`) and the first break raises
+    :class:`InvariantBroken`.
     """
     if cycle not in CYCLE_MODES:
         raise ValueError(f"unknown cycle mode {cycle!r}; expected one of {CYCLE_MODES}")
@@ -343,6 +354,10 @@ def simulate(
         engine_cpu += process_time() - p0
         if observer is not None:
             observer.after(snap, result)
+        if invariants:
+            broken = check_cycle(snap, result)
+            if broken:
+                raise InvariantBroken(f"cycle at t={t:.3f}: " + "; ".join(broken))
         cycles += 1
         most_admitted = max(most_admitted, len(result.admissions))
         # Apply.

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import wake
+from queueing import faults, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
@@ -113,13 +113,21 @@ def apply(
         report.cycle_id = _record(result, index, lease, report, engine_ms=engine_ms, full=full)
 
         # 8. After the commit: the live stream hears what changed (the cycle's own
-        # writes wake no cycle), the tree's worlds (this process's and any other's)
-        # re-read it; a withdrawn admission wakes this tree again.
+        # writes wake no cycle); a withdrawn admission wakes this tree again.
         changed = [*moved.changes, *_located(annotated, index)]
-        publish(changed, cycle_id=report.cycle_id, root=index.root, also=result.nominations)
+        publish(changed, cycle_id=report.cycle_id)
+        # The tree's worlds (this process's and any other's) re-read what moved; the
+        # world this cycle read takes its annotations in place.
+        world.record_cycle(
+            index.root,
+            [*report.admitted, *report.preempted, *report.requeued, *result.nominations],
+            annotated,
+            index.world,
+        )
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
+        faults.reach("apply.before_commit", work=len(moved.made))
 
     # 9. The cluster follows: idempotent calls; what they miss, the next sync repeats.
     # The fence stops them if the lease ran out (another worker may have decided since).
@@ -129,6 +137,7 @@ def apply(
         for w in report.admitted
     ]
     calls += [Call("suspend", _ref(index.rows[w])) for w in report.preempted + report.requeued]
+    faults.reach("apply.committed", work=len(calls))
     run_calls(cluster, calls, Fence(lease), report.errors)
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
@@ -142,6 +151,7 @@ def _placeable(
     if not result.admissions:
         return []
     placement.lock()
+    faults.reach("placement.locked")
     now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
     if not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)

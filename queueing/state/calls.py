@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from queueing import faults
 from queueing.cluster.base import Cluster, ClusterError, JobNotFound, JobRef
 from queueing.lease import Fence, LeaseLost
 
@@ -102,4 +103,5 @@ def _call(cluster: Cluster, call: Call) -> str | None:
     except ClusterError as exc:
         log.warning("cluster call for %s failed: %s", call.what, exc)
         return f"{call.what}: {exc} (will retry at next sync)"
+    faults.reach("calls.made")
     return None

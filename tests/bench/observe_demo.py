@@ -1,8 +1,22 @@
 """Watch a running `make run` demo for N minutes and measure what tenants are promised
 against what then happened: ETA presence, p50 vs p90, the first p90's and p50's coverage of
 the actual admission, the median relative p50 error, large ETA moves, "N workloads ahead"
-against the true position, millicores printed as cores, and quotas that kept work waiting
-under their guaranteed minimum.
+against the true position, millicores printed as cores, queues that kept work waiting
+under their quota's guaranteed minimum, and the longest waits.
+
+"Min unused" (issue 11: no queue waits with its quota's min unused while the head fits
+within min): a queue and quota whose head -- in a strict-order queue the first waiting
+workload of that quota in the engine's queue order (aged first, then priority, time,
+id); in a best-effort queue any; in an Intelligent queue any up to the first one at or
+above the threshold -- asks no more than the quota's min minus its use, and is not
+waiting for victims to release (nominated). One such poll is a *candidate*: the
+quota's ``used`` column and the rows are read a moment apart, and a job that finished
+a second ago leaves room until the next cycle. It is a *break* when the same queue and
+quota stay so for at least ``MIN_UNUSED_S`` and ``MIN_UNUSED_CYCLES`` cycles.
+
+Waits are counted from when a workload last started waiting (its last move to Pending,
+Backoff or Preempted), not from its queue-order time, which an evicted workload keeps
+across the time it ran; "feasible" leaves out workloads set aside as never fitting.
 
 Not a benchmark of `make bench` (it needs the demo running): beside `make run`, from the
 same checkout (it reads the demo's database), run
@@ -18,15 +32,40 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 import django
 
 django.setup()
 
-from queueing.models import CycleRun, Quota, Workload  # noqa: E402
+from queueing.models import CycleRun, Queue, Quota, Workload, WorkloadEvent  # noqa: E402
 
 WAITING = ("Pending", "Backoff", "Preempted")
+#: A "min unused" candidate is a break when it lasts this long and this many cycles.
+MIN_UNUSED_S = 30.0
+MIN_UNUSED_CYCLES = 3
+
+
+def order_key(row: dict, aged_before: float | None) -> tuple:
+    """The engine's queue order (``queueing.engine.aging.queue_order_key``)."""
+    at = row["queue_order_at"].timestamp()
+    if aged_before is not None and at <= aged_before:
+        return (0, 0, at, row["id"])
+    return (1, -row["priority"], at, row["id"])
+
+
+def wait_started(workload_id: int, until) -> float | None:
+    """When the workload last started waiting before ``until`` (epoch seconds)."""
+    at = (
+        WorkloadEvent.objects.filter(workload_id=workload_id, to_phase__in=WAITING, at__lte=until)
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    return at.timestamp() if at else None
+
+
 minutes = float(sys.argv[1])
 out_path = sys.argv[2]
 deadline = time.time() + minutes * 60
@@ -38,7 +77,15 @@ p50_ne_p90 = 0
 eta_obs = 0
 flips = 0
 prev: dict[int, tuple[float, float]] = {}
-min_unused: dict[str, int] = defaultdict(int)
+started = time.time()
+queues = {
+    q["name"]: q
+    for q in Queue.objects.values("name", "policy", "priority_threshold", "aging_bound_s")
+}
+min_unused: dict[str, int] = defaultdict(int)  # candidate polls per quota
+#: (queue, quota) -> [first poll time, first cycle id, head name, reason] while it lasts.
+open_runs: dict[tuple[str, str], list] = {}
+breaks: list[dict] = []
 ahead_wrong = 0
 ahead_checked = 0
 polls = 0
@@ -66,6 +113,8 @@ while time.time() < deadline:
             "total_request",
             "queue_order_at",
             "phase",
+            "priority",
+            "nominated",
         )
     )
     by_queue = defaultdict(list)
@@ -97,18 +146,60 @@ while time.time() < deadline:
             ahead_checked += 1
             if int(m.group(1)) != r["position"] - 1:
                 ahead_wrong += 1
-    # quotas waiting with their guaranteed min unused for a request that fits it
-    for q in Quota.objects.filter(parent__isnull=False).values("name", "min", "used"):
-        waiting = [r for r in rows if r["quota__name"] == q["name"] and r["phase"] == "Pending"]
-        if not waiting:
-            continue
-        mn, used = q["min"] or {}, q["used"] or {}
-        for r in waiting:
+    # Queues waiting with their quota's guaranteed min unused while a workload the
+    # policy lets compete (the head, in a strict-order queue) fits within it.
+    quotas = {
+        q["name"]: q
+        for q in Quota.objects.filter(parent__isnull=False).values("name", "min", "used")
+    }
+    flagged: set[tuple[str, str]] = set()
+    pending: dict[tuple[str, str], list] = defaultdict(list)
+    for r in rows:
+        if r["phase"] == "Pending" and r["quota__name"] in quotas:
+            pending[(r["queue__name"], r["quota__name"])].append(r)
+    for (qname, quota), waiting in pending.items():
+        spec = queues.get(qname) or {}
+        bound = spec.get("aging_bound_s")
+        waiting.sort(key=lambda r: order_key(r, None if bound is None else now - bound))
+        policy = spec.get("policy", "Priority")
+        if policy in ("Block", "FIFO"):
+            competing = waiting[:1]
+        elif policy == "Intelligent":
+            competing = []
+            for r in waiting:
+                competing.append(r)
+                if r["priority"] >= spec.get("priority_threshold", 0):
+                    break
+        else:
+            competing = waiting
+        mn, used = quotas[quota]["min"] or {}, quotas[quota]["used"] or {}
+        for r in competing:
             req = r["total_request"] or {}
-            if req and all(used.get(k, 0) + v <= mn.get(k, 0) for k, v in req.items()):
-                if now - r["queue_order_at"].timestamp() > 60:
-                    min_unused[q["name"]] += 1
+            if r["nominated"] or not req:
+                continue
+            if all(used.get(k, 0) + v <= mn.get(k, 0) for k, v in req.items()):
+                min_unused[quota] += 1
+                flagged.add((qname, quota))
+                run = open_runs.setdefault((qname, quota), [now, cyc, r["name"], r["reason"]])
+                run[2], run[3] = r["name"], r["reason"]
                 break
+    for key in list(open_runs):
+        first, first_cycle, name, reason = open_runs[key]
+        if key in flagged and time.time() + 3 < deadline:
+            continue
+        # The run ended (or the watch does): a break if it lasted long enough.
+        if now - first >= MIN_UNUSED_S and cyc - first_cycle >= MIN_UNUSED_CYCLES:
+            breaks.append(
+                {
+                    "queue": key[0],
+                    "quota": key[1],
+                    "seconds": round(now - first, 1),
+                    "cycles": cyc - first_cycle,
+                    "head": name,
+                    "reason": (reason or "")[:300],
+                }
+            )
+        del open_runs[key]
     time.sleep(3)
 
 # compare first predictions with the actual admission
@@ -126,12 +217,26 @@ for wid, seen in first_seen.items():
     covered50 += actual <= seen["p50"] + 1
     wait = max(actual - seen["seen"], 10.0)
     errs.append(abs(actual - seen["p50"]) / wait)
-waits = [
-    (w["admitted_at"] - w["queue_order_at"]).total_seconds()
-    for w in Workload.objects.filter(admitted_at__isnull=False).values(
-        "admitted_at", "queue_order_at"
-    )
-]
+# Waits of the admissions during the watch, from when each last started waiting.
+waits = []
+for w in Workload.objects.filter(admitted_at__gte=datetime.fromtimestamp(started, UTC)).values(
+    "id", "admitted_at", "queue_order_at"
+):
+    since = wait_started(w["id"], w["admitted_at"]) or w["queue_order_at"].timestamp()
+    waits.append(w["admitted_at"].timestamp() - since)
+# The feasible workloads still waiting at the end, longest first.
+end = time.time()
+oldest = []
+for w in Workload.objects.filter(phase__in=WAITING).values(
+    "id", "name", "quota__name", "queue_order_at", "explanation", "reason"
+):
+    kind = (w["explanation"] or {}).get("kind") if isinstance(w["explanation"], dict) else None
+    if kind == "never-fits":
+        continue
+    since = wait_started(w["id"], datetime.fromtimestamp(end, UTC))
+    since = since or w["queue_order_at"].timestamp()
+    oldest.append((round(end - since, 1), w["name"], w["quota__name"], (w["reason"] or "")[:200]))
+oldest.sort(reverse=True)
 report = {
     "minutes": minutes,
     "polls": polls,
@@ -148,12 +253,25 @@ report = {
     "ahead_wrong": ahead_wrong,
     "ahead_checked": ahead_checked,
     "millicores_as_cores": raw_cores,
-    "min_unused_observations": dict(min_unused),
-    "max_wait_s": round(max(waits), 1) if waits else None,
+    "min_unused_candidate_polls": dict(min_unused),
+    "min_unused_breaks": len(breaks),
+    "min_unused_longest_s": max((b["seconds"] for b in breaks), default=0.0),
+    "max_wait_admitted_s": round(max(waits), 1) if waits else None,
+    "waits_over_600s": sum(1 for x in waits if x > 600),
+    "admitted_during_watch": len(waits),
+    "oldest_waiting_feasible_s": oldest[0][0] if oldest else None,
     "distinct_reasons": len(reasons),
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),
     "admitted_total": Workload.objects.filter(admitted_at__isnull=False).count(),
 }
 with open(out_path, "w") as out:
-    json.dump({"report": report, "sample_reasons": sorted(r for r in reasons if r)[:60]}, out)
+    json.dump(
+        {
+            "report": report,
+            "min_unused_breaks": breaks,
+            "oldest_waiting": oldest[:10],
+            "sample_reasons": sorted(r for r in reasons if r)[:60],
+        },
+        out,
+    )
 print(json.dumps(report))

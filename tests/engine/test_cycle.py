@@ -149,6 +149,7 @@ def test_queue_order_is_priority_then_timestamp_then_id() -> None:
             workload(4, "q0", req=one(1), ts=1.0),
         ],
         queues=[QueueSpec("q0", policy="Block")],
+        now=10.0,  # nobody aged yet (aging_bound_s 300): see test_aging_order
     )
     assert admitted(snap) == [3, 2]
 

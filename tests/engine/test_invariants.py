@@ -318,9 +318,13 @@ def test_positions_are_a_permutation(snap: Snapshot) -> None:
 
 
 def queue_order(snap: Snapshot, queue: str) -> list[WorkloadSpec]:
+    """A queue's order: the aged first (``aging.queue_order_key``), then priority."""
+    from queueing.engine.aging import queue_order_key
+
+    spec = next(q for q in snap.queues if q.name == queue)
     return sorted(
         (w for w in snap.workloads if w.queue == queue and w.phase == "Pending"),
-        key=lambda w: (-w.priority, w.queue_order_at, w.id),
+        key=queue_order_key(spec, snap.now),
     )
 
 

@@ -196,7 +196,7 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world):
     snapshot, index = state.build_snapshot(
         world.root.name, nodes=nodeview.read(), now=created + timedelta(seconds=50)
     )
-    load = snapshot.arrival_load[world.root.name]
+    load = snapshot.arrival_load[world.queue.name]
     # The tree's work is younger than the window: the span is its age.
     span = (index.now - created).total_seconds()
     assert span == pytest.approx(50.0)
