@@ -85,11 +85,14 @@ def cycle_root(
         if nodes is None:
             nodes = cluster.nodes()
             nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
-        # At scale most cycles read only the head of each queue (state.full_cycle_due).
-        full = state.full_cycle_due(root)
+        # Positions and ETAs at most every KQ_FORECAST_EVERY_S per tree: the woken cycles
+        # between only admit, from the head of each queue (state.HEAD_ROWS), and leave
+        # what the waiting show. A forecasting cycle is full (every waiting workload)
+        # while that is cheap, else within its share of the time (state.full_cycle_due).
+        forecast = state.forecast_due(root)
+        full = forecast and state.full_cycle_due(root)
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root))
-        forecast = full or state.forecast_due(root)
         snapshot, index = state.build_snapshot(
             root,
             nodes=nodes,

@@ -5,7 +5,9 @@ watch makes them react: informers follow jobs, nodes and bound pods, and a chang
 can alter a decision (a job finished, appeared, vanished or changed state; a node or
 free capacity changed) wakes the cycle worker for a sync and a cycle (queueing.wake).
 Bursts are coalesced: at most one trigger per ``debounce_s``, and wakes are debounced
-again on their way. If the watch is down, nothing is lost
+again on their way. With ``KQ_KUBE_LIVE_CONFIG`` it also watches the configuration
+objects (ElasticQuotas, ElasticQuotaTrees, Queues; ``ConfigWatcher``): an edit marks the
+configuration changed and wakes a sync, which applies it (``queueing.kubeconfig``). If the watch is down, nothing is lost
 but latency. ``python manage.py watch_cluster`` is a thin wrapper around ``run_watch``.
 """
 
@@ -17,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
+from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,12 @@ def enqueue_tick(reasons: Mapping[str, int]) -> None:
     log.debug("cycle requested after %s", dict(reasons))
 
 
+def live_config() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "KQ_KUBE_LIVE_CONFIG", False))
+
+
 def run_watch(
     cluster: KubernetesCluster,
     stop: threading.Event,
@@ -56,8 +65,20 @@ def run_watch(
             reasons[reason] += 1
         changed.set()
 
+    def on_config(reason: str) -> None:
+        # The next sync applies the configuration objects at once (not at its next
+        # periodic look): kubeconfig.mark_changed, then a sync like any other change.
+        from queueing import kubeconfig
+
+        kubeconfig.mark_changed()
+        on_change(reason)
+
     watcher = ClusterWatcher(cluster, on_change, watch_timeout_s=watch_timeout_s)
     watcher.start()
+    config: ConfigWatcher | None = None
+    if live_config():
+        config = ConfigWatcher(cluster, on_config, watch_timeout_s=watch_timeout_s)
+        config.start()
     sent = 0
     try:
         while not stop.is_set():
@@ -75,4 +96,6 @@ def run_watch(
                 log.exception("could not request a tick")
     finally:
         watcher.stop()
+        if config is not None:
+            config.stop()
     return sent

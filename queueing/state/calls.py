@@ -31,6 +31,8 @@ class Call:
     done: Callable[[], None] | None = None
     #: A vanished job is no error (the next sync cancels its workload).
     missing_ok: bool = False
+    #: The caller's name for the call (the sync counts successes under it).
+    label: str = ""
 
     @property
     def what(self) -> str:
