@@ -43,6 +43,8 @@ LABELS = {
     "backoff_base_s": "backoff base",
     "backoff_max_s": "backoff max",
     "aging_bound_s": "aging bound",
+    "max_execution_s": "maximum execution time",
+    "fair_weight": "fair-share weight",
     "expected_runtime_s": "expected runtime",
 }
 SECONDS = frozenset(
@@ -52,6 +54,7 @@ SECONDS = frozenset(
         "backoff_max_s",
         "expected_runtime_s",
         "aging_bound_s",
+        "max_execution_s",
     }
 )
 QUIET = frozenset({"version"})  # bookkeeping, not something a person changed

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from typing import Any
 
 from celery import Celery
 
@@ -20,6 +22,47 @@ except Exception as exc:
         print(f"Koord-Queue cannot start: {exc}", file=sys.stderr)
         sys.exit(2)
     raise
+
+log = logging.getLogger(__name__)
+
+
+def survive_broker_restarts() -> None:
+    """Keep a worker alive when its Redis broker restarts while it holds unacknowledged
+    messages (the cycler always may: a woken cycle waits its debounce countdown, unacked).
+
+    On a lost connection Celery 5.7 first collects the connection (which drops the
+    transport's reference to it) and then closes it; closing the channel restores the
+    unacknowledged messages, and kombu's Redis QoS then builds a client from the dropped
+    reference: AttributeError, not a connection error, so the worker stops with
+    "Unrecoverable error" instead of reconnecting (seen in
+    tests/e2e/test_services_restart.py; under `make run` honcho then stops everything).
+    Here that restore is skipped when the connection is already gone: the messages stay
+    in Redis's unacked set for its visibility timeout (or went with a Redis that
+    restarted), and beat's tick does what a lost wake would have done.
+    """
+    from kombu.transport import redis as kombu_redis
+
+    original = kombu_redis.QoS.restore_unacked
+    if getattr(original, "kq_guarded", False):
+        return
+
+    def restore_unacked(self: Any, client: Any = None) -> Any:
+        transport = getattr(self.channel, "connection", None)
+        if client is None and getattr(transport, "client", None) is None:
+            log.warning(
+                "broker connection lost: %d unacknowledged message(s) left to Redis",
+                len(self._delivered),
+            )
+            self._delivered.clear()
+            return None
+        return original(self, client)
+
+    restore_unacked.kq_guarded = True  # type: ignore[attr-defined]
+    restore_unacked.__wrapped__ = original  # type: ignore[attr-defined]
+    kombu_redis.QoS.restore_unacked = restore_unacked  # type: ignore[method-assign]
+
+
+survive_broker_restarts()
 
 app = Celery("koord_queue")
 app.config_from_object("django.conf:settings", namespace="CELERY")

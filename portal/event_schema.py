@@ -98,6 +98,7 @@ QUOTA_ROW: dict[str, Any] = {
         "min": _RESOURCES,
         "max": _RESOURCES,
         "shared_weight": _RESOURCES,
+        "fair_weight": {"type": "number", "exclusiveMinimum": 0},
         "allow_lent": {"type": "boolean"},
         "namespaces": {"type": "array", "items": {"type": "string"}},
         "default_queue_id": {"type": ["integer", "null"]},
@@ -122,6 +123,7 @@ QUEUE_ROW: dict[str, Any] = {
         "backoff_max_s": {"type": "number"},
         "backoff_jitter": {"type": "number"},
         "aging_bound_s": {"type": ["number", "null"]},
+        "max_execution_s": {"type": ["integer", "null"], "minimum": 1},
         "version": _VERSION,
     },
 }

@@ -29,6 +29,7 @@ FIELD_LABELS = {
     "max": "Max (ceiling)",
     "shared_weight": "Shared weight",
     "allow_lent": "Lend unused min",
+    "fair_weight": "Fair-share weight",
     "namespaces": "Namespaces",
     "parent": "Parent quota",
     "tenant": "Tenant",
@@ -134,6 +135,16 @@ class QueueForm(forms.Form):
             "claims its whole request back from borrowing siblings; blank = off."
         ),
     )
+    max_execution_s = forms.IntegerField(
+        min_value=1,
+        max_value=366 * 24 * 3600,
+        required=False,
+        label="Maximum execution time (s)",
+        help_text=(
+            "Stop a workload once it has held its admission this long (a workload's own "
+            "shorter limit wins); blank = no limit."
+        ),
+    )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args: Any, instance: Queue | None = None, **kwargs: Any) -> None:
@@ -162,6 +173,7 @@ QUEUE_FIELDS = (
     "backoff_max_s",
     "backoff_jitter",
     "aging_bound_s",
+    "max_execution_s",
 )
 
 
@@ -269,6 +281,16 @@ class QuotaForm(forms.Form):
         label="Lend unused min to siblings",
         help_text="Off: the quota keeps its whole min even when idle.",
     )
+    fair_weight = forms.FloatField(
+        required=False,
+        initial=1.0,
+        label="Fair-share weight",
+        help_text=(
+            "Greater than 0, at most 1000 (blank: unchanged, 1 for a new quota). Quotas are "
+            "served in order of used ÷ runtime quota ÷ weight: weight 2 goes first until it "
+            "holds twice as much."
+        ),
+    )
     namespaces = forms.CharField(
         required=False,
         help_text="Namespaces whose workloads default to this quota, separated by commas.",
@@ -288,6 +310,7 @@ class QuotaForm(forms.Form):
             kwargs["initial"] = {
                 "name": instance.name,
                 "allow_lent": instance.allow_lent,
+                "fair_weight": instance.fair_weight,
                 "namespaces": ", ".join(instance.namespaces),
                 "version": instance.version,
             }

@@ -262,6 +262,9 @@ KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Positions and ETAs of a tree are forecast at most this often (woken cycles between
 # only admit; queueing/state/annotate.py).
 KQ_FORECAST_EVERY_S = _float("KQ_FORECAST_EVERY_S", 1.0, 0.0)
+# What cycles learn from finished work (runtime quantiles and ratios per queue) is read
+# again at most this often per process (queueing/forecasting.py); it moves slowly.
+KQ_HISTORY_TTL_S = _float("KQ_HISTORY_TTL_S", 30.0, 0.0)
 # Live stream: a connection merges what arrives for this long, then sends one frame.
 KQ_WS_DEBOUNCE_MS = _int("KQ_WS_DEBOUNCE_MS", 100, 0)
 # Client frames: at most this many bytes each, this many a second (bursts of twice that).
@@ -306,6 +309,10 @@ KQ_QUOTA_WRITEBACK_S = _float("KQ_QUOTA_WRITEBACK_S", 10.0, 0.0)
 KQ_KUBE_LIVE_CONFIG = _bool("KQ_KUBE_LIVE_CONFIG", False)
 KQ_KUBE_CONFIG_SYNC_S = _float("KQ_KUBE_CONFIG_SYNC_S", 5.0, 0.0)
 KQ_KUBE_ROOT = env.str("KQ_KUBE_ROOT", default="")  # the root to import under, when several
+# Quotas managed here written as ElasticQuotas (queueing/kubequotas.py), in this namespace,
+# so that Koordinator's scheduler enforces the same tree. On with live configuration.
+KQ_KUBE_WRITE_QUOTAS = _bool("KQ_KUBE_WRITE_QUOTAS", KQ_KUBE_LIVE_CONFIG)
+KQ_KUBE_QUOTA_NAMESPACE = env.str("KQ_KUBE_QUOTA_NAMESPACE", default="koord-queue")
 # Whose QueueUnit phase names the mirror writes (docs/kube-queue-compat.md).
 KQ_QUEUEUNIT_PHASES = _choice("KQ_QUEUEUNIT_PHASES", "kube-queue", ("kube-queue", "koord-queue"))
 KQ_SIM_FAILURE_RATE = _float("KQ_SIM_FAILURE_RATE", 0.05, 0.0)

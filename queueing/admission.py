@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from queueing import faults, nodeview, state, wake, world
 from queueing import lease as leases
-from queueing import nodeview, state, wake, world
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
@@ -85,11 +85,14 @@ def cycle_root(
         if nodes is None:
             nodes = cluster.nodes()
             nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
-        # At scale most cycles read only the head of each queue (state.full_cycle_due).
-        full = state.full_cycle_due(root)
+        # Positions and ETAs at most every KQ_FORECAST_EVERY_S per tree: the woken cycles
+        # between only admit, from the head of each queue (state.HEAD_ROWS), and leave
+        # what the waiting show. A forecasting cycle is full (every waiting workload)
+        # while that is cheap, else within its share of the time (state.full_cycle_due).
+        forecast = state.forecast_due(root)
+        full = forecast and state.full_cycle_due(root)
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root))
-        forecast = full or state.forecast_due(root)
         snapshot, index = state.build_snapshot(
             root,
             nodes=nodes,
@@ -122,6 +125,10 @@ def cycle_root(
         elapsed = time.perf_counter() - started
         if full:
             state.full_cycle_done(root, elapsed)
+        if not full and _heads_exhausted(index, report):
+            # A queue admitted every head it listed and more wait behind them: the room
+            # may not be used up, and this cycle's own writes wake nothing.
+            wake.wake([root], reason="heads exhausted")
         if broken:
             log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
             report.errors.extend(f"invariant: {problem}" for problem in broken)
@@ -137,6 +144,24 @@ def cycle_root(
         raise
     finally:
         leases.release(held)
+
+
+def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> bool:
+    """Whether a heads-only cycle admitted all the waiting it listed of some queue while
+    others were left unlisted (then a full snapshot might have admitted more)."""
+    if not index.unlisted or not report.admitted:
+        return False
+    admitted = set(report.admitted)
+    waiting: dict[int, int] = {}
+    taken: dict[int, int] = {}
+    for workload_id, row in index.rows.items():
+        if row["phase"] in WAITING_PHASES:
+            waiting[row["queue_id"]] = waiting.get(row["queue_id"], 0) + 1
+            if workload_id in admitted:
+                taken[row["queue_id"]] = taken.get(row["queue_id"], 0) + 1
+    return any(
+        count == waiting[queue_id] and count >= state.HEAD_ROWS for queue_id, count in taken.items()
+    )
 
 
 def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> CycleSummary:
@@ -170,6 +195,7 @@ def react(
     """What a wake runs (queueing.wake): ``target`` is a root, ``wake.ALL`` or
     ``wake.SYNC`` (look at the cluster, then cycle every tree). See docs/realtime.md."""
     wake.taken(target)
+    faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()

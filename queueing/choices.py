@@ -66,6 +66,7 @@ QUEUE_SETTINGS = (
     "backoff_max_s",
     "backoff_jitter",
     "aging_bound_s",
+    "max_execution_s",
 )
 
 WAITING_PHASES = (Phase.PENDING, Phase.BACKOFF)

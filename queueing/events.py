@@ -248,6 +248,7 @@ QUOTA_ROW_FIELDS = (
     "min",
     "max",
     "shared_weight",
+    "fair_weight",
     "allow_lent",
     "namespaces",
     "default_queue_id",

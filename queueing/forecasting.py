@@ -10,9 +10,13 @@ in memory (``calibration.EtaRecorder``); the live system keeps them in the datab
 ``Workload.eta`` and the ``eta_first_*`` fields written by the cycle's annotation step
 (``queueing.state.annotate``) -- so they survive workers and restarts.
 
-``with_history`` is the one call ``build_snapshot`` makes. Everything but the previous
-ETAs is cached per tree for ``TTL_S``: it moves with admissions and finishes, not with
-every cycle; the previous ETAs are read every cycle (hysteresis needs the last ones).
+``with_history`` is the one call ``build_snapshot`` makes, and only a cycle that runs the
+forecast reads anything there: a woken cycle without it (``state.forecast_due``) gets the
+snapshot as it is, without a query. The runtime ratios are the same for every tree and
+are kept per process for ``KQ_HISTORY_TTL_S`` (they move with finishes, over a window of
+the last RATIO_WINDOW per queue); the residuals and the arrival load are kept per tree
+for ``TTL_S``; the previous ETAs are read by every forecasting cycle (hysteresis needs
+the last ones).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from queueing.choices import WAITING_PHASES, Phase
-from queueing.engine.calibration import FLOOR_S, Residuals, eta_classes
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, Residuals, eta_classes
 from queueing.engine.types import Eta, Snapshot
 from queueing.models import Workload
 
@@ -42,12 +46,13 @@ __all__ = [
     "eta_residuals",
     "previous_etas",
     "runtime_ratio",
+    "runtime_ratio_cached",
     "stored_eta",
     "with_history",
 ]
 
 #: How long a tree's learnt inputs are reused (s).
-TTL_S = 5.0
+TTL_S = 15.0
 #: Finished workloads whose runtimes make a queue's ratio; at least RATIO_MIN of them.
 RATIO_WINDOW = 200
 RATIO_MIN = 5
@@ -57,11 +62,26 @@ RESIDUAL_WINDOW = 300
 ARRIVAL_WINDOW_S = 300.0
 
 _cache: dict[tuple[str, frozenset[int]], tuple[float, dict[str, Any]]] = {}
+_ratios: dict[frozenset[tuple[int, str]], tuple[float, dict[str, tuple[float, float]]]] = {}
 
 
 def clear_cache() -> None:
     """Forget what was learnt (tests; a process that changed the history under it)."""
     _cache.clear()
+    _ratios.clear()
+
+
+def runtime_ratio_cached(queue_ids: Mapping[int, str]) -> dict[str, tuple[float, float]]:
+    """``runtime_ratio`` as a cycle of this process read it in the last KQ_HISTORY_TTL_S
+    (every tree's snapshot lists the same queues: one read serves them all)."""
+    key = frozenset(queue_ids.items())
+    hit = _ratios.get(key)
+    if hit is not None and time.monotonic() - hit[0] < settings.KQ_HISTORY_TTL_S:
+        return hit[1]
+    value = runtime_ratio(queue_ids)
+    _ratios.clear()
+    _ratios[key] = (time.monotonic(), value)
+    return value
 
 
 def cycle_interval_s() -> float:
@@ -165,10 +185,11 @@ def arrival_load(
     ratio: Mapping[str, tuple[float, float]],
     queue_ids: Mapping[int, str],
     now: datetime,
-) -> dict[str, dict[int, float]]:
-    """Per root quota and priority: the offered load of the workloads that arrived in
-    the last ARRIVAL_WINDOW_S, as a fraction of the tree's capacity (the cluster, capped
-    by the root's max) -- ``calibration.ArrivalLoad`` over the database's history."""
+) -> dict[str, dict[int, dict[str, float]]]:
+    """Per queue, priority and resource: the offered load of the workloads that arrived
+    in the last ARRIVAL_WINDOW_S, as a fraction of their tree's capacity of it (the
+    cluster, capped by the root's max) -- ``calibration.ArrivalLoad`` over the
+    database's history."""
     parent = {q.name: q.parent for q in snapshot.quotas}
     maxes = {q.name: q.max for q in snapshot.quotas}
     cap: dict[str, int] = {}
@@ -197,7 +218,7 @@ def arrival_load(
         return {}
     # A system younger than the window has seen its arrivals over a shorter span.
     span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
-    out: dict[str, dict[int, float]] = {}
+    out: dict[str, dict[int, dict[str, float]]] = {}
     for quota_id, queue_id, priority, request, runtime in tree.filter(
         created_at__gte=since
     ).values_list("quota_id", "queue_id", "priority", "total_request", "expected_runtime_s"):
@@ -206,18 +227,16 @@ def arrival_load(
             continue
         root = found
         qcap = caps[root]
-        share = 0.0
-        for k, v in (request or {}).items():
-            c = qcap.get(k, 0)
-            if c > 0:
-                share = max(share, int(v) / c)
-        work = share * (runtime or 0.0)
+        seconds = runtime or 0.0
         r = ratio.get(queue_ids.get(queue_id, ""))
         if r is not None:
-            work *= r[0]
-        if work > 0:
-            bands = out.setdefault(root, {})
-            bands[priority] = bands.get(priority, 0.0) + work / span
+            seconds *= r[0]
+        acc = out.setdefault(queue_ids.get(queue_id, ""), {}).setdefault(priority, {})
+        acc[ARRIVALS] = acc.get(ARRIVALS, 0.0) + 1.0
+        for k, v in (request or {}).items():
+            c = qcap.get(k, 0)
+            if c > 0 and int(v) > 0 and seconds > 0:
+                acc[k] = acc.get(k, 0.0) + int(v) / c * seconds / span
     return out
 
 
@@ -263,16 +282,23 @@ def previous_etas(ids: Iterable[int], quota_ids: Iterable[int], *, many: bool) -
 def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = True) -> Snapshot:
     """The snapshot with the forecast's inputs from history (see the module's doc).
 
-    ``previous=False``: without the previous ETAs, for an engine run without the
-    forecast (the only reader of ``Snapshot.previous_etas``)."""
+    ``previous=False``: for an engine run without the forecast (the only reader of what
+    is learnt here): nothing is read, only the cycle interval is set."""
+    interval = cycle_interval_s()
+    config = snapshot.config
+    if config.cycle_interval_s != interval:
+        config = dataclasses.replace(config, cycle_interval_s=interval)
+    if not previous:
+        # Only the forecast reads what is learnt here; a cycle without it reads nothing.
+        return dataclasses.replace(snapshot, config=config)
     now = index.now
     quota_ids = frozenset(index.quota_ids.values())
     key = (index.root, quota_ids)
     hit = _cache.get(key)
-    if hit is not None and time.monotonic() - hit[0] < TTL_S:
+    ratio = runtime_ratio_cached(index.queue_names)
+    if hit is not None and time.monotonic() - hit[0] < TTL_S and hit[1]["runtime_ratio"] is ratio:
         learnt = hit[1]
     else:
-        ratio = runtime_ratio(index.queue_names)
         learnt = {
             "runtime_ratio": ratio,
             "eta_residuals": eta_residuals(quota_ids, index.queue_names, now),
@@ -280,11 +306,5 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
         }
         _cache[key] = (time.monotonic(), learnt)
     waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]
-    etas = (
-        previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting and previous else {}
-    )
-    interval = cycle_interval_s()
-    config = snapshot.config
-    if config.cycle_interval_s != interval:
-        config = dataclasses.replace(config, cycle_interval_s=interval)
+    etas = previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting else {}
     return dataclasses.replace(snapshot, previous_etas=etas, config=config, **learnt)

@@ -22,14 +22,23 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from queueing import actions
+from queueing import actions, kubeobjects
 from queueing.actions import Actor
-from queueing.kubequeue import ImportReport, KubeQueueObjects, import_kube_queue, read_objects
+from queueing.kubequeue import (
+    ImportReport,
+    KubeQueueObjects,
+    import_kube_queue,
+    read_objects,
+    tree_nodes,
+)
 from queueing.models import Queue, Quota
 
 log = logging.getLogger(__name__)
 
 DIGEST_KEY = "kq:kube-config:digest"
+# Set by the watch process when a configuration object changed: the next sync looks at
+# once instead of waiting out KQ_KUBE_CONFIG_SYNC_S.
+CHANGED_KEY = "kq:kube-config:changed"
 _last: dict[str, float] = {}
 
 
@@ -38,54 +47,45 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 # What the queue writes on these objects itself: not a change of configuration.
-OWN_ANNOTATIONS = frozenset(
-    {"quota.scheduling.koordinator.sh/runtime", "quota.scheduling.koordinator.sh/request"}
-)
+OWN_ANNOTATIONS = kubeobjects.OWN_ANNOTATIONS
+
+
+def _collections(objects: KubeQueueObjects) -> tuple[tuple[str, list[dict[str, Any]]], ...]:
+    return (
+        ("ElasticQuota", [o for o in objects.elastic_quotas if not kubeobjects.is_ours(o)]),
+        ("ElasticQuotaTree", objects.elastic_quota_trees),
+        ("Queue", objects.queues),
+        ("ResourceQuota", objects.resource_quotas),
+    )
 
 
 def digest(objects: KubeQueueObjects) -> str:
     """What the configuration objects say now: their specs, labels and annotations (not
-    their resourceVersions, which the runtime write-back moves on every change)."""
-
-    def said(kind: str, obj: dict[str, Any]) -> list[Any]:
-        meta = _meta(obj)
-        notes = {
-            k: v for k, v in (meta.get("annotations") or {}).items() if k not in OWN_ANNOTATIONS
-        }
-        return [
-            kind,
-            meta.get("namespace"),
-            meta.get("name"),
-            obj.get("spec"),
-            meta.get("labels"),
-            notes,
-        ]
-
+    their resourceVersions, which the runtime write-back moves on every change; not the
+    ElasticQuotas the queue writes itself for quotas managed here, nor its available-queue
+    annotations on Namespaces)."""
     seen = sorted(
-        (
-            said(kind, o)
-            for kind, items in (
-                ("ElasticQuota", objects.elastic_quotas),
-                ("Queue", objects.queues),
-                ("ResourceQuota", objects.resource_quotas),
-            )
-            for o in items
-        ),
+        ([kind, *kubeobjects.said(o)] for kind, items in _collections(objects) for o in items),
         key=lambda row: json.dumps(row[:3], default=str),
     )
-    marks = sorted(objects.namespace_annotations.items())
+    # Not the available-queue annotations the queue writes on Namespaces itself
+    # (queueing/namespacequeues.py; kubeobjects.OWN_ANNOTATIONS): its own write must not
+    # read as a change.
+    marks = sorted(
+        (namespace, {k: v for k, v in notes.items() if k not in kubeobjects.OWN_ANNOTATIONS})
+        for namespace, notes in objects.namespace_annotations.items()
+    )
     return hashlib.sha256(
-        json.dumps([seen, marks], default=str, sort_keys=True).encode()
+        json.dumps([seen, marks, sorted(objects.namespaces)], default=str, sort_keys=True).encode()
     ).hexdigest()
 
 
 def present_refs(objects: KubeQueueObjects) -> set[str]:
-    refs = set()
-    for kind, items in (
-        ("ElasticQuota", objects.elastic_quotas),
-        ("Queue", objects.queues),
-        ("ResourceQuota", objects.resource_quotas),
-    ):
+    refs: set[str] = set()
+    for kind, items in _collections(objects):
+        if kind == "ElasticQuotaTree":
+            refs.update(str(node["_kube_ref"]) for node in tree_nodes(items))
+            continue
         for obj in items:
             refs.add(f"{kind} {_meta(obj).get('namespace') or ''}/{_meta(obj).get('name')}")
     return refs
@@ -117,6 +117,10 @@ def forget_deleted(objects: KubeQueueObjects, report: ImportReport) -> None:
             report.add("update", f"quota {quota.name}", f"deleted: {ref} is gone")
         except actions.ActionError as exc:
             actions.set_kube_ref(actor, quota, "")
+            if quota.namespaces:
+                # A rename in the cluster is a delete and a create: the new object's quota
+                # takes the namespaces; this one keeps its workloads until they end.
+                actions.update_quota(actor, quota, namespaces=[])
             report.add(
                 "update", f"quota {quota.name}", f"{ref} is gone; kept, managed here ({exc})"
             )
@@ -130,23 +134,35 @@ def _depth(quota: Quota) -> int:
     return depth
 
 
+def mark_changed() -> None:
+    """A configuration object changed (the watch saw it): the next sync applies it."""
+    cache.set(CHANGED_KEY, time.time(), None)
+
+
 def sync_config(cluster: Any, clock: Any = time.monotonic) -> ImportReport | None:
     """Apply what changed in the configuration objects; None when nothing was looked at
     or nothing changed."""
     if not getattr(settings, "KQ_KUBE_LIVE_CONFIG", False) or not hasattr(cluster, "list_objects"):
         return None
     now = clock()
-    if now - _last.get("at", float("-inf")) < float(
+    changed = cache.get(CHANGED_KEY) is not None
+    if not changed and now - _last.get("at", float("-inf")) < float(
         getattr(settings, "KQ_KUBE_CONFIG_SYNC_S", 5.0)
     ):
         return None
     _last["at"] = now
+    if changed:
+        # Cleared before reading: a change that lands during the read marks it again.
+        cache.delete(CHANGED_KEY)
     objects = read_objects(cluster, queue_units=False)
     mark = digest(objects)
     if cache.get(DIGEST_KEY) == mark:
         return None
+    # What is gone first, so that a renamed object's namespaces are free for its new name.
+    gone = ImportReport()
+    forget_deleted(objects, gone)
     report = import_kube_queue(objects, root_name=getattr(settings, "KQ_KUBE_ROOT", "") or None)
-    forget_deleted(objects, report)
+    report.items[:0] = gone.items
     errors = [item.line() for item in report.items if item.verb == "error"]
     if errors:
         log.warning("configuration from Kubernetes, refused: %s", "; ".join(errors))

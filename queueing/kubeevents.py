@@ -9,7 +9,7 @@ deduplicates and rate-limits. What becomes an Event:
 | → Admitted | Normal ``Admitted``: the quota and pool |
 | → Preempted | Warning ``Preempted``: why |
 | Admitted/Preempted/Running → Pending/Backoff | Normal ``Requeued``: why |
-| → Cancelled | Warning ``Cancelled`` |
+| → Cancelled | Warning ``Cancelled`` (``MaximumExecutionTimeExceeded`` when stopped at its time limit) |
 | a waiting job's explanation changes kind | Normal ``Pending<Kind>``: the explanation |
 
 Running, Succeeded and Failed are the job controller's to report. The timeline cursor
@@ -79,7 +79,9 @@ def step_event(row: dict[str, Any]) -> KubeEvent | None:
     if to in WAITING_PHASES and before in (Phase.ADMITTED, Phase.PREEMPTED, Phase.RUNNING):
         return KubeEvent(ref, "Requeued", why or f"Back in queue {queue}.", at=row["at"])
     if to == Phase.CANCELLED:
-        return KubeEvent(ref, "Cancelled", why or "Cancelled.", "Warning", row["at"])
+        # A stop at the running time limit keeps its own reason (koord-queue's).
+        code = row["reason"] if row["reason"] == "MaximumExecutionTimeExceeded" else "Cancelled"
+        return KubeEvent(ref, code, why or "Cancelled.", "Warning", row["at"])
     return None
 
 

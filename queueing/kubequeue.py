@@ -31,7 +31,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from queueing import actions, compat
+from queueing import actions, compat, kubeobjects
 from queueing.actions import Actor
 from queueing.choices import normalize_policy
 from queueing.cluster.base import NodeInfo
@@ -54,6 +54,8 @@ class KubeQueueObjects:
     resource_quotas: list[Obj] = field(default_factory=list)
     # Namespace -> its annotations (koord-queue's available-quota / available-queue).
     namespace_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+    # koord-queue's (and ACK's) ElasticQuotaTree: a whole tree in one object.
+    elastic_quota_trees: list[Obj] = field(default_factory=list)
 
 
 def read_objects(cluster: Any, *, queue_units: bool = True) -> KubeQueueObjects:
@@ -70,8 +72,13 @@ def read_objects(cluster: Any, *, queue_units: bool = True) -> KubeQueueObjects:
         for ns in cluster.list_objects("", "v1", "namespaces", cluster_scoped=True)
     }
     return KubeQueueObjects(
+        # The quota tree is one for the whole cluster: a parent's ElasticQuota usually
+        # lives in a namespace with no jobs (koordinator-system, say), so all are read.
         elastic_quotas=cluster.list_objects(
-            compat.ELASTIC_QUOTA_GROUP, compat.ELASTIC_QUOTA_VERSION, "elasticquotas"
+            compat.ELASTIC_QUOTA_GROUP,
+            compat.ELASTIC_QUOTA_VERSION,
+            "elasticquotas",
+            cluster_scoped=True,
         ),
         # koord-queue and kube-queue keep cluster-wide Queues in a namespace of their own,
         # which need not be a managed one: listed across all namespaces.
@@ -81,7 +88,57 @@ def read_objects(cluster: Any, *, queue_units: bool = True) -> KubeQueueObjects:
         capacity=capacity,
         resource_quotas=cluster.list_objects("", "v1", "resourcequotas"),
         namespace_annotations=namespaces,
+        elastic_quota_trees=cluster.list_objects(
+            *kubeobjects.ELASTIC_QUOTA_TREES, cluster_scoped=True
+        ),
     )
+
+
+def tree_nodes(trees: Sequence[Obj]) -> list[Obj]:
+    """The nodes of ElasticQuotaTrees as ElasticQuota-shaped objects, so one parser reads
+    both. ``spec.root`` is the cluster (our root); each node below it is a quota: its
+    ``min``/``max``, its ``namespaces``, its parent the node above (none right under the
+    root). Its ``_kube_ref`` names the tree and the node (``ElasticQuotaTree ns/tree#node``).
+    """
+    out: list[Obj] = []
+    for tree in sorted(
+        trees, key=lambda t: (str(_meta(t).get("namespace")), str(_meta(t).get("name")))
+    ):
+        meta = _meta(tree)
+        where = f"{meta.get('namespace') or ''}/{meta.get('name')}"
+        root = (tree.get("spec") or {}).get("root") or {}
+
+        # Depth first, parents before children: (node, its parent's name or None).
+        stack: list[tuple[Obj, str | None]] = [
+            (c, None) for c in reversed(root.get("children") or [])
+        ]
+        while stack:
+            child, parent = stack.pop()
+            if not isinstance(child, dict) or not child.get("name"):
+                continue
+            name = str(child["name"])
+            labels = {compat.QUOTA_IS_PARENT_LABEL: "true" if child.get("children") else "false"}
+            if parent is not None:
+                labels[compat.QUOTA_PARENT_LABEL] = parent
+            annotations = {}
+            if child.get("namespaces"):
+                annotations[compat.QUOTA_NAMESPACES_ANNOTATION] = json.dumps(
+                    [str(n) for n in child["namespaces"]]
+                )
+            out.append(
+                {
+                    "metadata": {
+                        "name": name,
+                        "namespace": "",
+                        "labels": labels,
+                        "annotations": annotations,
+                    },
+                    "spec": {"min": child.get("min") or {}, "max": child.get("max") or {}},
+                    "_kube_ref": f"ElasticQuotaTree {where}#{name}",
+                }
+            )
+            stack.extend((c, name) for c in reversed(child.get("children") or []))
+    return out
 
 
 @dataclass
@@ -195,7 +252,7 @@ def _parse_elastic_quota(obj: Obj) -> _QuotaPlan:
         shared_weight=parse_resources(weights),
         allow_lent=str(labels.get(compat.QUOTA_ALLOW_LENT_LABEL, "true")).lower() != "false",
         namespaces=[str(n) for n in listed] if isinstance(listed, list) else [],
-        kube_ref=f"ElasticQuota {meta.get('namespace') or ''}/{name}",
+        kube_ref=str(obj.get("_kube_ref") or f"ElasticQuota {meta.get('namespace') or ''}/{name}"),
         is_root=is_root,
         is_parent=str(labels.get(compat.QUOTA_IS_PARENT_LABEL, "")).lower() == "true",
     )
@@ -205,7 +262,11 @@ def _plan_quotas(objects: KubeQueueObjects, report: ImportReport) -> list[_Quota
     """Parse ElasticQuotas, parents before children; bad ones are reported and left out."""
     parsed: dict[str, _QuotaPlan] = {}
     home: dict[str, str] = {}  # quota -> the namespace its ElasticQuota lives in
-    for obj in sorted(objects.elastic_quotas, key=lambda o: str(_meta(o).get("name"))):
+    # The queue's own ElasticQuotas (for quotas managed here) are not configuration.
+    mine = [o for o in objects.elastic_quotas if not kubeobjects.is_ours(o)]
+    for obj in sorted(
+        [*mine, *tree_nodes(objects.elastic_quota_trees)], key=lambda o: str(_meta(o).get("name"))
+    ):
         meta = _meta(obj)
         name = str(meta.get("name"))
         if name in compat.KOORDINATOR_ROOT_QUOTAS or name in compat.KOORDINATOR_SYSTEM_QUOTAS:

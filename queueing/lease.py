@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from queueing.models import CycleLease
@@ -45,23 +44,42 @@ def worker_id() -> str:
 
 
 def acquire(name: str, *, holder: str | None = None, ttl_s: float | None = None) -> Lease | None:
-    """Take the lease of ``name`` if it is free or expired; None when someone holds it."""
+    """Take the lease of ``name`` if it is free or expired; None when someone holds it.
+
+    One statement when the row exists (an UPDATE ... RETURNING the new token: atomic on
+    its own, the conditional take and the token read at once); the row is created the
+    first time a name is taken."""
     holder = holder or worker_id()
     ttl = timedelta(seconds=ttl_s if ttl_s is not None else settings.KQ_CYCLE_LEASE_S)
     now = timezone.now()
-    try:
-        with transaction.atomic():
-            CycleLease.objects.get_or_create(name=name)
-    except IntegrityError:
-        pass  # created by a racing worker: fine
-    with transaction.atomic():
-        taken = CycleLease.objects.filter(
-            Q(name=name) & (Q(expires_at__isnull=True) | Q(expires_at__lte=now) | Q(holder=holder))
-        ).update(holder=holder, token=F("token") + 1, expires_at=now + ttl)
-        if taken != 1:
+    token = _take(name, holder, now, now + ttl)
+    if token is None:
+        try:
+            with transaction.atomic():
+                _, created = CycleLease.objects.get_or_create(name=name)
+        except IntegrityError:
+            created = True  # created by a racing worker: try again
+        if not created:
+            return None  # there, and held
+        token = _take(name, holder, now, now + ttl)
+        if token is None:
             return None
-        token = CycleLease.objects.values_list("token", flat=True).get(name=name)
     return Lease(name=name, holder=holder, token=token, expires_at=now + ttl)
+
+
+def _take(name: str, holder: str, now: datetime, until: datetime) -> int | None:
+    """The conditional take: the new token, or None (held by another, or no row)."""
+    table = CycleLease._meta.db_table
+    to_db = connection.ops.adapt_datetimefield_value
+    sql = (
+        f"UPDATE {table} SET holder = %s, token = token + 1, expires_at = %s "  # noqa: S608
+        "WHERE name = %s AND (expires_at IS NULL OR expires_at <= %s OR holder = %s) "
+        "RETURNING token"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [holder, to_db(until), name, to_db(now), holder])
+        row = cursor.fetchone()
+    return int(row[0]) if row is not None else None
 
 
 def check(lease: Lease) -> None:

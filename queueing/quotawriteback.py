@@ -1,8 +1,9 @@
 """Runtime quota written back to the ElasticQuotas it comes from (issue 12 item 3), so
 Koordinator's scheduler and this product read the same tree.
 
-After each sync, every quota mirroring an ElasticQuota (``kube_ref``) whose numbers
-changed gets Koordinator's annotations, in its JSON resource-list format
+After each sync, every quota mirroring an ElasticQuota (``kube_ref``), and every quota
+managed here whose ElasticQuota the queue writes (``kubequotas``), whose numbers changed
+gets Koordinator's annotations, in its JSON resource-list format
 (``{"cpu":"40m","memory":"40Mi"}``):
 
 - ``quota.scheduling.koordinator.sh/runtime``: the runtime quota the last cycle computed;
@@ -25,15 +26,16 @@ from typing import Any, Protocol, runtime_checkable
 from django.conf import settings
 from django.core.cache import cache
 
+from queueing import faults, kubeobjects, kubequotas
 from queueing.choices import ACTIVE_PHASES
 from queueing.models import Quota, Workload
 from queueing.quantities import format_resources
 
 log = logging.getLogger(__name__)
 
-RUNTIME_ANNOTATION = "quota.scheduling.koordinator.sh/runtime"
-REQUEST_ANNOTATION = "quota.scheduling.koordinator.sh/request"
-ELASTIC_QUOTAS = ("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas")
+RUNTIME_ANNOTATION = kubeobjects.RUNTIME_ANNOTATION
+REQUEST_ANNOTATION = kubeobjects.REQUEST_ANNOTATION
+ELASTIC_QUOTAS = kubeobjects.ELASTIC_QUOTAS
 _written_at: dict[int, float] = {}  # quota id -> monotonic time of its last write here
 
 
@@ -88,21 +90,25 @@ def publish(cluster: Any, clock: Any = time.monotonic) -> int:
 
 
 def _publish(cluster: AnnotationWriter, now: float) -> int:
-    quotas = list(Quota.objects.filter(kube_ref__startswith="ElasticQuota "))
-    if not quotas:
+    # Mirrored ElasticQuotas, and the ones the queue writes for quotas managed here.
+    targets = [
+        (q, *q.kube_ref.removeprefix("ElasticQuota ").partition("/")[::2])
+        for q in Quota.objects.filter(kube_ref__startswith="ElasticQuota ")
+    ] + [(q, kubequotas.namespace(), q.name) for q in kubequotas.written()]
+    if not targets:
         return 0
     interval = float(getattr(settings, "KQ_QUOTA_WRITEBACK_S", 10.0))
     requests = _requests()
     written = 0
-    for quota in quotas:
+    for quota, namespace, name in targets:
         values = annotations_for(quota, requests.get(quota.pk, {}))
-        key = f"kq:eq-writeback:{quota.pk}"
+        key = f"kq:eq-writeback:{quota.pk}:{namespace}/{name}"
         if cache.get(key) == values:
             continue
         if now - _written_at.get(quota.pk, -interval) < interval:
             continue  # changed, but written a moment ago: at a later sync
-        namespace, _, name = quota.kube_ref.removeprefix("ElasticQuota ").partition("/")
         cluster.patch_annotations(ELASTIC_QUOTAS, namespace, name, values)
+        faults.reach("quotawriteback.patched")
         cache.set(key, values, None)
         _written_at[quota.pk] = now
         written += 1

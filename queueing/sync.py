@@ -29,7 +29,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat, kubequeue, kubesync
+from queueing import actions, compat, faults, kubequeue, kubesync
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -113,19 +113,6 @@ SYNC_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Repair:
-    """A cluster call the sync found needed; made once the database writes are committed,
-    so no transaction stays open across a cluster round trip."""
-
-    verb: str  # "admit" | "suspend"
-    ref: JobRef
-    what: str
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    counter: str = "resuspended"  # the SyncReport field a success adds to
-    missing_ok: bool = False  # a vanished job is no error (the next sync cancels it)
-
-
 @dataclass(frozen=True)
 class Checks:
     """What the sync confirms before it gives quota back or cancels (see sync_cluster)."""
@@ -134,23 +121,17 @@ class Checks:
     gone: Callable[[JobRef], bool]
 
 
-def _repair(cluster: Cluster, repairs: list[Repair], report: SyncReport, fence: Fence) -> None:
-    """The repairs, through the one loop for cluster calls after a commit (state.calls)."""
+def _repair(cluster: Cluster, calls: list[Call], report: SyncReport, fence: Fence) -> None:
+    """The repairs, through the one loop for cluster calls after a commit (state.calls);
+    each success counts in the report under its call's ``label``."""
 
-    def count(counter: str) -> Callable[[], None]:
-        return lambda: setattr(report, counter, getattr(report, counter) + 1)
+    def counted(call: Call) -> Call:
+        def done() -> None:
+            setattr(report, call.label, getattr(report, call.label) + 1)
 
-    calls = [
-        Call(
-            repair.verb,
-            repair.ref,
-            repair.node_selector,
-            done=count(repair.counter),
-            missing_ok=repair.missing_ok,
-        )
-        for repair in repairs
-    ]
-    run_calls(cluster, calls, fence, report.errors, raise_lost=True)
+        return replace(call, done=done)
+
+    run_calls(cluster, [counted(c) for c in calls], fence, report.errors, raise_lost=True)
 
 
 def pool_selector(workload: Workload) -> dict[str, str]:
@@ -270,7 +251,7 @@ def _sync_jobs(
     by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
     seen: set[tuple[str, str, str]] = set()
     for start in range(0, len(active), CHUNK):
-        repairs: list[Repair] = []
+        repairs: list[Call] = []
         moves: list[actions.Move] = []
         with transaction.atomic():  # one commit (and one notification) per chunk
             for workload in active[start : start + CHUNK]:
@@ -286,11 +267,13 @@ def _sync_jobs(
                 if job is not None:
                     seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
                 _reconcile(workload, job, now, repairs, moves, checks)
-            for move in actions.transition_many(moves):
-                if move.to_phase == Phase.CANCELLED:
+            for made in actions.transition_many(moves).made:
+                if made.move.to_phase == Phase.CANCELLED:
                     report.cancelled += 1
                 else:
                     report.transitions += 1
+            faults.reach("sync.before_commit", work=len(moves))
+        faults.reach("sync.committed", work=len(moves) + len(repairs))
         _repair(cluster, repairs, report, fence)
 
     new = [
@@ -322,7 +305,7 @@ def _reconcile(
     workload: Workload,
     job: JobInfo | None,
     now: datetime,
-    repairs: list[Repair],
+    repairs: list[Call],
     moves: list[actions.Move],
     checks: Checks,
 ) -> None:
@@ -336,7 +319,7 @@ def _reconcile(
             return
         moves.append(
             actions.Move(
-                workload,
+                workload.pk,
                 Phase.CANCELLED,
                 reason="Deleted",
                 message="The cluster object was deleted.",
@@ -351,7 +334,7 @@ def _reconcile(
         succeeded = job.state == SUCCEEDED
         moves.append(
             actions.Move(
-                workload,
+                workload.pk,
                 Phase.SUCCEEDED if succeeded else Phase.FAILED,
                 reason="Finished" if succeeded else "JobFailed",
                 message=job.message,
@@ -363,22 +346,19 @@ def _reconcile(
             )
         )
         return
-    what = str(workload)
     if phase in (Phase.PENDING, Phase.BACKOFF):
         if not job.suspended:
-            repairs.append(Repair("suspend", ref, what))  # only the queue may release a job
+            repairs.append(
+                Call("suspend", ref, label="resuspended")
+            )  # only the queue may release a job
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
-            repairs.append(
-                Repair(
-                    "admit", ref, what, node_selector=pool_selector(workload), counter="readmitted"
-                )
-            )
+            repairs.append(Call("admit", ref, pool_selector(workload), label="readmitted"))
         elif job.state == RUNNING:
             moves.append(
                 actions.Move(
-                    workload,
+                    workload.pk,
                     Phase.RUNNING,
                     reason="Started",
                     expect=(Phase.ADMITTED,),
@@ -394,7 +374,7 @@ def _reconcile(
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
-            repairs.append(Repair("suspend", ref, what))
+            repairs.append(Call("suspend", ref, label="resuspended"))
         elif checks.stopped(job):
             moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 
@@ -403,7 +383,7 @@ def _requeue(workload: Workload, now: datetime, *, reason: str, message: str) ->
     """The cluster confirmed the job is stopped: wait again, keeping the original place."""
     backoff = workload.requeue_at is not None and workload.requeue_at > now
     return actions.Move(
-        workload,
+        workload.pk,
         Phase.BACKOFF if backoff else Phase.PENDING,
         reason=reason,
         message=message,
@@ -440,7 +420,7 @@ def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Pla
     return memo[key]
 
 
-def _register_all(jobs: Sequence[JobInfo], report: SyncReport, repairs: list[Repair]) -> None:
+def _register_all(jobs: Sequence[JobInfo], report: SyncReport, repairs: list[Call]) -> None:
     """New jobs become Pending workloads: one insert for all that can be placed (one by
     one when that insert collides, to find the one that does)."""
     memo: dict[tuple[str, str, str], Placement] = {}
@@ -467,9 +447,7 @@ def _register_all(jobs: Sequence[JobInfo], report: SyncReport, repairs: list[Rep
     report.registered += len(registered)
     for job in registered:
         if not job.suspended:
-            repairs.append(
-                Repair("suspend", job.ref, f"{job.ref.namespace}/{job.ref.name}", missing_ok=True)
-            )
+            repairs.append(Call("suspend", job.ref, missing_ok=True, label="resuspended"))
 
 
 def _registration(job: JobInfo, placement: Placement, report: SyncReport) -> dict[str, Any] | None:

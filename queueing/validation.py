@@ -67,6 +67,7 @@ class QuotaProposal:
     shared_weight: dict[str, int] = field(default_factory=dict)
     allow_lent: bool = True
     namespaces: list[str] = field(default_factory=list)
+    fair_weight: float = 1.0
 
 
 class Errors:

@@ -5,7 +5,9 @@ watch makes them react: informers follow jobs, nodes and bound pods, and a chang
 can alter a decision (a job finished, appeared, vanished or changed state; a node or
 free capacity changed) wakes the cycle worker for a sync and a cycle (queueing.wake).
 Bursts are coalesced: at most one trigger per ``debounce_s``, and wakes are debounced
-again on their way. If the watch is down, nothing is lost
+again on their way. With ``KQ_KUBE_LIVE_CONFIG`` it also watches the configuration
+objects (ElasticQuotas, ElasticQuotaTrees, Queues; ``ConfigWatcher``): an edit marks the
+configuration changed and wakes a sync, which applies it (``queueing.kubeconfig``). If the watch is down, nothing is lost
 but latency. ``python manage.py watch_cluster`` is a thin wrapper around ``run_watch``.
 """
 
@@ -17,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
+from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,63 @@ def enqueue_tick(reasons: Mapping[str, int]) -> None:
     log.debug("cycle requested after %s", dict(reasons))
 
 
+def live_config() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "KQ_KUBE_LIVE_CONFIG", False))
+
+
+class Coalescer:
+    """Many changes in a burst, one trigger: the first change arms a timer of
+    ``debounce_s``; the changes until it fires ride along with it. Safe to call from
+    any thread (informers call it from theirs)."""
+
+    def __init__(self, trigger: Trigger, debounce_s: float = 0.02) -> None:
+        self.trigger = trigger
+        self.debounce_s = debounce_s
+        self._lock = threading.Lock()
+        self._reasons: Counter[str] = Counter()
+        self._timer: threading.Timer | None = None
+        self.fired = 0
+
+    def __call__(self, reason: str) -> None:
+        with self._lock:
+            self._reasons[reason] += 1
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(self.debounce_s, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            batch = dict(self._reasons)
+            self._reasons.clear()
+            self._timer = None
+        try:
+            self.trigger(batch)
+            self.fired += 1
+        except Exception:  # the broker may be down; beat's timer still runs ticks
+            log.exception("could not wake the cycle after a cluster change")
+
+
+def wake_sync(reasons: Mapping[str, int]) -> None:
+    """Wake a sync and every tree's cycle (queueing.wake); nothing when wakes are off
+    (beat's tick follows the change then)."""
+    from queueing import wake
+
+    wake.wake(None, sync=True, reason=",".join(sorted(reasons))[:100])
+
+
+def wake_on_own_informers(cluster: KubernetesCluster) -> None:
+    """The cycle process's own watch cache (KQ_KUBE_WATCH_CACHE) wakes its cycle when
+    it sees a job finish, appear, vanish or change state, or capacity change: the same
+    reasons the ``watch_cluster`` process wakes it for, so a deployment without that
+    process (``make run``) reacts at once too. Both at once cost nothing: a wake already
+    on its way takes the other along (queueing.wake)."""
+    cluster.reader.on_change = Coalescer(wake_sync)
+
+
 def run_watch(
     cluster: KubernetesCluster,
     stop: threading.Event,
@@ -56,8 +116,20 @@ def run_watch(
             reasons[reason] += 1
         changed.set()
 
+    def on_config(reason: str) -> None:
+        # The next sync applies the configuration objects at once (not at its next
+        # periodic look): kubeconfig.mark_changed, then a sync like any other change.
+        from queueing import kubeconfig
+
+        kubeconfig.mark_changed()
+        on_change(reason)
+
     watcher = ClusterWatcher(cluster, on_change, watch_timeout_s=watch_timeout_s)
     watcher.start()
+    config: ConfigWatcher | None = None
+    if live_config():
+        config = ConfigWatcher(cluster, on_config, watch_timeout_s=watch_timeout_s)
+        config.start()
     sent = 0
     try:
         while not stop.is_set():
@@ -75,4 +147,6 @@ def run_watch(
                 log.exception("could not request a tick")
     finally:
         watcher.stop()
+        if config is not None:
+            config.stop()
     return sent

@@ -67,6 +67,7 @@ def modified(snapshot: Snapshot, proposal: QuotaProposal) -> Snapshot:
             max=dict(proposal.max),
             shared_weight=dict(proposal.shared_weight),
             allow_lent=proposal.allow_lent,
+            fair_weight=proposal.fair_weight,
         )
         if node.name == proposal.name
         else node
@@ -141,6 +142,7 @@ def preview_quota_create(
     shared_weight: Mapping[str, Any] | None = None,
     allow_lent: bool = True,
     namespaces: Sequence[str] = (),
+    fair_weight: Any = 1.0,
     now: datetime | None = None,
 ) -> Preview:
     """Predict the effect of adding a quota under ``parent``; raises ValidationError like
@@ -155,6 +157,7 @@ def preview_quota_create(
         shared_weight=shared_weight,
         allow_lent=allow_lent,
         namespaces=namespaces,
+        fair_weight=fair_weight,
     )
     root = root_of(parent)
     snapshot, index = build_snapshot(root.name, nodes=nodeview.read(), now=now)
@@ -165,6 +168,7 @@ def preview_quota_create(
         max=dict(proposal.max),
         shared_weight=dict(proposal.shared_weight),
         allow_lent=proposal.allow_lent,
+        fair_weight=proposal.fair_weight,
     )
     proposed = dataclasses.replace(snapshot, quotas=(*snapshot.quotas, added))
     preview = compare(run_cycle(snapshot), run_cycle(proposed), snapshot, proposed, index)

@@ -28,6 +28,7 @@ import bisect
 import logging
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -50,16 +51,20 @@ Cursor = str  # a stream id ("<ms>-<seq>"); "0-0" before the first entry
 
 
 class Journal(Protocol):
-    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
-        """Record changed workload ids per tree root."""
+    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
+        """Record changed workload ids per tree root. ``by``: the token of the world
+        whose own cycle wrote these changes (see ``TreeWorld.refresh``)."""
         ...
 
     def head(self, root: str) -> Cursor:
         """A cursor after everything recorded so far."""
         ...
 
-    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
-        """(a new cursor, the ids recorded after ``cursor``); None: some were lost."""
+    def since(
+        self, root: str, cursor: Cursor, *, reader: str = ""
+    ) -> tuple[Cursor, set[int] | None, set[int]]:
+        """(a new cursor, the ids recorded after ``cursor``, those of them that
+        ``reader`` wrote itself); None: some were lost."""
         ...
 
 
@@ -80,28 +85,32 @@ class RedisJournal:
     def key(root: str) -> str:
         return f"kq:journal:{root}"
 
-    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
+    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
         pipe = self.client.pipeline(transaction=False)
         for root, ids in changes.items():
             text = ",".join(str(i) for i in sorted(set(ids)))
             if text:
-                pipe.xadd(self.key(root), {"ids": text}, maxlen=MAXLEN, approximate=True)
+                fields = {"ids": text, "by": by} if by else {"ids": text}
+                pipe.xadd(self.key(root), fields, maxlen=MAXLEN, approximate=True)
         pipe.execute()
 
     def head(self, root: str) -> Cursor:
         last = self.client.xrevrange(self.key(root), count=1)
         return str(last[0][0]) if last else "0-0"
 
-    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
+    def since(
+        self, root: str, cursor: Cursor, *, reader: str = ""
+    ) -> tuple[Cursor, set[int] | None, set[int]]:
         key = self.key(root)
         first = self.client.xrange(key, count=1)
         if not first:
             # Nothing recorded, ever, or the stream is gone (a Redis restart): only the
             # first is safe to believe.
-            return cursor, (set() if cursor == "0-0" else None)
+            return cursor, (set() if cursor == "0-0" else None), set()
         if cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor):
-            return cursor, None  # trimmed past our cursor
+            return cursor, None, set()  # trimmed past our cursor
         ids: set[int] = set()
+        own: set[int] = set()
         last = cursor
         while True:
             batch = self.client.xrange(key, min=f"({last}", count=5000)
@@ -109,8 +118,9 @@ class RedisJournal:
                 break
             for entry_id, fields in batch:
                 last = str(entry_id)
-                ids.update(int(i) for i in str(fields["ids"]).split(",") if i)
-        return last, ids
+                got = (int(i) for i in str(fields["ids"]).split(",") if i)
+                (own if reader and fields.get("by") == reader else ids).update(got)
+        return last, ids, own - ids
 
 
 class LocalJournal:
@@ -120,17 +130,17 @@ class LocalJournal:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: dict[str, list[tuple[int, frozenset[int]]]] = defaultdict(list)
+        self.entries: dict[str, list[tuple[int, frozenset[int], str]]] = defaultdict(list)
         self.dropped: dict[str, int] = {}  # root -> the last seq trimmed away
         self.seq = 0
         self.generation = 1
 
-    def append(self, changes: Mapping[str, Iterable[int]]) -> None:
+    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
         with self.lock:
             for root, ids in changes.items():
                 self.seq += 1
                 entries = self.entries[root]
-                entries.append((self.seq, frozenset(ids)))
+                entries.append((self.seq, frozenset(ids), by))
                 if len(entries) > MAXLEN:
                     cut = len(entries) - MAXLEN
                     self.dropped[root] = entries[cut - 1][0]
@@ -140,16 +150,19 @@ class LocalJournal:
         with self.lock:
             return f"{self.seq}-{self.generation}"
 
-    def since(self, root: str, cursor: Cursor) -> tuple[Cursor, set[int] | None]:
+    def since(
+        self, root: str, cursor: Cursor, *, reader: str = ""
+    ) -> tuple[Cursor, set[int] | None, set[int]]:
         after, generation = _seq(cursor)
         with self.lock:
             if generation != self.generation or after < self.dropped.get(root, 0):
-                return cursor, None
+                return cursor, None, set()
             ids: set[int] = set()
-            for seq, changed in self.entries.get(root, ()):
+            own: set[int] = set()
+            for seq, changed, by in self.entries.get(root, ()):
                 if seq > after:
-                    ids.update(changed)
-            return f"{self.seq}-{self.generation}", ids
+                    (own if reader and by == reader else ids).update(changed)
+            return f"{self.seq}-{self.generation}", ids, own - ids
 
     def reset(self) -> None:
         """Forget everything (tests: as if Redis restarted)."""
@@ -177,21 +190,21 @@ def set_journal(value: Journal | None) -> None:
         _journal = value
 
 
-def record(changes: Mapping[str, Iterable[int]]) -> None:
+def record(changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
     """Append to the journal now (call after the commit). A failure only costs the
     worlds a rebuild: they find their cursor fell behind, or see the rows at the next
-    full cycle."""
+    full cycle. ``by``: see ``record_cycle``."""
     changes = {root: list(ids) for root, ids in changes.items() if ids}
     if not changes:
         return
     try:
-        journal().append(changes)
+        journal().append(changes, by=by)
     except Exception:
         log.exception("could not record changes in the journal; worlds catch up later")
         _invalidate_all()
 
 
-def record_now_and_on_commit(changes: Mapping[str, Iterable[int]]) -> None:
+def record_now_and_on_commit(changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
     """Record inside the writing transaction and again once it commits. The first is
     what a reader on the same connection needs (it sees the uncommitted rows); the second
     is what every other reader needs (one that read the ids before the commit saw the old
@@ -199,9 +212,40 @@ def record_now_and_on_commit(changes: Mapping[str, Iterable[int]]) -> None:
     chosen = {root: list(ids) for root, ids in changes.items() if ids}
     if not chosen:
         return
-    record(chosen)
+    record(chosen, by=by)
     if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(lambda: record(chosen))
+        transaction.on_commit(lambda: record(chosen, by=by))
+
+
+#: The annotation fields a world keeps (state.snapshot.WORKLOAD_FIELDS): what a cycle's
+#: annotation step writes of them, its own world takes in place (``record_cycle``).
+ANNOTATION_FIELDS = ("position", "global_position", "eta_p50", "eta_p90", "reason")
+
+
+def record_cycle(
+    root: str,
+    moved: Iterable[int],
+    annotated: Iterable[tuple[int, Mapping[str, Any]]],
+    tree: TreeWorld | None,
+) -> None:
+    """Journal what a cycle's apply wrote (call inside its transaction).
+
+    ``moved``: workloads whose phase or placement changed: every world of the tree re-reads
+    them. ``annotated``: the waiting workloads whose position, ETA or reason changed, with
+    the new values. The world the cycle read (``tree``) takes those in place once the
+    transaction commits and skips them in the journal; every other world (another
+    process's, beat's) re-reads them as before. The world's own moves are read once,
+    not twice: nobody can commit them after the world's next refresh."""
+    moved = set(moved)
+    notes = [(wid, fields) for wid, fields in annotated if wid not in moved]
+    if tree is None:
+        record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]})
+        return
+    token = tree.token
+    record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]}, by=token)
+    if notes and transaction.get_connection().in_atomic_block:
+        cursor = tree.cursor
+        transaction.on_commit(lambda: tree.annotate(notes, cursor))
 
 
 # --- the world of a tree ----------------------------------------------------------------
@@ -263,9 +307,12 @@ class TreeWorld:
         self.queues: dict[int, _QueueOrder] = defaultdict(_QueueOrder)
         self.cursor: Cursor | None = None
         self.again: set[int] = set()  # ids to read once more at the next refresh
+        self.annotated: set[int] = set()  # rows whose annotations were taken in place
         self.quota_ids: frozenset[int] = frozenset()
         self.rebuilt_at = 0.0
         self.rebuilds = 0
+        #: Marks the journal's entries this world's own cycles wrote (``record_cycle``).
+        self.token = uuid.uuid4().hex
         self.reread = 0  # rows re-read by the last refresh
         #: Engine specs of unchanged rows, reused between cycles (state.snapshot).
         self.specs: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] = {}
@@ -281,19 +328,41 @@ class TreeWorld:
         if stale or self.cursor is None or wanted != self.quota_ids:
             self._rebuild(wanted)
             return
-        cursor, ids = journal().since(self.root, self.cursor)
+        cursor, ids, own = journal().since(self.root, self.cursor, reader=self.token)
         if ids is None:
             self._rebuild(wanted)
             return
         self.cursor = cursor
         # Ids recorded inside a transaction may be read before it commits (the old row);
         # the record after the commit normally follows, but not from a writer killed in
-        # between. So each id is read twice: now, and at the next refresh.
+        # between. So each id is read twice: now, and at the next refresh. This world's
+        # own cycles committed before this refresh (or it was invalidated): once is
+        # enough, and the annotations they wrote it took in place (``annotate``).
         again, self.again = self.again, set(ids)
         ids |= again
+        ids |= own - self.annotated
+        self.annotated = set()
         self.reread = len(ids)
         if ids:
             self._reread(ids)
+
+    def annotate(
+        self, notes: Iterable[tuple[int, Mapping[str, Any]]], cursor: Cursor | None
+    ) -> None:
+        """After the commit of a cycle that read this world: the annotations it wrote, in
+        place (the journal's records of them are this world's own, which it skips). Only
+        if no refresh or rebuild came between (``cursor``), and only for rows still
+        waiting (the write was guarded so)."""
+        if cursor is None or cursor != self.cursor:
+            return
+        for workload_id, fields in notes:
+            row = self.rows.get(workload_id)
+            if row is None or row["phase"] not in WAITING_PHASES:
+                continue
+            for name in ANNOTATION_FIELDS:
+                if name in fields:
+                    row[name] = fields[name]
+            self.annotated.add(workload_id)
 
     def _rebuild(self, quota_ids: frozenset[int]) -> None:
         from queueing.models import Workload
@@ -306,6 +375,7 @@ class TreeWorld:
         )
         self.rows = {}
         self.again = set()
+        self.annotated = set()
         self.holding = set()
         self.queues = defaultdict(_QueueOrder)
         self.specs = {}

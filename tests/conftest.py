@@ -30,6 +30,8 @@ def _fast_password_hashing() -> None:
     settings.KQ_WAKE = False
     # Tests tick many times a second: every cycle forecasts unless a test says otherwise.
     settings.KQ_FORECAST_EVERY_S = 0.0
+    # ... and reads what finished work teaches afresh (hand clocks move minutes a second).
+    settings.KQ_HISTORY_TTL_S = 0.0
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,8 @@ def quota_edit(request: HttpRequest, quota: str, name: str | None = None) -> Htt
 
     data = form.cleaned_data
     changes: dict[str, Any] = {**formset.maps(), "allow_lent": data["allow_lent"]}
+    if data.get("fair_weight") is not None:  # blank keeps the weight it has
+        changes["fair_weight"] = data["fair_weight"]
     version = data.get("version") or current.version
     digest = preview_digest(current, {**changes, "namespaces": data["namespaces"]})
     wants_save = request.POST.get("action") == "save"
@@ -314,7 +316,9 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
     context: dict[str, Any] = {"tenant": tenant, "quota": None, "back_url": back_url(tenant)}
     if request.method != "POST":
         context["form"] = QuotaForm(
-            parents=parents, tenants=tenants, initial={"parent": initial_parent, "allow_lent": True}
+            parents=parents,
+            tenants=tenants,
+            initial={"parent": initial_parent, "allow_lent": True, "fair_weight": 1.0},
         )
         context["resources"] = ResourceFormSet(
             initial=resource_initial(None, initial_parent), prefix="res"
@@ -339,6 +343,7 @@ def quota_create(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 "tenant": data.get("tenant") if tenants is not None else tenant,
                 "parent": parent,
                 "allow_lent": data["allow_lent"],
+                "fair_weight": 1.0 if data.get("fair_weight") is None else data["fair_weight"],
                 "namespaces": data["namespaces"],
                 "min": maps["min"],
                 "max": maps["max"],

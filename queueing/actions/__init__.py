@@ -37,8 +37,8 @@ from queueing.actions.tenancy import (
     set_membership,
     update_tenant,
 )
+from queueing.actions.transitions import Made, Move, Outcome, transition_many
 from queueing.actions.workloads import (
-    Move,
     cancel_workload,
     parse_pod_sets,
     quota_for_namespace,
@@ -48,7 +48,6 @@ from queueing.actions.workloads import (
     submit_workload,
     total_request,
     transition,
-    transition_many,
     workload_ref,
 )
 
@@ -59,7 +58,9 @@ __all__ = [
     "ActionError",
     "Actor",
     "ConflictError",
+    "Made",
     "Move",
+    "Outcome",
     "audit",
     "cancel_workload",
     "check_version",

@@ -66,6 +66,7 @@ AUDITED_FIELDS: dict[str, tuple[str, ...]] = {
         "min",
         "max",
         "shared_weight",
+        "fair_weight",
         "allow_lent",
         "namespaces",
         "default_queue_id",

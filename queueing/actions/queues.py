@@ -38,11 +38,14 @@ QUEUE_EDITABLE = (
     "backoff_max_s",
     "backoff_jitter",
     "aging_bound_s",
+    "max_execution_s",
 )
 
 
 #: A bound past a week is no bound against starvation (and NaN/inf are no numbers).
 AGING_BOUND_MAX_S = 7 * 24 * 3600.0
+#: A running-time limit longer than a year is a typo, not a limit.
+MAX_EXECUTION_MAX_S = 366 * 24 * 3600
 
 
 def _clean_queue(queue: Queue) -> None:
@@ -72,6 +75,13 @@ def _clean_queue(queue: Queue) -> None:
             "aging_bound_s",
             f"aging_bound_s must be between 0 and {AGING_BOUND_MAX_S:g} seconds (or empty to "
             f"turn aging off), not {bound}.",
+        )
+    limit = queue.max_execution_s
+    if limit is not None and not (1 <= limit <= MAX_EXECUTION_MAX_S):
+        errors.add(
+            "max_execution_s",
+            f"max_execution_s must be between 1 and {MAX_EXECUTION_MAX_S} seconds (or empty "
+            f"for no limit), not {limit}.",
         )
     errors.raise_if_any()
 

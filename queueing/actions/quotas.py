@@ -47,6 +47,30 @@ def _weights_or_error(errors: Errors, values: Any) -> dict[str, int]:
     return parsed
 
 
+#: Fair-share weights are relative; past this ratio one quota simply always goes first.
+FAIR_WEIGHT_MAX = 1000.0
+
+
+def fair_weight_or_error(errors: Errors, value: Any) -> float:
+    """A quota's fair-share weight: a finite number, 0 < weight <= FAIR_WEIGHT_MAX."""
+    if value is None:
+        return 1.0
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        weight = float(value)
+    except (TypeError, ValueError):
+        errors.add("fair_weight", f"fair_weight must be a number, not {value!r}.")
+        return 1.0
+    if not (0 < weight <= FAIR_WEIGHT_MAX):  # NaN fails both comparisons
+        errors.add(
+            "fair_weight",
+            f"fair_weight must be greater than 0 and at most {FAIR_WEIGHT_MAX:g}, not {value}.",
+        )
+        return 1.0
+    return weight
+
+
 def _lock_tree(parent_id: int | None) -> None:
     """Serialise edits under one parent so sibling checks cannot race (PostgreSQL)."""
     if parent_id is not None:
@@ -63,12 +87,14 @@ def new_quota_proposal(
     shared_weight: Mapping[str, Any] | None = None,
     allow_lent: bool = True,
     namespaces: Sequence[str] = (),
+    fair_weight: Any = 1.0,
 ) -> QuotaProposal:
     """Parse and validate a new quota; raises ValidationError by field and saves nothing."""
     errors = Errors()
     mins = resources_or_error(errors, "min", min)
     maxs = resources_or_error(errors, "max", max)
     weights = _weights_or_error(errors, shared_weight)
+    fair = fair_weight_or_error(errors, fair_weight)
     errors.raise_if_any()
     proposal = QuotaProposal(
         name=name,
@@ -79,6 +105,7 @@ def new_quota_proposal(
         shared_weight=weights,
         allow_lent=allow_lent,
         namespaces=list(namespaces),
+        fair_weight=fair,
     )
     validate_quota(proposal)
     return proposal
@@ -97,6 +124,7 @@ def create_quota(
     allow_lent: bool = True,
     namespaces: Sequence[str] = (),
     default_queue_policy: str = "Priority",
+    fair_weight: Any = 1.0,
 ) -> Quota:
     """Create a quota node; a tenant's quota gets a default queue of its own."""
     _lock_tree(parent.pk if parent else None)
@@ -109,6 +137,7 @@ def create_quota(
         shared_weight=shared_weight,
         allow_lent=allow_lent,
         namespaces=namespaces,
+        fair_weight=fair_weight,
     )
     mins, maxs, weights = proposal.min, proposal.max, proposal.shared_weight
     quota = Quota.objects.create(
@@ -118,6 +147,7 @@ def create_quota(
         min=mins,
         max=maxs,
         shared_weight=weights,
+        fair_weight=proposal.fair_weight,
         allow_lent=allow_lent,
         namespaces=list(namespaces),
     )
@@ -135,6 +165,7 @@ QUOTA_EDITABLE = (
     "min",
     "max",
     "shared_weight",
+    "fair_weight",
     "allow_lent",
     "namespaces",
     "parent",
@@ -158,6 +189,11 @@ def quota_proposal(current: Quota, changes: Mapping[str, Any]) -> QuotaProposal:
         if "shared_weight" in changes
         else current.shared_weight
     )
+    fair = (
+        fair_weight_or_error(errors, changes["fair_weight"])
+        if "fair_weight" in changes
+        else current.fair_weight
+    )
     errors.raise_if_any()
     parent = changes.get("parent", current.parent)
     proposal = QuotaProposal(
@@ -169,6 +205,7 @@ def quota_proposal(current: Quota, changes: Mapping[str, Any]) -> QuotaProposal:
         shared_weight=dict(weights),
         allow_lent=bool(changes.get("allow_lent", current.allow_lent)),
         namespaces=list(changes.get("namespaces", current.namespaces)),
+        fair_weight=fair,
     )
     validate_quota(proposal, instance=current)
     return proposal
@@ -201,6 +238,7 @@ def update_quota(
         min=mins,
         max=maxs,
         shared_weight=weights,
+        fair_weight=proposal.fair_weight,
         allow_lent=proposal.allow_lent,
         namespaces=proposal.namespaces,
         parent=parent,

@@ -1,15 +1,14 @@
-"""Workloads: submission, registration of jobs found in the cluster, cancellation, and the
-phase transitions the cycle and the sync make (``transition``, ``transition_many``).
+"""Workloads: submission, registration of jobs found in the cluster, cancellation, and
+``transition`` for one workload (many, as the cycle and the sync move them:
+``queueing.actions.transitions``).
 
 A workload's change is announced with the small ``changed`` notification
-(``events.notify_changes``): the live stream reads the rows itself.
+(``transitions.publish``): the live stream reads the rows itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from datetime import datetime
 from typing import Any
 
@@ -17,9 +16,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, NotSupportedError, transaction
 from django.utils import timezone
 
-from queueing import events
 from queueing.actions.base import ActionError, Actor, audit, snapshot_of
-from queueing.choices import ACTIVE_PHASES, HOLDING_PHASES, TERMINAL_PHASES, Phase
+from queueing.actions.transitions import Move, publish, transition_many
+from queueing.choices import ACTIVE_PHASES, TERMINAL_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import ClusterError, JobNotFound, JobRef, JobRequest
 from queueing.models import AuditEvent, Queue, Quota, Tenant, Workload, WorkloadEvent
@@ -315,7 +314,7 @@ def _record_new(actor: Actor, workloads: Sequence[Workload], now: datetime) -> N
         )
         for w in workloads
     )
-    _publish(list(workloads))
+    publish((w.tenant_id, w.queue_id, w.pk) for w in workloads)
 
 
 def _create_workload(actor: Actor, **fields: Any) -> Workload:
@@ -394,8 +393,13 @@ def workload_ref(workload: Workload) -> JobRef:
     )
 
 
-def cancel_workload(actor: Actor, workload: Workload, *, reason: str = "") -> Workload:
+def cancel_workload(
+    actor: Actor, workload: Workload, *, reason: str = "", code: str = "Cancelled"
+) -> Workload:
     """Stop a workload: delete its cluster object, then mark it Cancelled.
+
+    ``code`` is the timeline step's reason (and its Kubernetes Event's): a person's
+    cancel is "Cancelled", a stop at the running time limit names that.
 
     The cluster goes first so a running job never outlives the quota it held; if the
     database write is lost, the sync sees the job gone and cancels the workload.
@@ -412,7 +416,7 @@ def cancel_workload(actor: Actor, workload: Workload, *, reason: str = "") -> Wo
         changed = transition(
             workload,
             Phase.CANCELLED,
-            reason="Cancelled",
+            reason=code,
             message=reason or f"Cancelled by {actor.name}.",
             expect=ACTIVE_PHASES,
             finished_at=timezone.now(),
@@ -442,112 +446,19 @@ def transition(
     publish: bool = True,
     **fields: Any,
 ) -> WorkloadEvent | None:
-    """Move a workload to ``to_phase`` if it is still in one of ``expect``.
-
-    A conditional update: when the row has moved on meanwhile nothing is written and
-    None is returned. Records the timeline event and publishes the change on commit.
-    """
-    at = at or timezone.now()
-    expected = tuple(expect) if expect is not None else (workload.phase,)
-    from_phase = (
-        Workload.objects.filter(pk=workload.pk).values_list("phase", flat=True).first() or ""
+    """Move one workload to ``to_phase`` if it is still in one of ``expect`` (default: the
+    phase the object shows), through ``transitions.transition_many``: when the row has
+    moved on meanwhile nothing is written and None is returned; else its timeline event."""
+    move = Move(
+        workload.pk,
+        to_phase,
+        tuple(expect) if expect is not None else (workload.phase,),
+        reason,
+        message,
+        fields,
     )
-    if from_phase not in expected:
+    outcome = transition_many([move], at=at, publish_changes=publish)
+    if not outcome.made:
         return None
-    _clear_for(to_phase, fields, message or reason)
-    updated = Workload.objects.filter(pk=workload.pk, phase=from_phase).update(
-        phase=to_phase, updated_at=at, **fields
-    )
-    if updated != 1:
-        return None
-    event = WorkloadEvent.objects.create(
-        workload_id=workload.pk,
-        at=at,
-        from_phase=from_phase,
-        to_phase=to_phase,
-        reason=reason,
-        message=message,
-    )
     workload.phase = to_phase
-    if publish:
-        _publish([workload.pk])
-    return event
-
-
-@dataclass(frozen=True)
-class Move:
-    """One transition of ``transition_many``: the arguments of ``transition``."""
-
-    workload: Workload
-    to_phase: str
-    reason: str
-    message: str = ""
-    expect: tuple[str, ...] = ()
-    fields: Mapping[str, Any] = dataclass_field(default_factory=dict)
-
-
-def transition_many(moves: Sequence[Move], *, at: datetime | None = None) -> list[Move]:
-    """``transition`` for many workloads at once; returns the moves that were made.
-
-    The current phases are read (and locked, where the database locks rows) in one query;
-    each row is still updated on the condition that its phase is the one read, the
-    timeline is written in one insert and one notification goes out after the commit."""
-    if not moves:
-        return []
-    at = at or timezone.now()
-    made: list[tuple[Move, str]] = []
-    with transaction.atomic():
-        current = dict(
-            Workload.objects.select_for_update()
-            .filter(pk__in=[m.workload.pk for m in moves])
-            .values_list("id", "phase")
-        )
-        for move in moves:
-            from_phase = current.get(move.workload.pk, "")
-            if from_phase not in (move.expect or (move.workload.phase,)):
-                continue
-            fields = dict(move.fields)
-            _clear_for(move.to_phase, fields, move.message or move.reason)
-            updated = Workload.objects.filter(pk=move.workload.pk, phase=from_phase).update(
-                phase=move.to_phase, updated_at=at, **fields
-            )
-            if updated == 1:
-                current[move.workload.pk] = move.to_phase  # a second move sees the first
-                made.append((move, from_phase))
-        WorkloadEvent.objects.bulk_create(
-            WorkloadEvent(
-                workload_id=move.workload.pk,
-                at=at,
-                from_phase=from_phase,
-                to_phase=move.to_phase,
-                reason=move.reason,
-                message=move.message,
-            )
-            for move, from_phase in made
-        )
-        for move, _ in made:
-            move.workload.phase = move.to_phase
-        _publish([move.workload for move, _ in made])
-    return [move for move, _ in made]
-
-
-def _clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
-    """What a workload stops showing when it holds quota or ends."""
-    if to_phase in TERMINAL_PHASES or to_phase in HOLDING_PHASES:
-        fields.setdefault("position", None)
-        fields.setdefault("global_position", None)
-        fields.setdefault("eta_p50", None)
-        fields.setdefault("eta_p90", None)
-        fields.setdefault("eta", None)
-    if to_phase in TERMINAL_PHASES:
-        fields.setdefault("explanation", None)
-        fields.setdefault("reason", reason)
-
-
-def _publish(items: Sequence[Workload | int]) -> None:
-    """Announce changed workloads after the commit (ids and queues only, docs/events.md)."""
-    known = [(w.tenant_id, w.queue_id, w.pk) for w in items if isinstance(w, Workload)]
-    ids = [item for item in items if not isinstance(item, Workload)]
-    if ids:
-        known += Workload.objects.filter(pk__in=ids).values_list("tenant_id", "queue_id", "id")
-    events.notify_changes(known)
+    return outcome.events[0]

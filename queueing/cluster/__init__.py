@@ -19,8 +19,10 @@ def get_cluster() -> Cluster:
         if _cluster is None:
             if settings.KQ_CLUSTER == "kubernetes":
                 from queueing.cluster.kubernetes import KubernetesCluster
+                from queueing.watch import wake_on_own_informers
 
                 _cluster = KubernetesCluster.from_settings()
+                wake_on_own_informers(_cluster)
             else:
                 from queueing.cluster.simulated import SimulatedCluster
 

@@ -4,11 +4,17 @@ The simulation (:mod:`.forecast`) gives, per waiting workload, when it would sta
 if runtimes were their medians and nothing new arrived. Three corrections make that a
 promise one can hold the engine to:
 
-0. **Arrivals.** Work of higher priority arriving while a workload waits goes
-   before it: with ``Snapshot.arrival_load`` (offered load per root quota and
-   priority, from recent history) the simulated wait ``d`` is stretched to
-   ``d / (1 - load above its priority)`` -- the completion time of low-priority work
+0. **Arrivals.** Work arriving while a workload waits that goes before it -- higher
+   priority in its own queue, or any work of a queue of higher queue priority (the
+   engine ranks queues by fair share before workload priority, so a sibling queue's
+   urgent work does not overtake it) -- stretches its wait: with
+   ``Snapshot.arrival_load`` (offered load per queue and priority, from recent
+   history) the simulated wait ``d`` becomes ``d / (1 - rho)``, ``rho`` that load as a
+   share of the capacity serving its quota -- the completion time of low-priority work
    in a priority queue (a busy period; Cobham), at most ``MAX_STRETCH`` times.
+   ``rho`` is the one-sigma lower bound of the load (a load of ``n`` arrivals is known
+   to about ``1/sqrt(n)`` of itself, and ``1 / (1 - rho)`` magnifies that error near
+   saturation).
 1. **Calibration.** With ``Snapshot.eta_residuals`` (the measured error of earlier
    forecasts, see :mod:`.calibration`), the predicted wait ``d`` becomes
    ``p50 = d + s * e50`` and ``p90 = d + s * e90`` with ``s = max(d, floor)``: the
@@ -28,11 +34,12 @@ A competing workload the simulation did not reach gets a reason instead of a tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.calibration import FLOOR_S, eta_classes
-from queueing.engine.types import Eta, Position
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, eta_classes
+from queueing.engine.types import Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -69,23 +76,19 @@ def finish_etas(
     stretch: dict[int, float] = {}
     load = snap.arrival_load
     if res or load:
-        tree = cy.tree
-        above_cache: dict[tuple[str, int], float] = {}
+        above = _load_above(cy, load) if load else None
         for q in cy.queues:
             for cw in q.cands:
                 if cw.id not in pos:
                     continue
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
-                if load:
-                    root = tree.names[tree.chains[cy.quota_of[cw.id]][-1]]
-                    lkey = (root, cw.priority)
-                    f = above_cache.get(lkey)
-                    if f is None:
-                        bands = load.get(root, {})
-                        above = sum(v for p, v in bands.items() if p > cw.priority)
-                        f = above_cache[lkey] = 1.0 / max(1.0 - above, 1.0 / MAX_STRETCH)
-                    stretch[cw.id] = f
+                if above is not None:
+                    low, _ = above(
+                        q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw
+                    )
+                    if low > 0:
+                        stretch[cw.id] = 1.0 / max(1.0 - low, 1.0 / MAX_STRETCH)
     model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}
     for wid in pos:
@@ -149,6 +152,93 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def _load_above(
+    cy: Cycle, load: Mapping[str, Mapping[int, Mapping[str, float]]]
+) -> Callable[[str, int, int, int, WorkloadSpec], tuple[float, float]]:
+    """The offered load of arrivals that go before a workload, as a share of the
+    capacity serving its queue (in the resource where that share is largest): its
+    one-sigma lower bound (what the stretch uses) and its estimate.
+
+    What goes first: higher-priority work of the same queue, and all work of queues of
+    higher queue priority (the engine orders queues by queue priority, then fair share,
+    and only then by workload priority -- so a higher-priority arrival in a sibling
+    queue does not overtake it). ``load`` is per queue, priority and resource, each a
+    share of its tree's capacity of that resource (:class:`.calibration.ArrivalLoad`).
+    The capacity serving the queue is what its tree leaves after the other queues'
+    offered load -- at least its quota's ``min`` (fair share guarantees it), at most
+    its ``max``.
+    """
+    tree = cy.tree
+    cap = cy.nodes.capacity
+    qprio = {name: spec.priority for name, spec in cy.queue_specs.items()}
+    root_of_queue: dict[str, int] = {}
+    for w in cy.snapshot.workloads:
+        if w.queue not in root_of_queue:
+            qi = tree.index.get(w.quota)
+            if qi is not None:
+                root_of_queue[w.queue] = tree.chains[qi][-1]
+    # Per queue and resource: its whole load; per root and resource: the tree's.
+    per_queue: dict[str, dict[str, float]] = {}
+    total: dict[int, dict[str, float]] = {}
+    for queue, bands in load.items():
+        acc = per_queue.setdefault(queue, {})
+        for work in bands.values():
+            for k, v in work.items():
+                acc[k] = acc.get(k, 0.0) + v
+        acc.pop(ARRIVALS, None)
+        r = root_of_queue.get(queue)
+        if r is not None:
+            t = total.setdefault(r, {})
+            for k, v in acc.items():
+                t[k] = t.get(k, 0.0) + v
+    tree_cap: dict[int, dict[str, int]] = {}
+    memo: dict[tuple[str, int, int, tuple[str, ...]], tuple[float, float]] = {}
+
+    def above(
+        queue: str, queue_prio: int, prio: int, qi: int, w: WorkloadSpec
+    ) -> tuple[float, float]:
+        req = w._request._d
+        key = (queue, prio, qi, tuple(k for k, v in req.items() if v > 0))
+        got = memo.get(key)
+        if got is not None:
+            return got
+        root = tree.chains[qi][-1]
+        tc = tree_cap.get(root)
+        if tc is None:
+            tc = tree_cap[root] = {k: min(v, tree.maxes[root].get(k, v)) for k, v in cap.items()}
+        first: dict[str, float] = {}
+        for p, work in load.get(queue, {}).items():
+            if p > prio:
+                for k, v in work.items():
+                    first[k] = first.get(k, 0.0) + v
+        for other, bands in load.items():
+            if other != queue and qprio.get(other, 0) > queue_prio:
+                for work in bands.values():
+                    for k, v in work.items():
+                        first[k] = first.get(k, 0.0) + v
+        # A load made of n arrivals is known to about 1/sqrt(n) of itself (Poisson),
+        # and 1 / (1 - rho) magnifies that error without bound near saturation: the
+        # stretch uses the one-sigma lower bound, so a few large jobs in the window do
+        # not read as a saturated queue. A count is not known: trusted as it stands.
+        n = first.pop(ARRIVALS, None)
+        trust = 1.0 if n is None else max(0.0, 1.0 - 1.0 / math.sqrt(n)) if n > 0 else 0.0
+        own = per_queue.get(queue, {})
+        tree_load = total.get(root, {})
+        rho = 0.0
+        for k in key[3]:
+            c = tc.get(k, 0)
+            if c <= 0 or first.get(k, 0.0) <= 0:
+                continue
+            others = max(0.0, tree_load.get(k, 0.0) - own.get(k, 0.0))
+            serve = c * max(0.0, 1.0 - others)
+            serve = min(max(serve, tree.mins[qi].get(k, 0)), tree.maxes[qi].get(k, c), c)
+            rho = max(rho, first[k] * c / serve if serve > 0 else 1.0)
+        memo[key] = got = (trust * rho, rho)
+        return got
+
+    return above
 
 
 def _confirmed(old: Eta, lo: float, tol: float) -> bool:

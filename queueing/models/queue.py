@@ -48,6 +48,15 @@ class Queue(models.Model):
             "whole request after waiting this many seconds. Empty turns it off (on purpose)."
         ),
     )
+    max_execution_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Stop a workload of this queue once it has held its admission this many seconds "
+            "(koord-queue's maximumExecutionTimeSeconds, for the whole queue). Empty: no limit; "
+            "a workload's own, shorter limit still applies."
+        ),
+    )
     kube_ref = models.CharField(
         max_length=200,
         blank=True,

@@ -29,6 +29,13 @@ class Quota(models.Model):
     min = models.JSONField(default=dict, blank=True)
     max = models.JSONField(default=dict, blank=True)
     shared_weight = models.JSONField(default=dict, blank=True)
+    fair_weight = models.FloatField(
+        default=1.0,
+        help_text=(
+            "Fair-share weight: the dominant share that orders quotas is divided by it, so a "
+            "quota of weight 2 is served as if it used half as much (Kueue's fairSharing weight)."
+        ),
+    )
     allow_lent = models.BooleanField(default=True, help_text="May lend its unused min to siblings.")
     namespaces = models.JSONField(
         default=list, blank=True, help_text="Namespaces whose workloads default to this quota."

@@ -3,6 +3,7 @@
 - ``snapshot``: ORM -> Snapshot, a fixed number of queries whatever the workloads;
 - ``apply``: the decisions in one transaction of numbered steps (fence, shared nodes,
   phases, nominations, annotations, quotas, record, publish), then the cluster calls;
+  phases move and changes are announced through ``actions.transitions``, as the sync's;
 - ``placement``: node capacity is one truth across trees (docs/realtime.md);
 - ``annotate``: position, ETA and reason of the waiting, and the full-cycle budget;
 - ``quotas``: ledgers, usage samples, runtime quota and usage;
@@ -20,7 +21,7 @@ from queueing.state.annotate import (
     full_cycle_done,
     full_cycle_due,
 )
-from queueing.state.apply import ApplyReport, Change, apply, move
+from queueing.state.apply import ApplyReport, apply
 from queueing.state.calls import Call, run_calls
 from queueing.state.snapshot import (
     SnapshotIndex,
@@ -40,7 +41,6 @@ __all__ = [
     "HEAD_ROWS",
     "ApplyReport",
     "Call",
-    "Change",
     "SnapshotIndex",
     "_full_cycles",
     "apply",
@@ -52,7 +52,6 @@ __all__ = [
     "from_epoch",
     "full_cycle_done",
     "full_cycle_due",
-    "move",
     "roots",
     "run_calls",
     "subtree",

@@ -1,17 +1,19 @@
 """apply(): write a cycle's decisions, then make the cluster follow.
 
-One transaction, in numbered steps (``apply`` below). Every phase change is
-conditional: the rows a kind of change touches are read and locked in one query, and
-only those still in the phase the decision was made from move, so a decision computed
-from a stale snapshot, or by a worker that lost its lease (the fencing token is checked
-first), never double-admits. Each kind of change is one statement for the whole cycle,
-not one per workload. Cluster calls come after the commit (state.calls).
+One transaction, in numbered steps (``apply`` below). Phases move through
+``actions.transitions`` as the sync's and the actions' do: the rows are read and locked
+in one query, and only those still in the phase the decision was made from move, so a
+decision computed from a stale snapshot, or by a worker that lost its lease (the fencing
+token is checked first), never double-admits. Each kind of change is one statement for
+the whole cycle, not one per workload; the changes are announced through the same
+``transitions.publish``. Cluster calls come after the commit, through the loop the sync
+uses too (state.calls).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,12 +22,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import events, wake, world
+from queueing import faults, wake, world
+from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
 from queueing.engine.types import Admission, CycleResult, Snapshot
 from queueing.lease import Fence, Lease, check
-from queueing.models import CycleRun, Workload, WorkloadEvent
+from queueing.models import CycleRun, Workload
 from queueing.state import placement
 from queueing.state.annotate import pending_annotations, write_annotations
 from queueing.state.calls import Call, admit_call, run_calls
@@ -47,61 +50,6 @@ class ApplyReport:
     conflicts: int = 0
     engine_ms: float = 0.0
     errors: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One workload's move: to ``to_phase`` from one of ``expect``, with its fields."""
-
-    workload_id: int
-    to_phase: str
-    expect: tuple[str, ...]
-    fields: Mapping[str, Any]
-    reason: str
-    message: str = ""
-    kind: str = ""  # which list of the ApplyReport a made change goes to
-
-
-def move(changes: Sequence[Change], now: datetime) -> tuple[list[Change], list[WorkloadEvent]]:
-    """Make the changes whose rows are still in an expected phase; the others conflict.
-
-    The rows are read (and locked, where the database locks rows) in one query; each
-    kind of change (same target phase and fields) is then one UPDATE for all its rows.
-    Returns the changes made and their timeline events (not yet written)."""
-    if not changes:
-        return [], []
-    current = dict(
-        Workload.objects.select_for_update()
-        .filter(id__in=[c.workload_id for c in changes])
-        .values_list("id", "phase")
-    )
-    made: list[Change] = []
-    events_: list[WorkloadEvent] = []
-    groups: dict[tuple[str, tuple[str, ...]], list[Workload]] = {}
-    for change in changes:
-        from_phase = current.get(change.workload_id)
-        if from_phase is None or from_phase not in change.expect:
-            continue
-        current[change.workload_id] = change.to_phase  # a second change sees the first
-        row = Workload(id=change.workload_id, phase=change.to_phase, updated_at=now)
-        for name, value in change.fields.items():
-            setattr(row, name, value)
-        names = ("phase", "updated_at", *sorted(change.fields))
-        groups.setdefault((change.to_phase, names), []).append(row)
-        made.append(change)
-        events_.append(
-            WorkloadEvent(
-                workload_id=change.workload_id,
-                at=now,
-                from_phase=from_phase,
-                to_phase=change.to_phase,
-                reason=change.reason,
-                message=change.message,
-            )
-        )
-    for (_, names), rows in groups.items():
-        Workload.objects.bulk_update(rows, list(names))
-    return made, events_
 
 
 def apply(
@@ -140,11 +88,10 @@ def apply(
             ]
             + [_timed_out(r.workload_id, r.requeue_at, r.reason) for r in result.requeues]
         )
-        made, timeline = move(wanted, now)
-        for change in made:
-            getattr(report, change.kind).append(change.workload_id)
-        report.conflicts += len(wanted) - len(made)
-        WorkloadEvent.objects.bulk_create(timeline)
+        moved = transition_many(wanted, at=now, publish_changes=False)
+        for made in moved.made:
+            getattr(report, made.move.kind).append(made.move.workload_id)
+        report.conflicts += len(moved.conflicts)
 
         # 4. Nominations: workloads the next cycles keep room for (after a preemption).
         if result.nominations:
@@ -167,14 +114,20 @@ def apply(
 
         # 8. After the commit: the live stream hears what changed (the cycle's own
         # writes wake no cycle); a withdrawn admission wakes this tree again.
-        changed = {*report.admitted, *report.preempted, *report.requeued}
-        changed.update(workload_id for workload_id, _ in annotated)
-        _publish(changed, index, report.cycle_id)
-        # The tree's worlds (this process's and any other's) re-read what moved.
-        world.record_now_and_on_commit({index.root: [*changed, *result.nominations]})
+        changed = [*moved.changes, *_located(annotated, index)]
+        publish(changed, cycle_id=report.cycle_id)
+        # The tree's worlds (this process's and any other's) re-read what moved; the
+        # world this cycle read takes its annotations in place.
+        world.record_cycle(
+            index.root,
+            [*report.admitted, *report.preempted, *report.requeued, *result.nominations],
+            annotated,
+            index.world,
+        )
         publish_quotas(quota_changes, report.cycle_id)
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
+        faults.reach("apply.before_commit", work=len(moved.made))
 
     # 9. The cluster follows: idempotent calls; what they miss, the next sync repeats.
     # The fence stops them if the lease ran out (another worker may have decided since).
@@ -184,6 +137,7 @@ def apply(
         for w in report.admitted
     ]
     calls += [Call("suspend", _ref(index.rows[w])) for w in report.preempted + report.requeued]
+    faults.reach("apply.committed", work=len(calls))
     run_calls(cluster, calls, Fence(lease), report.errors)
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
@@ -197,6 +151,7 @@ def _placeable(
     if not result.admissions:
         return []
     placement.lock()
+    faults.reach("placement.locked")
     now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
     if not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)
@@ -210,14 +165,14 @@ def _placeable(
     return [a for a in result.admissions if a.workload_id not in out]
 
 
-def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Change:
+def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Move:
     assignment = {node: held.to_dict() for node, held in admission.assignment.items()}
     queued_at = index.rows[admission.workload_id]["queue_order_at"]
-    return Change(
+    return Move(
         admission.workload_id,
         Phase.ADMITTED,
         tuple(WAITING_PHASES),
-        {
+        fields={
             "admitted_at": now,
             "wait_s": max(0.0, (now - queued_at).total_seconds()),
             "assignment": assignment,
@@ -239,12 +194,12 @@ def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Chan
     )
 
 
-def _preempted(victim_id: int, preemptor_id: int, reason: str, message: str) -> Change:
-    return Change(
+def _preempted(victim_id: int, preemptor_id: int, reason: str, message: str) -> Move:
+    return Move(
         victim_id,
         Phase.PREEMPTED,
         (Phase.ADMITTED, Phase.RUNNING),
-        {
+        fields={
             "preempted_by_id": preemptor_id,
             "message": message,
             "reason": f"Preempted ({reason}): {message}"[:500],
@@ -255,13 +210,13 @@ def _preempted(victim_id: int, preemptor_id: int, reason: str, message: str) -> 
     )
 
 
-def _timed_out(workload_id: int, requeue_at: float | None, reason: str) -> Change:
+def _timed_out(workload_id: int, requeue_at: float | None, reason: str) -> Move:
     # Only an admission whose job never started can time out.
-    return Change(
+    return Move(
         workload_id,
         Phase.PREEMPTED,
         (Phase.ADMITTED,),
-        {"requeue_at": from_epoch(requeue_at), "message": reason, "reason": reason[:500]},
+        fields={"requeue_at": from_epoch(requeue_at), "message": reason, "reason": reason[:500]},
         reason="AdmissionTimeout",
         message=reason,
         kind="requeued",
@@ -304,14 +259,12 @@ def _ref(row: Mapping[str, Any]) -> JobRef:
     return JobRef(row["kind"], row["api_version"], row["namespace"], row["name"], row["object_uid"])
 
 
-def _publish(ids: Iterable[int], index: SnapshotIndex, cycle_id: int) -> None:
-    """Announce the changed workloads after the commit: ids and queues from the snapshot
-    index, no query. Subscribers read the rows they show themselves (docs/events.md)."""
-    events.notify_changes(
-        (
-            (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
-            for i in sorted(ids)
-            if i in index.rows
-        ),
-        cycle_id=cycle_id,
-    )
+def _located(
+    annotated: Sequence[tuple[int, Any]], index: SnapshotIndex
+) -> list[tuple[int, int, int]]:
+    """(tenant id, queue id, workload id) of the annotated rows, from the snapshot index."""
+    return [
+        (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
+        for i, _ in annotated
+        if i in index.rows
+    ]

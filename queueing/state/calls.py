@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from queueing import faults
 from queueing.cluster.base import Cluster, ClusterError, JobNotFound, JobRef
 from queueing.lease import Fence, LeaseLost
 
@@ -31,6 +32,8 @@ class Call:
     done: Callable[[], None] | None = None
     #: A vanished job is no error (the next sync cancels its workload).
     missing_ok: bool = False
+    #: The caller's name for the call (the sync counts successes under it).
+    label: str = ""
 
     @property
     def what(self) -> str:
@@ -100,4 +103,5 @@ def _call(cluster: Cluster, call: Call) -> str | None:
     except ClusterError as exc:
         log.warning("cluster call for %s failed: %s", call.what, exc)
         return f"{call.what}: {exc} (will retry at next sync)"
+    faults.reach("calls.made")
     return None

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.db import connection
 
 from queueing import events
 from queueing.engine import ledger as engine_ledger
@@ -34,18 +37,18 @@ def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConf
         bucket = admitted_by_quota[admission.quota]
         for resource, amount in request.items():
             bucket[resource] = bucket.get(resource, 0) + amount
-    leaves = {name for name in index.quota_ids} - {
-        index.quota_names.get(parent_id)
-        for parent_id in Quota.objects.filter(id__in=list(index.quota_ids.values())).values_list(
-            "parent_id", flat=True
+    leaves = index.leaves
+    ledger_ids = dict(index.ledger_ids)
+    if leaves - set(ledger_ids):
+        # A ledger the snapshot did not see may have been made since (a first cycle).
+        ledger_ids.update(
+            (index.quota_names[quota_id], ledger_id)
+            for quota_id, ledger_id in UsageLedger.objects.filter(
+                quota_id__in=[index.quota_ids[n] for n in leaves - set(ledger_ids)]
+            ).values_list("quota_id", "id")
         )
-    }
-    existing = dict(
-        UsageLedger.objects.filter(quota_id__in=[index.quota_ids[n] for n in leaves]).values_list(
-            "quota_id", "id"
-        )
-    )
-    for name in leaves:
+    updates: list[tuple[int, dict[str, float]]] = []
+    for name in sorted(leaves):
         usage, updated = index.ledgers.get(name, ({}, None))
         elapsed = (index.now - updated).total_seconds() if updated else 0.0
         used = result.used.get(name)
@@ -57,13 +60,41 @@ def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConf
             admitted=admitted_by_quota.get(name),
             entry_penalty_s=config.entry_penalty_s,
         )
-        quota_id = index.quota_ids[name]
-        if quota_id in existing:
-            UsageLedger.objects.filter(id=existing[quota_id]).update(
-                usage=values, updated_at=index.now
-            )
+        ledger_id = ledger_ids.get(name)
+        if ledger_id is not None:
+            updates.append((ledger_id, values))
         else:
-            UsageLedger.objects.create(quota_id=quota_id, usage=values, updated_at=index.now)
+            UsageLedger.objects.create(
+                quota_id=index.quota_ids[name], usage=values, updated_at=index.now
+            )
+    # One statement for every ledger of the tree.
+    _update_json(
+        UsageLedger._meta.db_table,
+        ("usage",),
+        ("updated_at",),
+        [(ledger_id, (usage,), (index.now,)) for ledger_id, usage in updates],
+    )
+
+
+def _update_json(
+    table: str,
+    json_columns: Sequence[str],
+    time_columns: Sequence[str],
+    rows: Sequence[tuple[int, Sequence[Any], Sequence[datetime]]],
+) -> None:
+    """UPDATE ``table`` by id, one executemany: JSON columns then datetime columns."""
+    if not rows:
+        return
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    sets = [f"{c} = %s{cast}" for c in json_columns] + [f"{c} = %s" for c in time_columns]
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE id = %s"  # noqa: S608
+    to_db = connection.ops.adapt_datetimefield_value
+    params = [
+        (*(json.dumps(v) for v in values), *(to_db(t) for t in times), row_id)
+        for row_id, values, times in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def _total(pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -104,9 +135,9 @@ def sample_usage(result: CycleResult, index: SnapshotIndex) -> None:
 def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[str, Any]]:
     """Keep each quota's runtime quota and usage on its row; return the ones that moved."""
     changed: list[dict[str, Any]] = []
-    rows = Quota.objects.filter(id__in=list(index.quota_ids.values())).values(
-        "id", "name", "tenant_id", "runtime", "used", "min", "max"
-    )
+    rows = index.quota_rows.values() or Quota.objects.filter(
+        id__in=list(index.quota_ids.values())
+    ).values("id", "name", "tenant_id", "runtime", "used", "min", "max")
     for row in rows:
         runtime = (
             result.runtime_quota[row["name"]].to_dict()
@@ -116,8 +147,14 @@ def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[st
         used = result.used[row["name"]].to_dict() if row["name"] in result.used else {}
         if runtime == row["runtime"] and used == row["used"]:
             continue
-        Quota.objects.filter(id=row["id"]).update(runtime=runtime, used=used)
         changed.append({**row, "runtime": runtime, "used": used})
+    # One statement for every quota that moved.
+    _update_json(
+        Quota._meta.db_table,
+        ("runtime", "used"),
+        (),
+        [(row["id"], (row["runtime"], row["used"]), ()) for row in changed],
+    )
     return changed
 
 

@@ -117,6 +117,15 @@ class SnapshotIndex:
     unlisted: int = 0
     #: What other trees held per node when the snapshot was read (state.placement).
     elsewhere: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The tree's world the rows came from, if any (apply journals for it: world.record_cycle).
+    world: TreeWorld | None = None
+    #: The tree's quotas as read (id -> tenant_id, runtime, used, min, max): what
+    #: state.quotas compares the new runtime quota and usage against (only this tree's
+    #: cycle, under its lease, writes those two).
+    quota_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: The tree's leaf quotas (their usage ledgers are charged) and the ledgers' row ids.
+    leaves: frozenset[str] = frozenset()
+    ledger_ids: dict[str, int] = field(default_factory=dict)
 
 
 def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mapping[str, Any]]:
@@ -198,18 +207,16 @@ def _runtime_history(queue_ids: Iterable[int]) -> dict[int, tuple[float, float]]
     return out
 
 
-HISTORY_TTL_S = 30.0
 _history: dict[frozenset[int], tuple[float, dict[int, tuple[float, float]]]] = {}
 
 
-def _runtime_history_cached(
-    queue_ids: Iterable[int], *, fresh: bool
-) -> dict[int, tuple[float, float]]:
-    """Full cycles read the runtime history afresh; heads-only cycles reuse what a cycle
-    of this process read in the last HISTORY_TTL_S (it is the same for every tree)."""
+def _runtime_history_cached(queue_ids: Iterable[int]) -> dict[int, tuple[float, float]]:
+    """The runtime history as a cycle of this process read it in the last
+    KQ_HISTORY_TTL_S (the same for every tree; it moves with finishes, over the last
+    HISTORY_LIMIT of them)."""
     key = frozenset(queue_ids)
     hit = _history.get(key)
-    if not fresh and hit is not None and time.monotonic() - hit[0] < HISTORY_TTL_S:
+    if hit is not None and time.monotonic() - hit[0] < settings.KQ_HISTORY_TTL_S:
         return hit[1]
     value = _runtime_history(key)
     _history.clear()
@@ -244,7 +251,19 @@ def build_snapshot(
     now = now or timezone.now()
     config = config or engine_config()
     all_quotas = list(
-        Quota.objects.values("id", "name", "parent_id", "min", "max", "shared_weight", "allow_lent")
+        Quota.objects.values(
+            "id",
+            "name",
+            "parent_id",
+            "min",
+            "max",
+            "shared_weight",
+            "fair_weight",
+            "allow_lent",
+            "tenant_id",
+            "runtime",
+            "used",
+        )
     )
     quotas = subtree(all_quotas, root)
     quota_ids = {q["name"]: q["id"] for q in quotas}
@@ -274,11 +293,13 @@ def build_snapshot(
                     bucket[resource] = bucket.get(resource, 0) + int(amount)
 
     ledgers: dict[str, tuple[dict[str, float], datetime | None]] = {}
-    for quota_id, usage, updated in UsageLedger.objects.filter(
+    ledger_ids: dict[str, int] = {}
+    for ledger_id, quota_id, usage, updated in UsageLedger.objects.filter(
         quota_id__in=list(quota_ids.values())
-    ).values_list("quota_id", "usage", "updated_at"):
+    ).values_list("id", "quota_id", "usage", "updated_at"):
         ledgers[id_to_quota[quota_id]] = (dict(usage), updated)
-    history = _runtime_history_cached(queue_names, fresh=head is None)
+        ledger_ids[id_to_quota[quota_id]] = ledger_id
+    history = _runtime_history_cached(queue_names)
 
     used_queue_ids = {row["queue_id"] for row in rows.values()}
     snapshot = Snapshot(
@@ -292,6 +313,7 @@ def build_snapshot(
                 min=Resources(q["min"] or {}),
                 max=dict(q["max"] or {}),
                 shared_weight=dict(q["shared_weight"] or {}),
+                fair_weight=q["fair_weight"],
                 allow_lent=q["allow_lent"],
             )
             for q in quotas
@@ -343,6 +365,13 @@ def build_snapshot(
         now=now,
         unlisted=unlisted,
         elsewhere={node: dict(held) for node, held in elsewhere.items()},
+        world=world,
+        quota_rows={
+            q["id"]: {k: q[k] for k in ("id", "name", "tenant_id", "runtime", "used", "min", "max")}
+            for q in quotas
+        },
+        leaves=frozenset(quota_ids) - {id_to_quota.get(q["parent_id"]) for q in quotas},
+        ledger_ids=ledger_ids,
     )
     # What the forecast learns from history (runtime ratios, residuals, arrivals, the
     # previous ETAs): queueing.forecasting.

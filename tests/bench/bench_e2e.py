@@ -24,7 +24,11 @@ worker's cycle runs (``CycleRun``) give where the time goes.
 
 Knobs: KQ_BENCH_E2E_SCALE (fraction of each class's count per queue, default 1),
 KQ_BENCH_E2E_WORKERS (Celery worker processes, default 1), KQ_BENCH_E2E_INTERVAL_S
-(beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600).
+(beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600),
+KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run).
+
+``worker_cpu_s`` is the CPU time (user + system) the worker processes spent from the
+first creation to the last finish: on a shared machine, a steadier figure than the wall.
 """
 
 from __future__ import annotations
@@ -452,11 +456,15 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         seed_cluster(fake.url)
         control = RemoteFakeKube(fake.url)
         procs.start("beat", *celery_beat_argv(tmp / "beat-schedule"))
-        for i in range(workers):
+        worker_procs = [
             procs.start(f"worker-{i}", *celery_worker_argv(f"e2e{i}", loglevel=env["LOG_LEVEL"]))
+            for i in range(workers)
+        ]
         procs.start("watch", "manage.py", "watch_cluster", "--debounce", "0.05")
         _wait_for_readiness(control, deadline=60)
         since = time.time()
+        spy = _start_pyspy(worker_procs[0].pid)
+        cpu_before = sum(_cpu_s(p.pid) for p in worker_procs)
         create_on_schedule(fake.url, plan)
         give_up = time.monotonic() + deadline_s
         while True:
@@ -464,6 +472,10 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             if done >= len(plan) or time.monotonic() > give_up:
                 break
             time.sleep(1.0)
+        worker_cpu_s = sum(_cpu_s(p.pid) for p in worker_procs) - cpu_before
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
         entries = control.log_entries(types=["suspend", "job_finished", "deleted"])
         result = figures(entries, len(plan))
         state = control.state()
@@ -474,6 +486,11 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             f"print(json.dumps(cycle_report({since})))",
         )
         result["cycles"] = json.loads(report.strip().splitlines()[-1])
+        result["worker_cpu_s"] = round(worker_cpu_s, 1)
+        if result["cycles"]["cycles"]:
+            result["worker_cpu_ms_per_cycle"] = round(
+                1000 * worker_cpu_s / result["cycles"]["cycles"], 1
+            )
         result["workers"] = workers
         result["cycle_interval_s"] = float(interval)
         result["database"] = urlsplit(db_url).scheme
@@ -484,6 +501,27 @@ def kueue_baseline_e2e() -> dict[str, Any]:
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc); 0 when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start_pyspy(pid: int) -> subprocess.Popen[bytes] | None:
+    out = os.environ.get("KQ_BENCH_E2E_PYSPY")
+    if not out:
+        return None
+    spy = shutil.which("py-spy") or str(Path(PYTHON).with_name("py-spy"))
+    return subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-f", "raw", "-o", out, "--nonblocking", "-r", "50"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait_for_readiness(control: RemoteFakeKube, deadline: float) -> None:

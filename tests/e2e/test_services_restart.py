@@ -2,8 +2,10 @@
 stopped and started again while web (uvicorn), a Celery worker and its beat run.
 
 * Redis: pages and the API keep answering during the outage; live clients are let go
-  (not left silent) and, reconnecting, receive changes again; the worker and beat resume
-  cycling; every job finishes and none is admitted twice.
+  (not left silent) and, reconnecting, catch up (a new subscription carries what they
+  missed) and receive changes again; the worker and beat resume cycling, and so does the
+  cycler (woken cycles on the cycle queue): no cycle lost or run twice, every job
+  finishes and none is admitted twice.
 * PostgreSQL (a scratch cluster from initdb on a free port, never the system one): the
   API and pages answer 503 with a clear message during the outage, not tracebacks; after
   it the cycle resumes, every job finishes and none is admitted twice or lost.
@@ -15,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -113,7 +117,8 @@ class ScratchPostgres:
 
 
 class Product:
-    """uvicorn and a Celery worker with beat, as separate processes, logging to files."""
+    """As `make run` runs it: uvicorn, a Celery worker with beat (the periodic ticks) and
+    the cycler (woken cycles on the cycle queue), as separate processes logging to files."""
 
     def __init__(self, env: dict[str, str], workdir: Path) -> None:
         self.env = env
@@ -130,8 +135,11 @@ class Product:
             "web": ["-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1",
                     "--port", str(self.port), "--no-access-log"],
             "worker": ["-m", "celery", "-A", "portal", "worker", "-B", "--pool", "solo",
-                       "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-                       "--schedule", str(self.workdir / "beat-schedule")],
+                       "-Q", "celery", "--loglevel", "INFO", "--without-gossip",
+                       "--without-mingle", "--schedule", str(self.workdir / "beat-schedule")],
+            "cycler": ["-m", "celery", "-A", "portal", "worker", "--pool", "solo", "-Q",
+                       "cycle", "-n", "cycler@%h", "--loglevel", "INFO", "--without-gossip",
+                       "--without-mingle"],
         }  # fmt: skip
         for name, args in argv.items():
             log = (self.workdir / f"{name}.log").open("wb")
@@ -230,6 +238,11 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
             live = ws_client.connect(ws_url, additional_headers=headers, open_timeout=10)
             assert json.loads(live.recv(timeout=10))["type"] == "hello"
             wait_until(lambda: CycleRun.objects.exists(), timeout=60, what="a first cycle")
+            # The cycler holds a woken cycle waiting for its countdown, unacknowledged, as
+            # it often does (the debounce): losing the broker then must not stop it.
+            held = _send_react(redis.url, countdown_s=120)
+            wait_until(lambda: f"queueing.react[{held}] received" in product.log("cycler"),
+                       timeout=60, what="the cycler to hold a react")  # fmt: skip
 
             redis.stop()
             outage_started = time.time()
@@ -254,9 +267,14 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
 
             redis.start()
             restarted = time.time()
-            # A reconnecting client receives changes again.
+            # A reconnecting client catches up: its subscription's first frame carries the
+            # rows it shows whole, the one whose change it missed during the outage too.
             live = ws_client.connect(ws_url, additional_headers=headers, open_timeout=10)
             assert json.loads(live.recv(timeout=10))["type"] == "hello"
+            live.send(json.dumps({"type": "subscribe", "queues": "*", "workloads": [during]}))
+            caught_up = _frames_until(live, lambda f: during in _ids(f), within_s=30)
+            assert during in _ids(caught_up[-1]), caught_up
+            # ... and receives changes again.
             after = [_submit(product, key, f"after-{i}", queue) for i in range(3)]
             seen: set[int] = set()
             deadline = time.monotonic() + 60
@@ -276,8 +294,26 @@ def test_redis_restarted_mid_run(world: Any, tmp_path: Path) -> None:
                 timeout=90, interval=0.5, what="every job to finish after the restart",
             )  # fmt: skip
             log = product.log("worker") + product.log("web")
-        # The cycle resumed after the restart; nothing was admitted twice.
+            cycler_log = product.log("cycler")
+            cycler = product.procs["cycler"].pid
+            # Every process lived through the outage (none stopped "unrecoverable").
+            assert {n: p.poll() for n, p in product.procs.items()} == dict.fromkeys(
+                product.procs
+            ), cycler_log[-3000:]
+        # The cycle resumed after the restart, woken cycles (the cycler's) among them;
+        # nothing was admitted twice.
         assert CycleRun.objects.filter(started_at__gt=_aware(restarted)).exists()
+        woken = CycleRun.objects.filter(
+            started_at__gt=_aware(restarted), worker__endswith=f":{cycler}"
+        )
+        assert woken.exists(), cycler_log[-3000:]
+        # No cycle ran twice: every lease take (its fencing token) applied once, and no
+        # react task was delivered again after the restart.
+        tokens = Counter(CycleRun.objects.values_list("root", "token"))
+        assert [t for t, n in tokens.items() if n > 1] == []
+        reacts = Counter(re.findall(r"Task queueing\.react\[([0-9a-f-]+)\] received", cycler_log))
+        assert reacts, cycler_log[-3000:]
+        assert max(reacts.values()) == 1, reacts.most_common(3)
         admitted = list(
             WorkloadEvent.objects.filter(
                 workload_id__in=everything, to_phase=Phase.ADMITTED
@@ -300,6 +336,37 @@ def _read_until_closed(live: Any, *, within_s: float) -> None:
         except TimeoutError:
             continue
     raise AssertionError("the live connection stayed open and silent")
+
+
+def _send_react(url: str, *, countdown_s: float) -> str:
+    """A woken cycle of every tree, sent to the cycle queue; returns the task id."""
+    from portal.celery import app
+
+    with app.connection_for_write(url) as conn:
+        result = app.send_task(
+            "queueing.react", args=["*"], countdown=countdown_s, queue="cycle", connection=conn
+        )
+    return str(result.id)
+
+
+def _ids(frame: dict[str, Any]) -> set[int]:
+    if frame.get("type") != "workloads":
+        return set()
+    return {int(row["id"]) for row in frame.get("changes", [])}
+
+
+def _frames_until(live: Any, done: Any, *, within_s: float) -> list[dict[str, Any]]:
+    """Frames received until one satisfies ``done`` (or the time is up)."""
+    frames: list[dict[str, Any]] = []
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            frames.append(json.loads(live.recv(timeout=1)))
+        except TimeoutError:
+            continue
+        if done(frames[-1]):
+            break
+    return frames
 
 
 def _aware(ts: float) -> Any:
@@ -453,3 +520,51 @@ def test_keep_running_starts_a_dead_redis_again_on_its_port() -> None:
     assert "redis exited with -9; starting it again" in err
     assert supervisor.returncode == 0
     assert not port_open(port)  # stopping the supervisor stopped its child
+
+
+def test_keep_running_lets_its_redis_go_last() -> None:
+    """Stopped as honcho stops it (SIGTERM to its process group), the supervisor keeps the
+    Redis serving until its clients have left: the web process and the workers finish
+    their last task without a broker that vanished under them."""
+    import redis as redis_py
+
+    port = free_port()
+    server = f"{_redis_binary()} --bind 127.0.0.1 --port {port} --save '' --appendonly no"
+    supervisor = subprocess.Popen(
+        [PYTHON, "manage.py", "keep_running", "--name", "redis", "--redis-port", str(port),
+         "--linger-s", "120", server],
+        cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        client = redis_py.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+        wait_until(lambda: _pings(client), timeout=30, what="the supervised redis")
+        seen = _connections(client)
+        os.killpg(supervisor.pid, signal.SIGTERM)  # the group: the Redis is not in it
+        # The stopping supervisor asks the Redis, again and again, who is still connected.
+        wait_until(lambda: _connections(client) >= seen + 2, timeout=30,
+                   what="the supervisor to wait for the clients")  # fmt: skip
+        assert client.ping()  # still serving the client that has not left
+        assert supervisor.poll() is None
+        client.close()
+        supervisor.wait(timeout=60)  # the last client gone, the Redis goes, long before 120 s
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+        _, err = supervisor.communicate(timeout=30)
+    assert supervisor.returncode == 0, err
+    assert not port_open(port)
+
+
+def _pings(client: Any) -> bool:
+    import redis as redis_py
+
+    try:
+        return bool(client.ping())
+    except redis_py.RedisError:
+        return False
+
+
+def _connections(client: Any) -> int:
+    """Connections the Redis has accepted so far (this client keeps its one)."""
+    return int(client.info("stats")["total_connections_received"])

@@ -42,6 +42,7 @@ def write_kubeconfig(path: str | os.PathLike[str], url: str, namespace: str = "d
         "current-context": "fakekube",
     }
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump(config))
     return target
 

@@ -118,6 +118,8 @@ CUSTOM: tuple[ResourceType, ...] = (
     _custom("scheduling.x-k8s.io/v1alpha1", "queues", "Queue"),
     _custom("scheduling.x-k8s.io/v1alpha1", "queueunits", "QueueUnit"),
     _custom("scheduling.sigs.k8s.io/v1alpha1", "elasticquotas", "ElasticQuota"),
+    # koord-queue's and ACK's whole-tree form (kube-system, usually one object).
+    _custom("scheduling.sigs.k8s.io/v1beta1", "elasticquotatrees", "ElasticQuotaTree"),
 )
 
 

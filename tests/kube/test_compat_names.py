@@ -413,3 +413,65 @@ def test_koordinator_s_quota_labels_and_namespace_annotations(fake: FakeKube) ->
     assert leaf.namespaces == ["shared"]  # named by the namespace's available-quota
     assert not Quota.objects.filter(name="root").exists()  # nothing under another root
     assert json.dumps(leaf.max) == json.dumps({"cpu": 2000})
+
+
+@pytestmark_db
+def test_koordinator_s_lending_and_weight_names_on_an_elastic_quota(fake: FakeKube) -> None:
+    cluster = _cluster(fake, ["team-a", "team-b"])
+    lent = {"quota.scheduling.koordinator.sh/allow-lent-resource": "false"}
+    weight = {"quota.scheduling.koordinator.sh/shared-weight": '{"cpu": "3"}'}
+    fake.create(
+        "elasticquotas",
+        elastic_quota(
+            "team-a",
+            min={"cpu": "2"},
+            max={"cpu": "4"},
+            namespace="team-a",
+            labels=lent,
+            annotations=weight,
+        ),
+        "team-a",
+    )
+    fake.create(
+        "elasticquotas",
+        elastic_quota("team-b", min={"cpu": "2"}, max={"cpu": "4"}, namespace="team-b"),
+        "team-b",
+    )
+    report = import_kube_queue(read_objects(cluster))
+    assert "error" not in {i.verb for i in report.items}, report.lines()
+    a, b = Quota.objects.get(name="team-a"), Quota.objects.get(name="team-b")
+    assert (a.allow_lent, a.shared_weight) == (False, {"cpu": 3000})  # keeps its min
+    assert (b.allow_lent, b.shared_weight) == (True, {})  # Koordinator's defaults
+
+
+@pytestmark_db
+def test_kube_queue_s_quota_fullname_and_the_parent_s_on_a_queue(fake: FakeKube) -> None:
+    cluster = _cluster(fake, ["team-a", "koord-queue"])
+    fake.create(
+        "elasticquotas",
+        elastic_quota("team-a", min={"cpu": "2"}, max={"cpu": "4"}, namespace="team-a"),
+        "team-a",
+    )
+    home = "koord-queue"
+    names = {
+        "kube-queue/quota-fullname": "root/team-a",
+        # Redundant here (the parent follows from the quota tree): read past, not an error.
+        "kube-queue/parent-quota-fullname": "root",
+    }
+    fake.create("queues", _queue("a-kube", home, **names), home)
+    report = import_kube_queue(read_objects(cluster))
+    assert "error" not in {i.verb for i in report.items}, report.lines()
+    queue = Queue.objects.get(name="a-kube")
+    assert (queue.tenant.name, Quota.objects.get(name="team-a").default_queue) == ("team-a", queue)
+
+
+def test_koord_queue_s_held_phases_read_as_admitted_on_a_queue_unit() -> None:
+    from queueing.cluster.kubernetes.queueunits import admitted_conditions
+
+    unit: dict[str, Any] = {"status": {}}
+    for phase in ("Reserved", "SchedReady", "SchedSucceed", "Dequeued", "Running"):
+        [condition] = admitted_conditions(unit, phase, "")
+        assert (condition["type"], condition["status"]) == ("Admitted", "True"), phase
+    for phase in ("Enqueued", "SchedFailed", "TimeoutBackoff", "Failed"):
+        [condition] = admitted_conditions(unit, phase, "")
+        assert condition["status"] == "False", phase

@@ -1,4 +1,4 @@
-"""JobSet, RayJob, PyTorchJob and TFJob through the same adapter interface.
+"""JobSet, RayJob, PyTorchJob, TFJob, MPIJob and TrainJob through the same adapter interface.
 
 The fake stores these kinds and logs their suspend flips, but runs none of them: tests
 write their status through the /status subresource, as their controllers would.
@@ -87,6 +87,37 @@ def kubeflow(kind: str, name: str) -> dict[str, Any]:
     }
 
 
+def mpijob(name: str) -> dict[str, Any]:
+    """An MPIJob of the MPI Operator v2 (``kubeflow.org/v2beta1``): held by
+    ``runPolicy.suspend``, a launcher and its workers."""
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": pod()},
+                "Worker": {"replicas": 3, "template": pod()},
+            },
+        },
+    }
+
+
+def trainjob(name: str) -> dict[str, Any]:
+    """A Kubeflow Trainer TrainJob: held by ``spec.suspend``, ``numNodes`` trainer pods."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": True,
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 3, "resourcesPerNode": CPU["resources"]},
+        },
+    }
+
+
 # kind -> (manifest, plural, pod sets (name, count), running status, succeeded status)
 CASES: dict[str, tuple[Callable[[str], dict[str, Any]], str, list[tuple[str, int]], dict, dict]] = {
     "JobSet": (
@@ -135,6 +166,23 @@ CASES: dict[str, tuple[Callable[[str], dict[str, Any]], str, list[tuple[str, int
         },
         {"conditions": [{"type": "Failed", "status": "True", "message": "OOM"}]},
     ),
+    "MPIJob": (
+        mpijob,
+        "mpijobs",
+        [("launcher", 1), ("worker", 3)],
+        {
+            "conditions": [{"type": "Running", "status": "True"}],
+            "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 3}},
+        },
+        {"conditions": [{"type": "Succeeded", "status": "True"}]},
+    ),
+    "TrainJob": (
+        trainjob,
+        "trainjobs",
+        [("node", 3)],
+        {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]},
+        {"conditions": [{"type": "Complete", "status": "True"}]},
+    ),
 }
 
 
@@ -166,7 +214,12 @@ def test_each_kind_is_read_admitted_and_suspended(kind: str, fake: FakeKube):
     cluster.admit(job.ref, node_selector={POOL_LABEL: "a"})
     obj = cluster.rest.call("get", "GET", KINDS[kind].path("team-a", "x"))
     assert not KINDS[kind].is_suspended(obj)
-    assert all(t.spec["nodeSelector"] == {POOL_LABEL: "a"} for t in KINDS[kind].templates(obj))
+    assert KINDS[kind].selector_holds(obj, {POOL_LABEL: "a"})
+    if kind != "TrainJob":  # a TrainJob's pods take it from spec.podSpecOverrides
+        assert all(t.spec["nodeSelector"] == {POOL_LABEL: "a"} for t in KINDS[kind].templates(obj))
+    else:
+        [override] = obj["spec"]["podSpecOverrides"]
+        assert override == {"targetJobs": [{"name": "node"}], "nodeSelector": {POOL_LABEL: "a"}}
     assert list(unsuspend_counts(fake.log_entries()).values()) == [1]
 
     write_status(cluster, kind, "x", running)

@@ -11,7 +11,9 @@ import yaml
 from queueing.cluster.base import JobRequest
 from queueing.cluster.events import KubeEvent
 from queueing.cluster.kubernetes import ClusterWatcher, KubernetesCluster
+from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 from queueing.kubequeue import read_objects
+from queueing.namespacequeues import NAMESPACES
 from queueing.quotawriteback import ELASTIC_QUOTAS, RUNTIME_ANNOTATION
 from tests.fakekube import FakeKube, FaultSpec
 from tests.kube.conftest import make_adapter
@@ -102,14 +104,27 @@ def exercise(fake: FakeKube, cluster: KubernetesCluster) -> None:
     KubernetesCluster(cluster.api).record_events([story])  # another recorder: 409, get, patch
     # The runtime write-back (queueing/quotawriteback.py) annotates ElasticQuotas.
     cluster.patch_annotations(ELASTIC_QUOTAS, "team-a", "team-a", {RUNTIME_ANNOTATION: "{}"})
+    # The available queues of a namespace (queueing/namespacequeues.py) annotate it.
+    cluster.patch_annotations(NAMESPACES, "", "team-a", {"koord-queue/available-queue": "{}"})
     read_objects(cluster)
-    watcher = ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1)
-    watcher.start()
-    try:
-        assert watcher.wait_synced(10)
-        wait_until(lambda: all(i.watches for i in watcher.informers), timeout=10, interval=0.01)
-    finally:
-        watcher.stop()
+    # Quotas managed here written as ElasticQuotas (queueing/kubequotas.py).
+    ours = {"metadata": {"name": "made-here", "namespace": "team-a"}, "spec": {"max": {}}}
+    cluster.quota_objects.list_all()
+    cluster.quota_objects.create(ours)
+    cluster.quota_objects.patch("team-a", "made-here", {"spec": {"max": {"cpu": "1"}}})
+    cluster.quota_objects.delete("team-a", "made-here")
+    for watcher in (
+        ClusterWatcher(cluster, lambda reason: None, watch_timeout_s=1),
+        ConfigWatcher(cluster, lambda reason: None, watch_timeout_s=1),  # KQ_KUBE_LIVE_CONFIG
+    ):
+        watcher.start()
+        try:
+            assert watcher.wait_synced(10)
+            wait_until(
+                lambda w=watcher: all(i.watches for i in w.informers), timeout=10, interval=0.01
+            )
+        finally:
+            watcher.stop()
     for ref in refs:
         cluster.delete(ref)
 

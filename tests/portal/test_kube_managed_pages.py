@@ -3,6 +3,8 @@ with the place to edit it (issue 12 item 2: one source per quota, shown in the U
 
 from __future__ import annotations
 
+import re
+
 from queueing import actions
 from queueing.models import Quota
 from tests.builders import SYSTEM
@@ -26,3 +28,38 @@ def test_a_quota_managed_in_kubernetes_is_shown_as_such_and_not_edited(site):
         refused.content.decode()
     )
     assert Quota.objects.get(pk=site.quota.pk).max == site.quota.max
+
+
+def _sources(page: str) -> list[tuple[str, str]]:
+    """(data-source, text) of every source tag on a page, in order."""
+    return [
+        (m.group(1), re.sub(r"<[^>]+>", "", m.group(2)).strip())
+        for m in re.finditer(
+            r'<span class="tag source" data-source="(\w+)"[^>]*>(.*?)</span>', page
+        )
+    ]
+
+
+def test_every_list_and_detail_page_says_where_a_quota_or_queue_is_edited(site):
+    root = site.client("root")
+    tenant_url = f"/tenants/{site.tenant.name}/"
+    queue_url = f"/tenants/{site.tenant.name}/queues/{site.queue.name}/"
+    # Managed here: said so everywhere (positive control for the tags below).
+    assert _sources(root.get(tenant_url).content.decode()) == [("here", "managed here")] * 2
+    assert _sources(root.get(queue_url).content.decode()) == [("here", "managed here")]
+    assert _sources(root.get(edit_url(site)).content.decode()) == [("here", "managed here")]
+    actions.set_kube_ref(SYSTEM, site.quota, "ElasticQuota team-a/team-a")
+    actions.set_kube_ref(SYSTEM, site.queue, "Queue team-a/q")
+    tenant_page = root.get(tenant_url).content.decode()
+    # The tenant page lists its queues, then its quotas: each with its object.
+    assert _sources(tenant_page) == [
+        ("kubernetes", "managed in Kubernetes Queue team-a/q"),
+        ("kubernetes", "managed in Kubernetes ElasticQuota team-a/team-a"),
+    ]
+    cluster_page = root.get("/cluster/").content.decode()
+    assert ("kubernetes", "managed in Kubernetes ElasticQuota team-a/team-a") in _sources(
+        cluster_page
+    )
+    assert _sources(root.get(queue_url).content.decode()) == [
+        ("kubernetes", "managed in Kubernetes Queue team-a/q")
+    ]

@@ -196,12 +196,12 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world):
     snapshot, index = state.build_snapshot(
         world.root.name, nodes=nodeview.read(), now=created + timedelta(seconds=50)
     )
-    load = snapshot.arrival_load[world.root.name]
+    load = snapshot.arrival_load[world.queue.name]
     # The tree's work is younger than the window: the span is its age.
     span = (index.now - created).total_seconds()
     assert span == pytest.approx(50.0)
-    assert load[1000] == pytest.approx(25.0 / span)
-    assert load[0] == pytest.approx(12.5 / span)
+    assert load[1000]["cpu"] == pytest.approx(25.0 / span)
+    assert load[0]["cpu"] == pytest.approx(12.5 / span)
     # Out of the window, an arrival no longer counts.
     snapshot, _ = state.build_snapshot(
         world.root.name,

@@ -15,7 +15,7 @@ from queueing.admission import cycle_root, tick
 from queueing.choices import Phase
 from queueing.models import Workload
 from queueing.state.snapshot import WORLD_FIELDS
-from queueing.world import LIVE, LocalJournal
+from queueing.world import LIVE, LocalJournal, TreeWorld
 from tests.builders import SYSTEM, submit
 
 pytestmark = pytest.mark.django_db
@@ -34,15 +34,20 @@ def journal():
     world.set_journal(None)
 
 
-def test_a_refresh_rereads_only_what_the_journal_names(world, journal):
+def test_a_refresh_rereads_only_what_the_journal_names(
+    world, journal, django_capture_on_commit_callbacks
+):
     for i in range(6):
         submit(world, f"w{i}", cpu="4", runtime=30)
-    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # builds it, admits 4
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle_root("cluster", cluster=world.cluster, now=world.clock())  # builds it, admits 4
     tree = world_of("cluster")
     assert tree.rebuilds == 1
     quota_ids = state.tree_quota_ids("cluster")
     tree.refresh(quota_ids)  # what the next cycle starts with: the admissions, re-read
-    assert tree.reread == 6  # the four admitted, the two left waiting (annotated)
+    # The four admitted; the two left waiting were annotated, which this world took in
+    # place (world.record_cycle).
+    assert tree.reread == 4
     assert tree.rows == from_database(quota_ids)
     # Changes of three kinds: a submission, a cancellation, jobs that start (the sync).
     new = submit(world, "late", cpu="4")
@@ -57,7 +62,11 @@ def test_a_refresh_rereads_only_what_the_journal_names(world, journal):
     assert {row["phase"] for row in tree.rows.values()} == {Phase.RUNNING, Phase.PENDING}
 
 
-def test_the_world_stays_what_the_database_says_through_random_histories(world, journal):
+@pytest.mark.parametrize("commits", [False, True], ids=["in-a-transaction", "committed"])
+def test_the_world_stays_what_the_database_says_through_random_histories(
+    world, journal, commits, django_capture_on_commit_callbacks
+):
+    # "committed": what runs after each commit runs (the annotations taken in place).
     rng = random.Random(7)
     quota_ids = state.tree_quota_ids("cluster")
     names = 0
@@ -76,12 +85,41 @@ def test_the_world_stays_what_the_database_says_through_random_histories(world, 
             live = list(Workload.objects.filter(phase__in=list(LIVE)).order_by("id"))
             if live:
                 actions.cancel_workload(SYSTEM, rng.choice(live))
+        elif commits:
+            with django_capture_on_commit_callbacks(execute=True):
+                tick(cluster=world.cluster, now=world.clock.advance(rng.choice([0.5, 2, 6])))
         else:
             tick(cluster=world.cluster, now=world.clock.advance(rng.choice([0.5, 2, 6])))
         tree = world_of("cluster")
         tree.refresh(quota_ids)
         assert tree.rows == from_database(quota_ids)
     assert world_of("cluster").rebuilds == 1
+
+
+def test_annotations_are_taken_in_place_and_other_worlds_read_them(
+    world, journal, django_capture_on_commit_callbacks
+):
+    for i in range(6):
+        submit(world, f"w{i}", cpu="4", runtime=30)
+    quota_ids = state.tree_quota_ids("cluster")
+    other = TreeWorld("cluster")  # another process's world of the same tree
+    other.refresh(quota_ids)
+    mine = world_of("cluster")
+    mine.refresh(quota_ids)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert len(report.admitted) == 4
+    waiting = Workload.objects.filter(phase=Phase.PENDING)
+    assert waiting.count() == 2
+    assert all(w.position is not None and w.reason for w in waiting)  # annotated
+    mine.refresh(quota_ids)
+    assert mine.reread == 4  # the admitted only: the annotations were taken in place
+    assert mine.rows == from_database(quota_ids)
+    other.refresh(quota_ids)
+    assert other.reread == 6  # the admitted and the annotated
+    assert other.rows == from_database(quota_ids)
+    assert mine.rebuilds == other.rebuilds == 1
 
 
 def world_of(root: str) -> world.TreeWorld:

@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from portal.api.fields import (
+    FiniteFloatField,
     NameField,
     ResourcesField,
 )
@@ -29,6 +30,7 @@ class NewQuotaPreviewSerializer(StrictSerializer):
     min = ResourcesField(required=False)
     max = ResourcesField(required=False)
     shared_weight = ResourcesField(required=False)
+    fair_weight = FiniteFloatField(required=False)
     allow_lent = serializers.BooleanField(required=False)
     namespaces = serializers.ListField(
         child=serializers.CharField(max_length=63), required=False, max_length=100
@@ -43,6 +45,7 @@ class PreviewSerializer(StrictSerializer):
     min = ResourcesField(required=False)
     max = ResourcesField(required=False)
     shared_weight = ResourcesField(required=False)
+    fair_weight = FiniteFloatField(required=False)
     allow_lent = serializers.BooleanField(required=False)
     new = NewQuotaPreviewSerializer(required=False, help_text="A quota to create instead.")
 

@@ -65,6 +65,17 @@ class QueueSerializer(StrictModelSerializer):
             "siblings. Default 300; null turns aging off (on purpose)."
         ),
     )
+    max_execution_s = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=actions.queues.MAX_EXECUTION_MAX_S,
+        help_text=(
+            "Stop a workload once it has held its admission this many seconds (koord-queue's "
+            "maximumExecutionTimeSeconds, for every workload of the queue); a workload's own "
+            "shorter limit wins. Null: no limit."
+        ),
+    )
     quotas = serializers.SerializerMethodField()
     pending = serializers.SerializerMethodField(help_text="Waiting workloads.")
     admitted = serializers.SerializerMethodField(help_text="Admitted, not yet running.")
@@ -101,6 +112,7 @@ class QueueSerializer(StrictModelSerializer):
             "backoff_max_s",
             "backoff_jitter",
             "aging_bound_s",
+            "max_execution_s",
             "quotas",
             "pending",
             "admitted",

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from portal.api.fields import (
     INT32,
+    FiniteFloatField,
     NameField,
     ResourcesField,
 )
@@ -41,6 +42,7 @@ def new_quota_arguments(data: Mapping[str, Any]) -> dict[str, Any]:
         "min": data.get("min"),
         "max": data.get("max"),
         "shared_weight": data.get("shared_weight"),
+        "fair_weight": data.get("fair_weight", 1.0),
         "allow_lent": data.get("allow_lent", True),
         "namespaces": data.get("namespaces", ()),
     }
@@ -62,6 +64,13 @@ class QuotaSerializer(StrictModelSerializer):
     max = ResourcesField(required=False, help_text="Ceiling.")
     shared_weight = ResourcesField(
         required=False, help_text="Weight per resource when idle capacity is shared."
+    )
+    fair_weight = FiniteFloatField(
+        required=False,
+        help_text=(
+            "Fair-share weight (default 1; greater than 0, at most 1000): the dominant share "
+            "that orders quotas is divided by it (Kueue's fairSharing weight)."
+        ),
     )
     namespaces = serializers.ListField(
         child=serializers.CharField(max_length=63), required=False, max_length=100
@@ -105,6 +114,7 @@ class QuotaSerializer(StrictModelSerializer):
             "min",
             "max",
             "shared_weight",
+            "fair_weight",
             "allow_lent",
             "namespaces",
             "default_queue",
@@ -154,6 +164,7 @@ class QuotaTreeSerializer(serializers.Serializer):
     min = ResourcesField()
     max = ResourcesField()
     shared_weight = ResourcesField()
+    fair_weight = serializers.FloatField()
     allow_lent = serializers.BooleanField()
     default_queue = serializers.CharField(allow_null=True)
     version = serializers.IntegerField()

@@ -99,6 +99,7 @@ class QuotaViewSet(
                 "min": format_resources(quota.min),
                 "max": format_resources(quota.max),
                 "shared_weight": format_resources(quota.shared_weight),
+                "fair_weight": quota.fair_weight,
                 "allow_lent": quota.allow_lent,
                 "default_queue": quota.default_queue.name if quota.default_queue else None,
                 "version": quota.version,

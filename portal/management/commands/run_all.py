@@ -67,7 +67,8 @@ class Command(BaseCommand):
             procs.append(
                 (
                     "redis",
-                    f"{python} manage.py keep_running --name redis {shlex.quote(server)}",
+                    f"{python} manage.py keep_running --name redis --redis-port {port} "
+                    f"{shlex.quote(server)}",
                 )
             )
             self.stdout.write(

@@ -35,6 +35,7 @@ from queueing.cluster.kubernetes.events import EventRecorder
 from queueing.cluster.kubernetes.informers import ClusterWatcher, Informer
 from queueing.cluster.kubernetes.kinds import KINDS, Kind, pod_requests
 from queueing.cluster.kubernetes.queueunits import QueueUnitMirror
+from queueing.cluster.kubernetes.quotaobjects import ElasticQuotaObjects
 from queueing.cluster.kubernetes.reader import CACHE_STALE_S, Reader, View
 from queueing.cluster.kubernetes.writer import Writer
 
@@ -87,6 +88,8 @@ class KubernetesCluster:
         self.writer = Writer(self.rest, self.reader, job_image=job_image)
         self.queue_unit_mirror = QueueUnitMirror(self.rest, self.reader)
         self.event_recorder = EventRecorder(self.rest)
+        # The ElasticQuotas written for quotas managed here (queueing.kubequotas).
+        self.quota_objects = ElasticQuotaObjects(self.rest)
 
     @classmethod
     def from_settings(cls) -> KubernetesCluster:

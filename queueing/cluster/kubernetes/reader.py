@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,10 @@ class Reader:
         self._lock = threading.RLock()
         self._absent: dict[str, float] = {}  # kind -> monotonic time it was found missing
         self._priorities: tuple[float, dict[str, int]] | None = None
+        #: Told, from an informer's thread, when this process's watch cache sees a change
+        #: that can alter a decision (ClusterWatcher's reasons): the product wakes its
+        #: cycle with it (queueing.watch.wake_on_own_informers).
+        self.on_change: Callable[[str], None] | None = None
 
     @property
     def absent_kinds(self) -> set[str]:
@@ -212,7 +216,7 @@ class Reader:
             return None
         if self._watcher is None or self._watcher_pid != os.getpid():
             # A forked worker inherits no threads: it starts informers of its own.
-            self._watcher = ClusterWatcher(self, lambda reason: None)
+            self._watcher = ClusterWatcher(self, self._changed)
             self._watch_epoch += 1  # cursors of the journal of earlier informers are void
             self._watcher_pid = os.getpid()
             self._watch_started = time.monotonic()
@@ -228,6 +232,11 @@ class Reader:
             log.warning("a watch has failed for %.0fs; listing the cluster instead", failing)
             return None
         return self._watcher
+
+    def _changed(self, reason: str) -> None:
+        hook = self.on_change
+        if hook is not None:
+            hook(reason)
 
     def changed_jobs(
         self, cursor: tuple[int, int] | None

@@ -169,3 +169,75 @@ def test_realistic_answers_conform_too(served: tuple[str, ApiWorld]) -> None:
         response = requests.request(method, url, json=body, headers=headers, timeout=30)
         assert response.status_code < 300, (path, response.text)
         schema[path][method].validate_response(response)
+
+
+def _schema() -> dict[str, Any]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return dict(SchemaGenerator().get_schema(request=None, public=True))
+
+
+def test_every_operation_declares_the_outage_and_every_body_its_limit(db: None) -> None:
+    """503 (the database is away, portal.outage) can answer any operation, and 413 (a body
+    over KQ_MAX_BODY_BYTES) any that takes a body: both are declared, in the error shape,
+    503 and 429 with their Retry-After."""
+    schema = _schema()
+    operations = [
+        (path, method, operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    ]
+    assert len(operations) > 20
+    for path, method, operation in operations:
+        responses = operation["responses"]
+        where = f"{method.upper()} {path}"
+        assert "503" in responses, where
+        assert responses["503"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/Error"
+        }, where
+        assert "Retry-After" in responses["503"]["headers"], where
+        if "429" in responses:
+            assert "Retry-After" in responses["429"].get("headers", {}), where
+        if method in ("post", "put", "patch"):
+            assert "413" in responses, where
+        else:
+            assert "413" not in responses, where
+
+
+def test_the_413_and_503_answers_are_what_the_schema_declares(
+    api: ApiWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import jsonschema
+    from django.db import OperationalError
+    from django.test import Client
+
+    from portal.api import views
+
+    schema = _schema()
+    error = schema["components"]["schemas"]["Error"]
+    operation = schema["paths"]["/api/v1/workloads/"]
+
+    client = Client()
+    client.force_login(api.users["member"])
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    big = client.post(
+        "/api/v1/workloads/",
+        json.dumps({"name": "big", "annotations": {"pad": "x" * 4096}}),
+        content_type="application/json",
+    )
+    assert big.status_code == 413
+    assert "413" in operation["post"]["responses"]
+    jsonschema.validate(big.json(), error)
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("connection to server at 127.0.0.1 failed: Connection refused")
+
+    monkeypatch.setattr(views.WorkloadViewSet, "list", down)
+    away = client.get("/api/v1/workloads/")
+    assert away.status_code == 503
+    assert "503" in operation["get"]["responses"]
+    jsonschema.validate(away.json(), error)
+    assert int(away["Retry-After"]) >= 0

@@ -1,0 +1,326 @@
+"""Workload phase transitions: the one way the cycle, the sync and the actions move
+workloads from phase to phase.
+
+``transition_many`` takes many ``Move``s (a workload, the phases it is expected in, the
+phase it goes to, its fields, the reason for its timeline) and, in the caller's
+transaction (or one of its own):
+
+1. reads the rows' phases in one query, locking them where the database locks rows
+   (``select_for_update``), and keeps the moves whose row is in an expected phase (a
+   later move of the same row sees the earlier one's phase);
+2. writes each kind of change (same target phase, same fields) as one statement for all
+   its rows, conditional on the phase read, so a change made concurrently is never
+   overwritten: fields whose value every row shares are set as constants, the others come
+   row by row. PostgreSQL: ``UPDATE ... FROM (VALUES ...) ... RETURNING id`` with typed
+   columns; SQLite (one writer at a time): one ``executemany``, and a re-read only when
+   its row count falls short;
+3. inserts the timeline (WorkloadEvent) in one statement;
+4. announces the moved rows through ``publish`` (after the commit), unless the caller
+   publishes itself (the cycle adds its annotations and its id to the same message).
+
+Why here, in ``actions``: every write goes through the actions or the cycle's apply,
+and the import contracts put the actions below both the cycle (``queueing.state``) and
+the sync, which both use this; the cancel action uses it too.
+
+It returns what was made and what conflicted (the row was gone or had moved on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Field
+from django.db.models.expressions import BaseExpression
+from django.db.models.sql import UpdateQuery
+from django.utils import timezone
+
+from queueing import events
+from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES
+from queueing.models import Workload, WorkloadEvent
+
+# Parameters per statement at most (PostgreSQL takes 65,535; a margin for the constants).
+MAX_PARAMS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One workload's move to ``to_phase`` from one of ``expect``, with its ``fields``."""
+
+    workload_id: int
+    to_phase: str
+    expect: tuple[str, ...]
+    reason: str
+    message: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    #: The caller's label (which list of its report a made move goes to).
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """A move that was written, with what the locked read saw of its row."""
+
+    move: Move
+    from_phase: str
+    tenant_id: int
+    queue_id: int
+
+
+@dataclass
+class Outcome:
+    made: list[Made] = field(default_factory=list)
+    conflicts: list[Move] = field(default_factory=list)
+    #: The timeline events written, in the order of ``made``.
+    events: list[WorkloadEvent] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[tuple[int, int, int]]:
+        """(tenant id, queue id, workload id) of the moved rows: what ``publish`` takes."""
+        return [(m.tenant_id, m.queue_id, m.move.workload_id) for m in self.made]
+
+
+def transition_many(
+    moves: Sequence[Move], *, at: datetime | None = None, publish_changes: bool = True
+) -> Outcome:
+    """Make the moves whose rows are still in an expected phase; see the module docstring.
+
+    ``publish_changes=False``: the caller announces ``Outcome.changes`` itself through
+    ``publish``."""
+    out = Outcome()
+    if not moves:
+        return out
+    at = at or timezone.now()
+    with transaction.atomic(savepoint=False):
+        rows = _read({m.workload_id for m in moves})
+        current = {wid: row[0] for wid, row in rows.items()}
+        rounds: list[list[tuple[Move, str]]] = []
+        depth: dict[int, int] = {}
+        for move in moves:
+            from_phase = current.get(move.workload_id)
+            if from_phase is None or from_phase not in move.expect:
+                out.conflicts.append(move)
+                continue
+            current[move.workload_id] = move.to_phase  # a later move sees this one
+            n = depth.get(move.workload_id, 0)
+            depth[move.workload_id] = n + 1
+            if n == len(rounds):
+                rounds.append([])
+            rounds[n].append((move, from_phase))
+        # A row moved twice in one call is written in two rounds, in order; a round's
+        # move that conflicts makes the row's later moves conflict too (phase condition).
+        written: set[tuple[int, int]] = set()
+        for number, round_ in enumerate(rounds):
+            written.update((number, wid) for wid in _write(round_, at))
+        for number, round_ in enumerate(rounds):
+            for move, from_phase in round_:
+                if (number, move.workload_id) in written:
+                    _, tenant_id, queue_id = rows[move.workload_id]
+                    out.made.append(Made(move, from_phase, tenant_id, queue_id))
+                else:
+                    out.conflicts.append(move)
+        out.events = WorkloadEvent.objects.bulk_create(
+            WorkloadEvent(
+                workload_id=m.move.workload_id,
+                at=at,
+                from_phase=m.from_phase,
+                to_phase=m.move.to_phase,
+                reason=m.move.reason,
+                message=m.move.message,
+            )
+            for m in out.made
+        )
+        if publish_changes:
+            publish(out.changes)
+    return out
+
+
+def publish(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | None = None) -> None:
+    """The one way workload changes are announced: ``(tenant id, queue id, workload id)``
+    go to the live stream in one ``changed`` message per tenant after the commit.
+
+    Outside a cycle (an action, the sync) the trees' worlds are journalled and their
+    cycles woken by the notification itself (events.notify_changes). The cycle names its
+    ``cycle_id``: its own writes wake no cycle (it journals them for the tree's worlds
+    itself, ``world.record_cycle``)."""
+    events.notify_changes(changes, cycle_id=cycle_id)
+
+
+def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
+    """What a workload stops showing when it holds quota or ends (explicit fields win)."""
+    if to_phase in TERMINAL_PHASES or to_phase in HOLDING_PHASES:
+        fields.setdefault("position", None)
+        fields.setdefault("global_position", None)
+        fields.setdefault("eta_p50", None)
+        fields.setdefault("eta_p90", None)
+        fields.setdefault("eta", None)
+    if to_phase in TERMINAL_PHASES:
+        fields.setdefault("explanation", None)
+        fields.setdefault("reason", reason)
+
+
+# --- the statements ------------------------------------------------------------------
+
+
+def _read(ids: set[int]) -> dict[int, tuple[str, int, int]]:
+    """id -> (phase, tenant id, queue id), read and locked in one query. In id order:
+    two transactions locking overlapping rows take them in the same order, so they wait
+    for each other instead of deadlocking."""
+    return {
+        wid: (phase, tenant_id, queue_id)
+        for wid, phase, tenant_id, queue_id in Workload.objects.select_for_update()
+        .filter(id__in=ids)
+        .order_by("id")
+        .values_list("id", "phase", "tenant_id", "queue_id")
+    }
+
+
+def _write(moves: Sequence[tuple[Move, str]], at: datetime) -> set[int]:
+    """One statement per kind of change; returns the ids of the rows written."""
+    kinds: dict[tuple[Any, ...], list[tuple[int, str, dict[str, Any]]]] = {}
+    for move, from_phase in moves:
+        values = dict(move.fields)
+        clear_for(move.to_phase, values, move.message or move.reason)
+        values["phase"] = move.to_phase
+        values["updated_at"] = at
+        # Expressions (F("attempts") + 1) cannot travel per row: they are part of the kind.
+        shape = tuple(
+            sorted(
+                (name, v if isinstance(v, BaseExpression) else None) for name, v in values.items()
+            )
+        )
+        kinds.setdefault(shape, []).append((move.workload_id, from_phase, values))
+    written: set[int] = set()
+    for rows in kinds.values():
+        written |= _write_kind(rows)
+    return written
+
+
+def _same(values: list[Any]) -> bool:
+    first = values[0]
+    return all(type(v) is type(first) and v == first for v in values[1:])
+
+
+def _write_kind(rows: list[tuple[int, str, dict[str, Any]]]) -> set[int]:
+    names = sorted(rows[0][2])
+    meta = Workload._meta
+    constant = [n for n in names if _same([r[2][n] for r in rows])]
+    per_row = [n for n in names if n not in constant]
+    query = UpdateQuery(Workload)
+    compiler = query.get_compiler(connection=connection)
+    table = connection.ops.quote_name(meta.db_table)
+    sets: list[str] = []
+    set_params: list[Any] = []
+    for name in constant:
+        f = _column(name)
+        value = rows[0][2][name]
+        column = connection.ops.quote_name(f.column)
+        if isinstance(value, BaseExpression):
+            resolved = value.resolve_expression(query, allow_joins=False, for_save=True)
+            sql, params = compiler.compile(resolved)
+            sets.append(f"{column} = {sql}")
+            set_params.extend(params)
+        else:
+            sets.append(f"{column} = %s")
+            set_params.append(f.get_db_prep_save(value, connection))
+    fields = [_column(n) for n in per_row]
+
+    def row_params(row: tuple[int, str, dict[str, Any]]) -> list[Any]:
+        return [
+            f.get_db_prep_save(row[2][n], connection) for n, f in zip(per_row, fields, strict=True)
+        ]
+
+    if connection.vendor == "postgresql":
+        return _write_postgresql(table, sets, set_params, fields, rows, row_params)
+    return _write_each(table, sets, set_params, fields, rows, row_params)
+
+
+def _column(name: str) -> Field:
+    """The concrete field behind ``name`` (a field's name or attname, "preempted_by_id")."""
+    f = Workload._meta.get_field(name)
+    if not isinstance(f, Field) or not f.concrete:
+        raise ValueError(f"{name!r} is not a column of a workload.")
+    return f
+
+
+def _cast(f: Field) -> str:
+    """The type of a VALUES column (varchar without a length: a cast would cut silently)."""
+    if f.get_internal_type() == "CharField":
+        return "varchar"
+    return str(f.db_type(connection))
+
+
+def _write_postgresql(
+    table: str,
+    sets: list[str],
+    set_params: list[Any],
+    fields: list[Field],
+    rows: list[tuple[int, str, dict[str, Any]]],
+    row_params: Any,
+) -> set[int]:
+    """``UPDATE ... FROM (VALUES ...)``: one statement for the kind (chunked past
+    MAX_PARAMS), conditional on each row's phase, returning the ids written."""
+    q = connection.ops.quote_name
+    columns = ["id", "from_phase", *(f"v_{f.column}" for f in fields)]
+    casts = ["bigint", "varchar", *(_cast(f) for f in fields)]
+    tuple_sql = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+    assign = sets + [f"{q(f.column)} = v.{q('v_' + f.column)}" for f in fields]
+    written: set[int] = set()
+    step = max(1, MAX_PARAMS // len(columns))
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), step):
+            chunk = rows[start : start + step]
+            params = list(set_params)
+            for row in chunk:
+                params += [row[0], row[1], *row_params(row)]
+            # Identifiers from the model's meta, quoted; every value is a parameter.
+            where = (
+                f"{table}.{q('id')} = v.{q('id')} AND {table}.{q('phase')} = v.{q('from_phase')}"
+            )
+            sql = " ".join(
+                (
+                    f"UPDATE {table} SET {', '.join(assign)}",  # noqa: S608
+                    f"FROM (VALUES {', '.join([tuple_sql] * len(chunk))})",
+                    f"AS v({', '.join(q(c) for c in columns)})",
+                    f"WHERE {where} RETURNING {table}.{q('id')}",
+                )
+            )
+            cursor.execute(sql, params)
+            written.update(int(wid) for (wid,) in cursor.fetchall())
+    return written
+
+
+def _write_each(
+    table: str,
+    sets: list[str],
+    set_params: list[Any],
+    fields: list[Field],
+    rows: list[tuple[int, str, dict[str, Any]]],
+    row_params: Any,
+) -> set[int]:
+    """Databases without row locks or ``UPDATE ... FROM`` (SQLite): one ``executemany``
+    of the conditional update. SQLite lets one writer at a time in, so the rows read
+    cannot change before this write; should the count fall short all the same, the
+    rows are read again to tell the written from the conflicting."""
+    q = connection.ops.quote_name
+    assign = sets + [f"{q(f.column)} = %s" for f in fields]
+    sql = f"UPDATE {table} SET {', '.join(assign)} WHERE {q('id')} = %s AND {q('phase')} = %s"  # noqa: S608
+    params = [[*set_params, *row_params(row), row[0], row[1]] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+        count = cursor.rowcount
+    ids = {row[0] for row in rows}
+    if count == len(rows):
+        return ids
+    # Which rows did it write? Those now in their target phase and stamped with this
+    # write's time (every row of a call shares it).
+    now = {
+        wid: (phase, updated_at)
+        for wid, phase, updated_at in Workload.objects.filter(id__in=ids).values_list(
+            "id", "phase", "updated_at"
+        )
+    }
+    return {row[0] for row in rows if now.get(row[0]) == (row[2]["phase"], row[2]["updated_at"])}
