@@ -425,7 +425,16 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 t = vr.get(k, 0)
                 if t and a - t < m.get(k, 0):
                     return False
+            if by_min:
+                # Taken for room on nodes, it gives up all it holds: no min may break,
+                # counting only what the quota holds (not preemptors still to arrive).
+                for k, t in vr.items():
+                    if t and held(x, k) - t < m.get(k, 0):
+                        return False
         return borrowing
+
+    def held(x: int, k: str) -> int:
+        return used[x].get(k, 0) - releasing[x].get(k, 0) - freed.get(x, {}).get(k, 0)
 
     def chain_within_min(lca: int) -> bool:
         """Whether every quota of ``w``'s chain below ``lca`` stays within its min."""
