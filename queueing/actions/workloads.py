@@ -269,6 +269,8 @@ def _new_workload(
     now: datetime | None = None,
 ) -> Workload:
     """The unsaved row of a new workload."""
+    from queueing import compat
+
     return Workload(
         tenant=tenant,
         quota=quota,
@@ -287,6 +289,7 @@ def _new_workload(
         phase=phase,
         labels=dict(labels),
         annotations=dict(annotations),
+        preemptible=compat.is_preemptible(labels),
         source=actor.source,
         submitted_by=actor.user,
         reason="Waiting for the next admission cycle.",
