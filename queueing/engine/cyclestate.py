@@ -68,12 +68,15 @@ def nonpreemptible_short(
     """The first resource in which a non-preemptible ``req`` does not fit, or "".
 
     koord-queue's rule for a job labelled ``preemptible: "false"``: the quota's
-    non-preemptible usage plus the request must stay within the quota's min in every
-    requested resource (a resource the min does not name counts as 0), so it never
-    holds what a lender could reclaim. Shared by the cycle and the ETA forecast.
+    non-preemptible usage plus the request must stay within the quota's min, so it
+    never holds what a lender could reclaim. As Koordinator compares them
+    (``quotav1.LessThanOrEqual(used + request, min)``), only the resources the min
+    names are bounded: a min of 0 cpu allows no cpu, a min silent on memory leaves
+    memory to the ordinary fit. Shared by the cycle and the ETA forecast.
     """
     for k, v in req.items():
-        if v > 0 and np_used.get(k, 0) + v > mins.get(k, 0):
+        m = mins.get(k)
+        if m is not None and np_used.get(k, 0) + v > m:
             return k
     return ""
 

@@ -443,13 +443,16 @@ def _np_expl(cy: Cycle, w: WorkloadSpec, qi: int) -> Explanation:
     held = cy.np_used[qi]
     req = w._request._d
     short = {
-        k: held.get(k, 0) + v - mins.get(k, 0)
+        k: held.get(k, 0) + v - mins[k]
         for k, v in req.items()
-        if v > 0 and held.get(k, 0) + v > mins.get(k, 0)
+        if k in mins and held.get(k, 0) + v > mins[k]
     }
+    # In the resources the min bounds (the others are left to the ordinary fit).
+    bound = [k for k in req if k in mins]
     detail = (
-        f"non-preemptible: needs {fmt(req)} within min {fmt(mins)} of quota {name}, "
-        f"{name}'s non-preemptible work holds {fmt(held)}"
+        f"non-preemptible: needs {fmt({k: req[k] for k in bound})} within min "
+        f"{fmt({k: mins[k] for k in bound})} of quota {name}, {name}'s non-preemptible "
+        f"work holds {fmt({k: held[k] for k in bound if held.get(k)})}"
     )
     return Explanation(
         w.id,

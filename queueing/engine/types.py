@@ -612,7 +612,7 @@ class Explanation(NamedTuple):
             )
         kind = self.kind
         if kind == EXPLAIN_QUOTA and self.limit == "min":
-            return f"Waiting for quota: {self.quota} {self.detail}." + ahead + bound
+            return f"Waiting for quota: {self.detail}." + ahead + bound
         if kind == EXPLAIN_QUOTA:
             what = {"max": "max", "cluster": "share of the cluster"}.get(
                 self.limit or "", "runtime quota"

@@ -40,9 +40,9 @@ def borrow_world(*ws: WorkloadSpec) -> Snapshot:
 def test_the_shared_rule() -> None:
     assert nonpreemptible_short({"cpu": 4}, {"cpu": 2}, {"cpu": 2}) == ""
     assert nonpreemptible_short({"cpu": 4}, {"cpu": 3}, {"cpu": 2}) == "cpu"
-    # A resource the min does not name counts as a min of 0.
-    assert nonpreemptible_short({"cpu": 4}, {}, {"cpu": 1, "memory": 1}) == "memory"
-    assert nonpreemptible_short({"cpu": 4}, {}, {"cpu": 1, "memory": 0}) == ""
+    # Only what the min names is bounded (Koordinator's quotav1.LessThanOrEqual).
+    assert nonpreemptible_short({"cpu": 4}, {}, {"cpu": 1, "memory": 1}) == ""
+    assert nonpreemptible_short({"cpu": 4, "memory": 0}, {}, {"cpu": 1, "memory": 1}) == "memory"
 
 
 def test_a_non_preemptible_job_that_fits_max_but_not_min_waits_with_the_reason() -> None:
