@@ -215,6 +215,10 @@ def submit_workload(
         raise ValidationError({"name": [f"A live workload {namespace}/{name} already exists."]})
     from queueing import compat
 
+    for key in compat.PREEMPTIBLE_LABELS:
+        value = (labels or {}).get(key)
+        if value is not None and value not in ("true", "false"):
+            raise ValidationError({"labels": [f'{key} must be "true" or "false", not {value!r}.']})
     job_labels = {**(labels or {}), compat.QUEUE_LABEL: queue.name, compat.QUOTA_LABEL: quota.name}
     cluster = get_cluster()
     with transaction.atomic():
