@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from queueing.admission import tick
 from queueing.choices import Phase
@@ -52,3 +53,31 @@ def test_a_non_preemptible_job_is_admitted_only_within_its_quota_s_min(world: Ku
     reason = Workload.objects.get(name="np-big").reason
     assert "non-preemptible: needs 12 cpu within min 8 cpu" in reason, reason
     assert "team-a-q's non-preemptible work holds 4 cpu" in reason, reason
+
+
+def test_a_queue_unit_s_label_counts_when_its_job_has_none(
+    fake: FakeKube, use_cluster: Callable[[Any], None]
+) -> None:
+    cluster = make_adapter(fake.url, namespaces=["team-a", "team-b"], mirror_queue_units=True)
+    use_cluster(cluster)
+    world = build_world(fake, cluster)
+
+    def unit(job: str, value: str) -> dict[str, Any]:
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": job, "namespace": "team-a"}
+        return {
+            "metadata": {"name": f"{job}-unit", "labels": {KOORD: value}},
+            "spec": {"consumerRef": ref},
+        }
+
+    fake.create("jobs", job_manifest("by-unit", runtime=600), "team-a")
+    fake.create("queueunits", unit("by-unit", "false"), "team-a")
+    # The job's own label wins over its unit's.
+    fake.create("jobs", job_manifest("own", runtime=600, labels={KOORD: "true"}), "team-a")
+    fake.create("queueunits", unit("own", "false"), "team-a")
+    fake.create("jobs", job_manifest("no-unit", runtime=600), "team-a")  # the control
+    with override_settings(KQ_MIRROR_QUEUEUNITS=True):
+        tick(cluster=cluster)
+    flags = dict(Workload.objects.values_list("name", "preemptible"))
+    assert flags == {"by-unit": False, "own": True, "no-unit": True}
+    assert world.phases()["no-unit"] in (Phase.ADMITTED, Phase.RUNNING)
+    cluster.api.close()
