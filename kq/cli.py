@@ -8,6 +8,7 @@ on stderr in that format.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,17 @@ def pod_set(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"{text!r}: give each pod's requests, e.g. cpu=2")
     spec["requests"] = fields
     return spec
+
+
+def positive_float(text: str) -> float:
+    """A finite number above zero (the server checks its upper bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above zero")
+    return value
 
 
 def label(text: str) -> tuple[str, str]:
@@ -345,10 +357,16 @@ def cmd_quota_preview(ctx: Context) -> Exit:
         for key, value in (("min", args.min), ("max", args.max), ("shared_weight", args.weight)):
             if value:
                 new[key] = {k: v for k, v in value.items() if v != ""}
+        if args.fair_weight is not None:
+            new["fair_weight"] = args.fair_weight
         body = {"new": new}
     else:
-        if args.min is None and args.max is None and args.weight is None and args.lend is None:
-            raise KqError("Say what would change: --min, --max, --weight or --lend.", Exit.USAGE)
+        changes = (args.min, args.max, args.weight, args.lend, args.fair_weight)
+        if all(change is None for change in changes):
+            raise KqError(
+                "Say what would change: --min, --max, --weight, --fair-weight or --lend.",
+                Exit.USAGE,
+            )
         current = ctx.client.get("quotas", args.quota)
         body = {"quota": args.quota}
         for key, value in (("min", args.min), ("max", args.max), ("shared_weight", args.weight)):
@@ -357,6 +375,8 @@ def cmd_quota_preview(ctx: Context) -> Exit:
                 body[key] = merged
         if args.lend is not None:
             body["allow_lent"] = args.lend == "yes"
+        if args.fair_weight is not None:
+            body["fair_weight"] = args.fair_weight
     preview = ctx.client.post("preview", body=body)
     if ctx.emit(preview):
         return Exit.OK
@@ -529,6 +549,10 @@ def parser() -> argparse.ArgumentParser:
             help="resources to change (the others keep their value; RESOURCE= removes one)",
         )  # fmt: skip
     preview.add_argument("--lend", choices=("yes", "no"), help="allow lending its idle min")
+    preview.add_argument(
+        "--fair-weight", dest="fair_weight", type=positive_float, metavar="WEIGHT",
+        help="its weight in fair sharing between sibling quotas (default 1)",
+    )  # fmt: skip
     preview.set_defaults(run=cmd_quota_preview)
 
     watch = command("watch", "Live positions of a queue, redrawn in place as they change.")

@@ -125,6 +125,10 @@ def cycle_root(
         elapsed = time.perf_counter() - started
         if full:
             state.full_cycle_done(root, elapsed)
+        if not full and _heads_exhausted(index, report):
+            # A queue admitted every head it listed and more wait behind them: the room
+            # may not be used up, and this cycle's own writes wake nothing.
+            wake.wake([root], reason="heads exhausted")
         if broken:
             log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
             report.errors.extend(f"invariant: {problem}" for problem in broken)
@@ -140,6 +144,24 @@ def cycle_root(
         raise
     finally:
         leases.release(held)
+
+
+def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> bool:
+    """Whether a heads-only cycle admitted all the waiting it listed of some queue while
+    others were left unlisted (then a full snapshot might have admitted more)."""
+    if not index.unlisted or not report.admitted:
+        return False
+    admitted = set(report.admitted)
+    waiting: dict[int, int] = {}
+    taken: dict[int, int] = {}
+    for workload_id, row in index.rows.items():
+        if row["phase"] in WAITING_PHASES:
+            waiting[row["queue_id"]] = waiting.get(row["queue_id"], 0) + 1
+            if workload_id in admitted:
+                taken[row["queue_id"]] = taken.get(row["queue_id"], 0) + 1
+    return any(
+        count == waiting[queue_id] and count >= state.HEAD_ROWS for queue_id, count in taken.items()
+    )
 
 
 def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> CycleSummary:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from queueing.choices import WAITING_PHASES, Phase
-from queueing.engine.calibration import FLOOR_S, Residuals, eta_classes
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, Residuals, eta_classes
 from queueing.engine.types import Eta, Snapshot
 from queueing.models import Workload
 
@@ -185,10 +185,11 @@ def arrival_load(
     ratio: Mapping[str, tuple[float, float]],
     queue_ids: Mapping[int, str],
     now: datetime,
-) -> dict[str, dict[int, float]]:
-    """Per queue and priority: the offered load of the workloads that arrived in the
-    last ARRIVAL_WINDOW_S, as a fraction of their tree's capacity (the cluster, capped
-    by the root's max) -- ``calibration.ArrivalLoad`` over the database's history."""
+) -> dict[str, dict[int, dict[str, float]]]:
+    """Per queue, priority and resource: the offered load of the workloads that arrived
+    in the last ARRIVAL_WINDOW_S, as a fraction of their tree's capacity of it (the
+    cluster, capped by the root's max) -- ``calibration.ArrivalLoad`` over the
+    database's history."""
     parent = {q.name: q.parent for q in snapshot.quotas}
     maxes = {q.name: q.max for q in snapshot.quotas}
     cap: dict[str, int] = {}
@@ -217,7 +218,7 @@ def arrival_load(
         return {}
     # A system younger than the window has seen its arrivals over a shorter span.
     span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
-    out: dict[str, dict[int, float]] = {}
+    out: dict[str, dict[int, dict[str, float]]] = {}
     for quota_id, queue_id, priority, request, runtime in tree.filter(
         created_at__gte=since
     ).values_list("quota_id", "queue_id", "priority", "total_request", "expected_runtime_s"):
@@ -226,18 +227,16 @@ def arrival_load(
             continue
         root = found
         qcap = caps[root]
-        share = 0.0
-        for k, v in (request or {}).items():
-            c = qcap.get(k, 0)
-            if c > 0:
-                share = max(share, int(v) / c)
-        work = share * (runtime or 0.0)
+        seconds = runtime or 0.0
         r = ratio.get(queue_ids.get(queue_id, ""))
         if r is not None:
-            work *= r[0]
-        if work > 0:
-            bands = out.setdefault(queue_ids.get(queue_id, ""), {})
-            bands[priority] = bands.get(priority, 0.0) + work / span
+            seconds *= r[0]
+        acc = out.setdefault(queue_ids.get(queue_id, ""), {}).setdefault(priority, {})
+        acc[ARRIVALS] = acc.get(ARRIVALS, 0.0) + 1.0
+        for k, v in (request or {}).items():
+            c = qcap.get(k, 0)
+            if c > 0 and int(v) > 0 and seconds > 0:
+                acc[k] = acc.get(k, 0.0) + int(v) / c * seconds / span
     return out
 
 

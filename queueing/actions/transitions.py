@@ -38,7 +38,7 @@ from django.db.models.expressions import BaseExpression
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from queueing import events, world
+from queueing import events
 from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES
 from queueing.models import Workload, WorkloadEvent
 
@@ -138,25 +138,15 @@ def transition_many(
     return out
 
 
-def publish(
-    changes: Iterable[tuple[int, int, int]],
-    *,
-    cycle_id: int | None = None,
-    root: str | None = None,
-    also: Iterable[int] = (),
-) -> None:
+def publish(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | None = None) -> None:
     """The one way workload changes are announced: ``(tenant id, queue id, workload id)``
     go to the live stream in one ``changed`` message per tenant after the commit.
 
     Outside a cycle (an action, the sync) the trees' worlds are journalled and their
     cycles woken by the notification itself (events.notify_changes). The cycle names its
-    ``cycle_id`` and its ``root``: its own writes wake no cycle, and the ids (with
-    ``also``: rows it changed that the stream does not show, its nominations) are
-    journalled for the tree's worlds, now and after the commit."""
-    items = list(changes)
-    events.notify_changes(items, cycle_id=cycle_id)
-    if root is not None:
-        world.record_now_and_on_commit({root: [*(i for _, _, i in items), *also]})
+    ``cycle_id``: its own writes wake no cycle (it journals them for the tree's worlds
+    itself, ``world.record_cycle``)."""
+    events.notify_changes(changes, cycle_id=cycle_id)
 
 
 def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:

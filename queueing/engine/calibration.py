@@ -45,6 +45,7 @@ from queueing.engine.types import (
 )
 
 __all__ = [
+    "ARRIVALS",
     "ArrivalLoad",
     "EtaRecorder",
     "Residuals",
@@ -52,6 +53,10 @@ __all__ = [
     "eta_classes",
     "qbets_index",
 ]
+
+#: In ``Snapshot.arrival_load``, the key that holds how many arrivals a load is made of
+#: (not a resource): the engine trusts a load only as far as its count allows.
+ARRIVALS = "#arrivals"
 
 #: Waits shorter than this are measured against it (a relative error of a 1-second
 #: forecast says nothing).
@@ -145,10 +150,12 @@ class Residuals:
 class ArrivalLoad:
     """Offered load of recent arrivals per queue and priority (for the engine).
 
-    Each workload seen for the first time adds ``dominant share of its tree's capacity
-    (the root's max, the cluster) x expected runtime``; over the last ``window_s`` that
-    sums to a load (0.3 = work arriving at 30 % of the tree's capacity). It is kept per
-    *queue*: the engine orders queues by fair share before workload priority, so a
+    Each workload seen for the first time adds, per resource, ``its share of its tree's
+    capacity (the root's max, the cluster) x expected runtime``; over the last
+    ``window_s`` that sums to a load (0.3 = work arriving at 30 % of the tree's cpu).
+    Per resource, because the pools are separate: a GPU job's large GPU share says
+    nothing about the cpu left to cpu-only work (a dominant share summed over both
+    read as a tree near saturation in the demo). It is kept per *queue*: the engine orders queues by fair share before workload priority, so a
     higher-priority arrival goes first only in its own queue (or from a queue of higher
     queue priority); :mod:`.eta` rescales the load to the capacity serving the queue.
     """
@@ -156,7 +163,7 @@ class ArrivalLoad:
     def __init__(self, window_s: float = 300.0) -> None:
         self.window_s = window_s
         self.seen: set[int] = set()
-        self.recent: deque[tuple[float, str, int, float]] = deque()
+        self.recent: deque[tuple[float, str, int, dict[str, float]]] = deque()
         self.start: float | None = None
 
     def update(self, snap: Snapshot, ratio: Mapping[str, tuple[float, float]]) -> None:
@@ -196,25 +203,28 @@ class ArrivalLoad:
                     if m < qcap.get(k, 0):
                         qcap[k] = m
                 caps[root] = qcap
-            share = 0.0
-            for k, v in w.request.items():
-                c = qcap.get(k, 0)
-                if c > 0:
-                    share = max(share, v / c)
             runtime = w.expected_runtime_s or 0.0
             r = ratio.get(w.queue)
             if r is not None:
                 runtime *= r[0]
-            self.recent.append((now, w.queue, w.priority, share * runtime))
+            work = {}
+            for k, v in w.request.items():
+                c = qcap.get(k, 0)
+                if c > 0 and v > 0 and runtime > 0:
+                    work[k] = v / c * runtime
+            if work:
+                self.recent.append((now, w.queue, w.priority, work))
         while self.recent and self.recent[0][0] < now - self.window_s:
             self.recent.popleft()
 
-    def load(self, now: float) -> dict[str, dict[int, float]]:
+    def load(self, now: float) -> dict[str, dict[int, dict[str, float]]]:
         span = min(self.window_s, max(now - (self.start or now), 1.0))
-        out: dict[str, dict[int, float]] = {}
+        out: dict[str, dict[int, dict[str, float]]] = {}
         for _, queue, prio, work in self.recent:
-            bands = out.setdefault(queue, {})
-            bands[prio] = bands.get(prio, 0.0) + work / span
+            acc = out.setdefault(queue, {}).setdefault(prio, {})
+            for k, v in work.items():
+                acc[k] = acc.get(k, 0.0) + v / span
+            acc[ARRIVALS] = acc.get(ARRIVALS, 0.0) + 1.0
         return out
 
 
@@ -245,8 +255,14 @@ class EtaRecorder:
     declared runtime. ``runtimes``: the actual runtime of each workload id.
     """
 
-    def __init__(self, runtimes: Mapping[int, float] | None = None, calibrate: bool = True) -> None:
+    def __init__(
+        self,
+        runtimes: Mapping[int, float] | None = None,
+        calibrate: bool = True,
+        horizon_s: float = 24 * 3600,
+    ) -> None:
         self.runtimes = dict(runtimes or {})
+        self.horizon_s = horizon_s
         self.calibrate = calibrate
         self.previous: Mapping[int, Eta] = {}
         self.started: list[tuple[float, str, float, float]] = []  # (end, queue, actual, declared)
@@ -363,6 +379,8 @@ class EtaRecorder:
             if t.first_p50 is not None and t.first_p90 is not None and t.admitted_at is not None
         ]
         p90_ok = sum(1 for _, _, p90, at in firsts if at <= p90 + 1e-6)
+        # First forecasts whose p90 is no bound (saturation: the horizon, see .eta).
+        unbounded = sum(1 for t0, _, p90, _ in firsts if p90 - t0 >= self.horizon_s - 1.0)
         p50_ok = sum(1 for _, p50, _, at in firsts if at <= p50 + 1e-6)
         rel = [abs((at - t0) - (p50 - t0)) / max(at - t0, FLOOR_S) for t0, p50, _, at in firsts]
         # Diagnosis of that error (same measure, signed: > 0 = started later than said):
@@ -403,6 +421,7 @@ class EtaRecorder:
             "presence_pct": round(100.0 * self.present / max(1, self.observations), 2),
             "p90_coverage_pct": round(100.0 * p90_ok / max(1, n), 2),
             "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
+            "p90_unbounded_pct": round(100.0 * unbounded / max(1, n), 2),
             "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
             "p50_median_signed_err": round(statistics.median(signed), 3) if signed else 0.0,
             "sim_median_rel_err": round(statistics.median(map(abs, sim)), 3) if sim else 0.0,

@@ -22,7 +22,10 @@ placement, Block/Intelligent blocking). Simplifications, on purpose:
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
 * runtime quota is recomputed every so many completions, not at each one;
 * preempted victims and requeued workloads release at once; victims compete again
-  with their original order;
+  with their original order; a waiting preemptor fits by the runtime quota without
+  aged claims (``limit_base``: preemption judged it by that, and claims stay frozen
+  while it waits) -- by the claimed limit it was forecast minutes late in gpu-heavy
+  and started within one cycle;
 * a running workload past its estimate is assumed to need a quarter (p50) or half
   (p90) of the estimate more; past the typical share of a declared limit, it ends
   between now and the limit (half way at the median);
@@ -262,6 +265,9 @@ class _Simulation:
         self.own_demand = [dict(d) for d in cy.own_demand]
         self.runtime = cy.runtime
         self.limit = cy.limit
+        # A waiting preemptor was judged by the runtime quota without aged claims, and
+        # claims stay frozen while it waits: it fits by that limit, as in the cycle.
+        self.limit_base = cy.limit_base
         self.events = events
         self.seq = len(events) + 1
         self.eta: dict[int, float] = {}
@@ -371,7 +377,7 @@ class _Simulation:
                     if blocks(w):
                         sq.block_at[qi] = i
                     continue
-                fc, fk = self._quota_fail(qi, c.req, w)
+                fc, fk = self._quota_fail(qi, c.req, w=w)
                 if fc >= 0:
                     self._file(c, fc, fk)
                     if blocks(w):
@@ -380,10 +386,15 @@ class _Simulation:
             heapq.heappush(sq.dirty, i)
 
     def _quota_fail(
-        self, qi: int, req: Mapping[str, int], w: WorkloadSpec | None = None
+        self,
+        qi: int,
+        req: Mapping[str, int],
+        limit: list[dict[str, int]] | None = None,
+        w: WorkloadSpec | None = None,
     ) -> tuple[int, str]:
         used = self.used
-        limit = self.limit
+        if limit is None:
+            limit = self.limit
         for node_q in self.tree.chains[qi]:
             u = used[node_q]
             lim = limit[node_q]
@@ -505,7 +516,7 @@ class _Simulation:
                 if lim.get(k, 0) > cap:
                     lim[k] = cap
             limit.append(lim)
-        self.limit = limit
+        self.limit = self.limit_base = limit
 
     def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, float, int, float, int]:
         if c.first:
@@ -570,7 +581,7 @@ class _Simulation:
                 self._schedule(sq)
                 continue
             req = c.req
-            fail_c, fail_k = self._quota_fail(qi, req, w)
+            fail_c, fail_k = self._quota_fail(qi, req, self.limit_base if c.first else None, w)
             placed = None
             if fail_c < 0:
                 shape = cy.shape(w)

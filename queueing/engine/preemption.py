@@ -17,7 +17,8 @@ Candidate victims, in the order they are tried:
    allowed only when the preemptor's share after the swap is at or below the victim
    quota's share after losing the victim (Kueue's LessThanOrEqualToFinalShare), so
    the victim's quota could never take it back -- no ping-pong.
-2. **InQueue** -- lower-priority workloads of the same quota.
+2. **InQueue** -- lower-priority workloads of the same quota, but never one that ranks
+   ahead of the preemptor by age (aged, and the preemptor fresh or queued later).
 
 Within each group: lower priority first, then the most recently admitted (least work
 lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
@@ -49,6 +50,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from queueing.engine.aging import aged_before
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
 if TYPE_CHECKING:
@@ -262,6 +264,26 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 need.setdefault(c, {})[k] = d
     allow_inq = spec.preempt_within_quota != "Never"
     allow_reclaim = spec.reclaim != "Never"
+    specs = cy.queue_specs
+    now_ = cy.now
+    w_aged = w.queue_order_at <= aged_before(spec, now_)
+
+    def ahead(v: WorkloadSpec) -> bool:
+        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.queue_order_key`).
+
+        An aged workload goes ahead of every one that has not aged, the aged in the
+        order they queued; evicting it for a fresher one of higher priority would
+        undo that (the live demo admitted an aged 128-cpu gang and evicted it a second
+        later for a fresh one, past ten minutes). Only a workload that had aged when it
+        was admitted is spared: one admitted at once keeps its priority's terms.
+        """
+        vs = specs.get(v.queue)
+        if vs is None or v.admitted_at is None:
+            return False
+        if v.queue_order_at > aged_before(vs, v.admitted_at):
+            return False  # it was not admitted by age: priority decides, as before
+        return not w_aged or v.queue_order_at <= w.queue_order_at
+
     if qi in need:
         # Only the quota's own workloads lower its own usage.
         if not allow_inq:
@@ -270,7 +292,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         for _, v in pre.quota_list(qi):
             if v.priority >= w.priority:
                 break
-            if v.id in skip:
+            if v.id in skip or ahead(v):
                 continue
             for k, x in v._request._d.items():
                 have[k] = have.get(k, 0) + x
@@ -299,7 +321,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         for key, v in pre.quota_list(qi):
             if v.priority >= w.priority:
                 return
-            yield key, v, qi
+            if not ahead(v):
+                yield key, v, qi
 
     streams: list[Iterator[tuple[VKey, WorkloadSpec, int]]] = []
     if allow_reclaim and (not need or any(c != qi for c in need)):

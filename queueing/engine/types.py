@@ -397,11 +397,11 @@ class Snapshot:
     #: ``(actual wait - predicted wait) / max(predicted wait, floor)`` over recently
     #: admitted workloads. Empty: not calibrated; the p90 comes from p90 runtimes.
     eta_residuals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    #: Offered load of recent arrivals per queue and priority, as a fraction of their
-    #: tree's capacity (arrival rate x dominant share x runtime; see
+    #: Offered load of recent arrivals per queue, priority and resource, as a fraction
+    #: of their tree's capacity of that resource (arrival rate x share x runtime; see
     #: :class:`.calibration.ArrivalLoad`). Arrivals that go before a waiting workload
     #: stretch its wait by ``1 / (1 - their load)`` (see :mod:`.eta`). Empty: none.
-    arrival_load: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    arrival_load: Mapping[str, Mapping[int, Mapping[str, float]]] = field(default_factory=dict)
 
 
 # -- decisions ------------------------------------------------------------------------

@@ -312,3 +312,20 @@ def test_a_read_only_token_reads_but_may_not_write(kq, site):
     refused = kq("submit", "ro-1", "--queue", site.queue.name, "--pod-set", "cpu=1", who="vic-ro")
     assert refused.code == 6
     assert not Workload.objects.filter(name="ro-1").exists()
+
+
+def test_quota_preview_of_a_fair_share_weight(kq, site):
+    version = Quota.objects.get(pk=site.quota.pk).version
+    run = kq("quota", "preview", site.quota.name, "--fair-weight", "2.5", who="root")
+    assert run.code == 0, run.err
+    assert run.out.rstrip().endswith("Nothing was saved.")
+    assert Quota.objects.get(pk=site.quota.pk).version == version
+    assert Quota.objects.get(pk=site.quota.pk).fair_weight == 1.0
+    # The flag reaches the server: only it knows the upper bound.
+    too_heavy = kq("quota", "preview", site.quota.name, "--fair-weight", "5000", who="root")
+    assert too_heavy.code == 4
+    assert "fair_weight must be greater than 0 and at most 1000" in too_heavy.err
+    for bad in ("0", "-1", "nan", "inf", "heavy"):
+        refused = kq("quota", "preview", site.quota.name, "--fair-weight", bad, who="root")
+        assert refused.code == 2, bad
+        assert "--fair-weight" in refused.err

@@ -140,9 +140,11 @@ def submit_jobs(quotas: dict[str, Quota], *, limited: bool) -> None:
     for i in range(JOBS):
         runtime = rng.choice((1, 2, 3))  # tenths of a second at the fake's time scale
         annotations = {RUNTIME_ANNOTATION: str(runtime)}
-        if limited and i < LIMITED:  # they would run 30 s; their limit stops them at 1 s
+        if limited and i < LIMITED:
+            # They would run 10 minutes (longer than the test waits: only their stop ends
+            # them); their limit stops them after 1 s.
             annotations = {
-                RUNTIME_ANNOTATION: "300",
+                RUNTIME_ANNOTATION: "6000",
                 "koord-queue/maximum-execution-time-seconds": "1",
             }
         actions.submit_workload(

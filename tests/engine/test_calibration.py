@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from queueing.engine import run_cycle
-from queueing.engine.calibration import ArrivalLoad, EtaRecorder, Residuals, qbets_index
+from queueing.engine.calibration import ARRIVALS, ArrivalLoad, EtaRecorder, Residuals, qbets_index
 from queueing.engine.quota import QuotaTree, waterfill
 from queueing.engine.types import Eta, QueueSpec, Snapshot
 
@@ -102,7 +102,7 @@ def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:
 def test_higher_priority_arrivals_stretch_the_wait() -> None:
     # Work of priority 10 arrives at 50 % of the tree's capacity: a priority-0 wait of
     # 100 s doubles; the same arrivals do not delay priority-10 work.
-    load = {"q": {10: 0.5}}
+    load = {"q": {10: {"cpu": 0.5}}}
     assert run_cycle(world(arrival_load=load)).etas[2].p50 == pytest.approx(NOW + 200)
     hi = dataclasses.replace(
         world(arrival_load=load),
@@ -119,26 +119,24 @@ def test_higher_priority_arrivals_stretch_the_wait() -> None:
 def test_only_arrivals_that_go_first_stretch_the_wait() -> None:
     # The same urgent load arriving in another queue: the engine ranks queues by fair
     # share before workload priority, so it does not go before q's work.
-    sibling = {"root": {10: 0.5}}
+    sibling = {"root": {10: {"cpu": 0.5}}}
     assert run_cycle(world(arrival_load=sibling)).etas[2].p50 == pytest.approx(NOW + 100)
     # From a queue of higher queue priority, all of it goes first (any priority).
     ranked = world(
-        arrival_load={"root": {-5: 0.5}},
+        arrival_load={"root": {-5: {"cpu": 0.5}}},
         queues=[QueueSpec("q"), QueueSpec("root", priority=5)],
     )
     assert run_cycle(ranked).etas[2].p50 == pytest.approx(NOW + 200)
 
 
-def test_a_wait_behind_arrivals_faster_than_service_has_no_bounded_p90() -> None:
-    # Priority-10 work of q arrives at 120 % of what serves q: while that lasts the
-    # priority-0 workload has no stationary bound; the p50 is stretched (capped) and
-    # the p90 is the horizon, not a bound the engine cannot keep.
-    snap = world(arrival_load={"q": {10: 1.2}})
-    eta = run_cycle(snap).etas[2]
-    assert eta.p50 == pytest.approx(NOW + 300)
-    assert eta.p90 == pytest.approx(NOW + snap.config.eta_horizon_s)
-    # Below saturation the p90 stays a finite multiple.
-    assert run_cycle(world(arrival_load={"q": {10: 0.5}})).etas[2].p90 < NOW + 1000
+def test_a_load_of_few_arrivals_stretches_less_than_its_estimate() -> None:
+    # Half of q's capacity arriving ahead, made of 4 arrivals: known to 1/sqrt(4) of
+    # itself, the stretch uses the lower bound 0.25 (100 s -> 133 s), not 0.5 (200 s).
+    few = world(arrival_load={"q": {10: {"cpu": 0.5, ARRIVALS: 4.0}}})
+    assert run_cycle(few).etas[2].p50 == pytest.approx(NOW + 100 / 0.75)
+    # Made of 10,000 arrivals it is as good as known.
+    many = world(arrival_load={"q": {10: {"cpu": 0.5, ARRIVALS: 10_000.0}}})
+    assert run_cycle(many).etas[2].p50 == pytest.approx(NOW + 100 / (1 - 0.5 * 0.99))
 
 
 def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
@@ -157,7 +155,7 @@ def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
         ),
     )
     load.update(later, {})
-    assert load.load(NOW + 10) == {"q": {7: pytest.approx(5.0)}}
+    assert load.load(NOW + 10) == {"q": {7: {"cpu": pytest.approx(5.0), ARRIVALS: 1.0}}}
 
 
 def test_the_recorder_measures_coverage_error_and_flips() -> None:

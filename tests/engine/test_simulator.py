@@ -76,7 +76,9 @@ def test_eviction_is_confirmed_next_cycle_and_the_victim_runs_again() -> None:
         ]
     )
     cfg = EngineConfig(fair_share_mode="instant", preempt_grace_s=0.0)
-    result = simulate(scenario, cycle_interval_s=1.0, config=cfg)
+    # Epoch 0: the jobs' queue-order times are virtual seconds (with the default epoch
+    # the low one would look aged by 1.7e9 s when admitted, and be spared by age).
+    result = simulate(scenario, cycle_interval_s=1.0, config=cfg, epoch=0.0)
     assert result.evictions == 1
     assert result.tta_mean_s["high"] == pytest.approx(3.0 - 1.5)
     assert result.tta_first_mean_s["low"] == pytest.approx(0.5)

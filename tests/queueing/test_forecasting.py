@@ -200,8 +200,8 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world):
     # The tree's work is younger than the window: the span is its age.
     span = (index.now - created).total_seconds()
     assert span == pytest.approx(50.0)
-    assert load[1000] == pytest.approx(25.0 / span)
-    assert load[0] == pytest.approx(12.5 / span)
+    assert load[1000]["cpu"] == pytest.approx(25.0 / span)
+    assert load[0]["cpu"] == pytest.approx(12.5 / span)
     # Out of the window, an arrival no longer counts.
     snapshot, _ = state.build_snapshot(
         world.root.name,

@@ -163,3 +163,29 @@ def test_deleting_a_quota_wakes_its_own_tree_only(world, sent, django_capture_on
         actions.delete_quota(SYSTEM, spare)
     # Found through its parent (the deleted quota is gone from the tree): not every tree.
     assert sent.targets() == ["other"]
+
+
+def test_a_heads_only_cycle_that_admits_every_head_it_listed_wakes_its_tree_again(
+    world, sent, settings, monkeypatch
+):
+    from queueing import state
+    from queueing.admission import cycle_root
+
+    settings.KQ_FORECAST_EVERY_S = 1000.0  # after the first, cycles only admit, from heads
+    monkeypatch.setattr(state, "HEAD_ROWS", 2)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # the forecasting one
+    for i in range(5):
+        submit(world, f"s{i}", cpu="1", runtime=600)
+    sent.clear()
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert len(report.admitted) == 2  # the two heads listed; three more fit
+    assert sent.targets() == ["cluster"]
+    # Control: listing every one left, the cycle admits them all and wakes nothing.
+    wake.taken("cluster")
+    sent.clear()
+    monkeypatch.setattr(state, "HEAD_ROWS", 10)
+    report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    assert report is not None
+    assert len(report.admitted) == 3
+    assert sent.targets() == []
