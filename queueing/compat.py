@@ -26,8 +26,9 @@ QUOTA_PARENT_LABEL = "quota.scheduling.koordinator.sh/parent"
 QUOTA_IS_PARENT_LABEL = "quota.scheduling.koordinator.sh/is-parent"
 QUOTA_IS_ROOT_LABEL = "quota.scheduling.koordinator.sh/is-root"
 QUOTA_TREE_ID_LABEL = "quota.scheduling.koordinator.sh/tree-id"
-# On a job: "false" keeps it within its quota's min (never preempted for borrowing).
+# On a job (or its QueueUnit): "false" keeps it within its quota's min, never a victim.
 PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
+PREEMPTIBLE_LABELS = (PREEMPTIBLE_LABEL, "quota.scheduling.alibabacloud.com/preemptible")
 
 # kube-queue's way to say "created suspended, wait for the queue", and koord-queue's
 # hold on a QueueUnit (a job's annotations are copied to its QueueUnit). Admission
@@ -207,6 +208,13 @@ def queue_name(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str
 
 def quota_name(labels: Mapping[str, str]) -> str | None:
     return first_label(labels, QUOTA_LABELS)
+
+
+def is_preemptible(labels: Mapping[str, str]) -> bool:
+    """koord-queue's ``IsJobPreemptible``: either preemptible label ``"true"``, or
+    neither set, makes a job preemptible; any other value (``"false"``) does not."""
+    values = [labels.get(key) for key in PREEMPTIBLE_LABELS]
+    return "true" in values or not any(values)
 
 
 def held(annotations: Mapping[str, str]) -> bool:

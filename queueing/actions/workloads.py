@@ -215,6 +215,10 @@ def submit_workload(
         raise ValidationError({"name": [f"A live workload {namespace}/{name} already exists."]})
     from queueing import compat
 
+    for key in compat.PREEMPTIBLE_LABELS:
+        value = (labels or {}).get(key)
+        if value is not None and value not in ("true", "false"):
+            raise ValidationError({"labels": [f'{key} must be "true" or "false", not {value!r}.']})
     job_labels = {**(labels or {}), compat.QUEUE_LABEL: queue.name, compat.QUOTA_LABEL: quota.name}
     cluster = get_cluster()
     with transaction.atomic():
@@ -269,6 +273,8 @@ def _new_workload(
     now: datetime | None = None,
 ) -> Workload:
     """The unsaved row of a new workload."""
+    from queueing import compat
+
     return Workload(
         tenant=tenant,
         quota=quota,
@@ -287,6 +293,7 @@ def _new_workload(
         phase=phase,
         labels=dict(labels),
         annotations=dict(annotations),
+        preemptible=compat.is_preemptible(labels),
         source=actor.source,
         submitted_by=actor.user,
         reason="Waiting for the next admission cycle.",

@@ -39,6 +39,7 @@ from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NEVER,
     F_NODES,
+    F_NPMIN,
     F_POLICY,
     F_QUOTA,
     F_WAITING,
@@ -122,7 +123,7 @@ class Cycle(CycleState):
             req = w._request._d
             if not victims:
                 # Everything it preempted is gone: admit now if it fits, else compete.
-                if self.quota_fail(qi, req) < 0:
+                if self.quota_fail(qi, req) < 0 and not self.np_short(w, qi):
                     shape = self.shape(w)
                     if shape not in self.failed_shapes:
                         pl = self.nodes.place(self.reqs(w))
@@ -208,8 +209,11 @@ class Cycle(CycleState):
                             break
                 else:
                     c = quota_fail(qi, req)
+                np_c = bool(self.np_short(w, qi))
+                if np_c:
+                    c = qi
                 if c >= 0:
-                    fail[wid] = (F_QUOTA, c)
+                    fail[wid] = (F_NPMIN, qi) if np_c else (F_QUOTA, c)
                 else:
                     pod_sets = w.pod_sets
                     if len(pod_sets) == 1 and not may_fit(
@@ -278,7 +282,10 @@ class Cycle(CycleState):
                     entry = heappushpop(heap, (qp, s2, np_, ts, wid, qidx, qver[qi]))
                     continue
             # Quota fit, then gang fit.
-            c = quota_fail(qi, req)
+            # A non-preemptible workload beyond its quota's min: no victim can help
+            # (non-preemptible work is never one), it waits for such work to end.
+            np_c = bool(self.np_short(w, qi))
+            c = qi if np_c else quota_fail(qi, req)
             ok = False
             if c < 0:
                 shape = self.shape(w)
@@ -292,11 +299,11 @@ class Cycle(CycleState):
                 if not ok:
                     fail[wid] = (F_NODES, shape)
             else:
-                fail[wid] = (F_QUOTA, c)
+                fail[wid] = (F_NPMIN, qi) if np_c else (F_QUOTA, c)
             if not ok and c < 0 and q.blocks(w) and self.set_aside_on_nodes(w):
                 ok = True  # inadmissible: neither preempts nor blocks
             elif not ok:
-                if preemption_on and self._may_preempt(q, w, qi):
+                if preemption_on and not np_c and self._may_preempt(q, w, qi):
                     found = find_victims(self, w, qi, q.spec)
                     if found is not None:
                         self._preempt(w, qi, found)

@@ -38,12 +38,14 @@ __all__ = [
     "F_NEVER",
     "F_NODES",
     "F_NOTREACHED",
+    "F_NPMIN",
     "F_POLICY",
     "F_QUOTA",
     "F_WAITING",
     "CycleState",
     "QueueState",
     "ShapeKey",
+    "nonpreemptible_short",
     "order_key",
 ]
 
@@ -55,8 +57,28 @@ F_DEPTH = 3  # (F_DEPTH, 0)
 F_WAITING = 4  # (F_WAITING, 0): nominated, victims still releasing
 F_NOTREACHED = 5  # (F_NOTREACHED, 0)
 F_NEVER = 6  # (F_NEVER, reason): can never fit as specified; set aside, blocks nobody
+F_NPMIN = 7  # (F_NPMIN, quota index): non-preemptible, beyond its quota's min
 
 ShapeKey = tuple[tuple[frozenset[tuple[str, int]], int, Any], ...]
+
+
+def nonpreemptible_short(
+    mins: Mapping[str, int], np_used: Mapping[str, int], req: Mapping[str, int]
+) -> str:
+    """The first resource in which a non-preemptible ``req`` does not fit, or "".
+
+    koord-queue's rule for a job labelled ``preemptible: "false"``: the quota's
+    non-preemptible usage plus the request must stay within the quota's min, so it
+    never holds what a lender could reclaim. As Koordinator compares them
+    (``quotav1.LessThanOrEqual(used + request, min)``), only the resources the min
+    names are bounded: a min of 0 cpu allows no cpu, a min silent on memory leaves
+    memory to the ordinary fit. Shared by the cycle and the ETA forecast.
+    """
+    for k, v in req.items():
+        m = mins.get(k)
+        if m is not None and np_used.get(k, 0) + v > m:
+            return k
+    return ""
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -129,6 +151,7 @@ class CycleState:
         qindex = tree.index
         own_used: list[dict[str, int]] = [{} for _ in range(nq)]
         own_pend: list[dict[str, int]] = [{} for _ in range(nq)]
+        own_np: list[dict[str, int]] = [{} for _ in range(nq)]
         #: Holding workloads per quota index (victim candidates and forecast input).
         self.holding: list[list[WorkloadSpec]] = [[] for _ in range(nq)]
         #: Holding workloads whose quota is not in the snapshot (still hold nodes).
@@ -193,6 +216,10 @@ class CycleState:
                     d = own_used[qi]
                     for k, v in w._request._d.items():
                         d[k] = d.get(k, 0) + v
+                    if not w.preemptible:
+                        d = own_np[qi]
+                        for k, v in w._request._d.items():
+                            d[k] = d.get(k, 0) + v
                 if ph == PREEMPTED and w.preempted_by is not None:
                     self.inflight.setdefault(w.preempted_by, []).append(w)
             elif ph == BACKOFF:
@@ -255,6 +282,9 @@ class CycleState:
             self.claims = None
         #: Subtree usage of holding workloads plus this cycle's admissions.
         self.used: list[dict[str, int]] = tree.subtree_sums(own_used)
+        #: Subtree usage of non-preemptible holdings (and admissions): what
+        #: :func:`nonpreemptible_short` checks against each quota's min.
+        self.np_used: list[dict[str, int]] = tree.subtree_sums(own_np)
         #: ``used`` plus capacity reserved for waiting preemptors (fit checks use this).
         self.load: list[dict[str, int]] = [dict(u) for u in self.used]
         self.limit: list[dict[str, int]] = []
@@ -414,6 +444,12 @@ class CycleState:
                 return hk[1]
         return -1
 
+    def np_short(self, w: WorkloadSpec, qi: int) -> str:
+        """For a non-preemptible ``w``: the resource beyond quota ``qi``'s min, or ""."""
+        if w.preemptible:
+            return ""
+        return nonpreemptible_short(self.tree.mins[qi], self.np_used[qi], w._request._d)
+
     def within_min(self, qi: int, req: Mapping[str, int]) -> bool:
         """Whether quota ``qi`` stays within its min with ``req``, in every resource of
         ``req`` its min names (and it names one): a guaranteed claim (see
@@ -460,6 +496,11 @@ class CycleState:
             for k, v in req.items():
                 u[k] = u.get(k, 0) + v
                 ld[k] = ld.get(k, 0) + v
+        if not w.preemptible:
+            for c in self.tree.chains[qi]:
+                npu = self.np_used[c]
+                for k, v in req.items():
+                    npu[k] = npu.get(k, 0) + v
         self.fair.admitted(qi, req)
         self.qver[qi] += 1
         self.nodes.commit(per_node)

@@ -33,6 +33,7 @@ from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NEVER,
     F_NODES,
+    F_NPMIN,
     F_POLICY,
     F_QUOTA,
     F_WAITING,
@@ -234,7 +235,10 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             lower = [
                 v
                 for v in cy.holding[qi]
-                if v.priority < priority and v.phase != PREEMPTED and v.id not in skip_victims
+                if v.priority < priority
+                and v.phase != PREEMPTED
+                and v.preemptible
+                and v.id not in skip_victims
             ]
             lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
             victims_cache[key] = lower
@@ -345,6 +349,9 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
+            elif kind == F_NPMIN:
+                out[wid] = _np_expl(cy, w, arg)._replace(ahead=ahead, waiting_ahead=idx)
+                head_names[wid] = w.name
             elif kind == F_NODES:
                 if arg is None:
                     # Fast-failed in the tournament (a single pod set that no node could
@@ -426,3 +433,32 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     for w, what in cy.unknown:
         out[w.id] = Explanation(w.id, EXPLAIN_UNKNOWN, detail=what)
     return out
+
+
+def _np_expl(cy: Cycle, w: WorkloadSpec, qi: int) -> Explanation:
+    """A non-preemptible ``w`` beyond quota ``qi``'s min (koord-queue's rule)."""
+    tree = cy.tree
+    name = tree.names[qi]
+    mins = tree.mins[qi]
+    held = cy.np_used[qi]
+    req = w._request._d
+    short = {
+        k: held.get(k, 0) + v - mins[k]
+        for k, v in req.items()
+        if k in mins and held.get(k, 0) + v > mins[k]
+    }
+    # In the resources the min bounds (the others are left to the ordinary fit).
+    bound = [k for k in req if k in mins]
+    detail = (
+        f"non-preemptible: needs {fmt({k: req[k] for k in bound})} within min "
+        f"{fmt({k: mins[k] for k in bound})} of quota {name}, {name}'s non-preemptible "
+        f"work holds {fmt({k: held[k] for k in bound if held.get(k)})}"
+    )
+    return Explanation(
+        w.id,
+        EXPLAIN_QUOTA,
+        quota=name,
+        shortfall=Resources.from_raw(short),
+        limit="min",
+        detail=detail,
+    )

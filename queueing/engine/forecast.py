@@ -57,7 +57,13 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.cyclestate import F_NEVER, F_NODES, QueueState, order_key
+from queueing.engine.cyclestate import (
+    F_NEVER,
+    F_NODES,
+    QueueState,
+    nonpreemptible_short,
+    order_key,
+)
 from queueing.engine.eta import finish_etas
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex
@@ -255,6 +261,7 @@ class _Simulation:
         self.nodes: NodeIndex = cy.nodes.clone()
         # Reservations are the cycle's business; the simulation starts from true usage.
         self.used = [dict(u) for u in cy.used]
+        self.np_used = [dict(u) for u in cy.np_used]
         self.own_demand = [dict(d) for d in cy.own_demand]
         self.runtime = cy.runtime
         self.limit = cy.limit
@@ -370,7 +377,7 @@ class _Simulation:
                     if blocks(w):
                         sq.block_at[qi] = i
                     continue
-                fc, fk = self._quota_fail(qi, c.req)
+                fc, fk = self._quota_fail(qi, c.req, w=w)
                 if fc >= 0:
                     self._file(c, fc, fk)
                     if blocks(w):
@@ -379,7 +386,11 @@ class _Simulation:
             heapq.heappush(sq.dirty, i)
 
     def _quota_fail(
-        self, qi: int, req: Mapping[str, int], limit: list[dict[str, int]] | None = None
+        self,
+        qi: int,
+        req: Mapping[str, int],
+        limit: list[dict[str, int]] | None = None,
+        w: WorkloadSpec | None = None,
     ) -> tuple[int, str]:
         used = self.used
         if limit is None:
@@ -390,6 +401,11 @@ class _Simulation:
             for k, v in req.items():
                 if u.get(k, 0) + v > lim.get(k, 0):
                     return node_q, k
+        if w is not None and not w.preemptible:
+            # The cycle's rule for a non-preemptible workload (within its quota's min).
+            k = nonpreemptible_short(self.tree.mins[qi], self.np_used[qi], req)
+            if k:
+                return qi, k
         return -1, ""
 
     def _release(
@@ -408,6 +424,10 @@ class _Simulation:
                 u = self.used[c]
                 for k, v in req.items():
                     u[k] = u.get(k, 0) - v
+                if not w.preemptible:
+                    npu = self.np_used[c]
+                    for k, v in req.items():
+                        npu[k] = npu.get(k, 0) - v
             if demand:
                 d = self.own_demand[qi]
                 for k, v in req.items():
@@ -561,7 +581,7 @@ class _Simulation:
                 self._schedule(sq)
                 continue
             req = c.req
-            fail_c, fail_k = self._quota_fail(qi, req, self.limit_base if c.first else None)
+            fail_c, fail_k = self._quota_fail(qi, req, self.limit_base if c.first else None, w)
             placed = None
             if fail_c < 0:
                 shape = cy.shape(w)
@@ -574,6 +594,10 @@ class _Simulation:
                     u = used[node_q]
                     for k, v in req.items():
                         u[k] = u.get(k, 0) + v
+                    if not w.preemptible:
+                        npu = self.np_used[node_q]
+                        for k, v in req.items():
+                            npu[k] = npu.get(k, 0) + v
                 self.fair.admitted(qi, req)
                 nodes.commit(placed.per_node)
                 eta[w.id] = t

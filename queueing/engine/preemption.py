@@ -164,7 +164,11 @@ class Preemptor:
         got = self.by_quota.get(qi)
         if got is None:
             got = sorted(
-                ((_vkey(v), v) for v in self.cy.holding[qi] if v.phase != PREEMPTED),
+                (
+                    (_vkey(v), v)
+                    for v in self.cy.holding[qi]
+                    if v.phase != PREEMPTED and v.preemptible
+                ),
                 key=lambda t: t[0],
             )
             self.by_quota[qi] = got
@@ -179,7 +183,7 @@ class Preemptor:
                     (_vkey(v), v, vq)
                     for vq in self.cy.tree.subtree(x)
                     for v in holding[vq]
-                    if v.phase != PREEMPTED
+                    if v.phase != PREEMPTED and v.preemptible
                 ),
                 key=lambda t: t[0],
             )

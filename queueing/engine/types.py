@@ -280,6 +280,10 @@ class WorkloadSpec:
     * ``nominated``: the workload preempted victims in an earlier cycle and has not
       been admitted yet; it goes first while the freed capacity arrives. Feed it back
       from :attr:`CycleResult.nominations`.
+    * ``preemptible``: False for koord-queue's non-preemptible job (its
+      ``quota.scheduling.koordinator.sh/preemptible: "false"`` label): admitted only
+      within its quota's min, counting the quota's other non-preemptible holdings, and
+      never chosen as a victim.
     """
 
     id: int
@@ -298,6 +302,7 @@ class WorkloadSpec:
     assignment: Mapping[str, Resources] = field(default_factory=dict)
     preempted_by: int | None = None
     nominated: bool = False
+    preemptible: bool = True
     _request: Resources = field(init=False, repr=False, compare=False, default=EMPTY)
 
     def __post_init__(self) -> None:
@@ -606,6 +611,8 @@ class Explanation(NamedTuple):
                 f"{fmt_time(self.starts_by)} at the latest."
             )
         kind = self.kind
+        if kind == EXPLAIN_QUOTA and self.limit == "min":
+            return f"Waiting for quota: {self.detail}." + ahead + bound
         if kind == EXPLAIN_QUOTA:
             what = {"max": "max", "cluster": "share of the cluster"}.get(
                 self.limit or "", "runtime quota"

@@ -51,6 +51,13 @@ class Workload(models.Model):
     nominated = models.BooleanField(
         default=False, help_text="Victims were evicted for it; their capacity is reserved for it."
     )
+    preemptible = models.BooleanField(
+        default=True,
+        help_text=(
+            'False when its preemptible label says "false" (koord-queue): admitted only '
+            "within its quota's min and never preempted."
+        ),
+    )
     explanation = models.JSONField(null=True, blank=True)
     reason = models.CharField(max_length=500, blank=True)
     position = models.PositiveIntegerField(null=True, blank=True)

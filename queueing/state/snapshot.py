@@ -89,6 +89,7 @@ WORKLOAD_FIELDS = (
     "assignment",
     "preempted_by_id",
     "nominated",
+    "preemptible",
     "position",
     "global_position",
     "eta_p50",
@@ -458,6 +459,7 @@ def _workload_specs(
             assignment={node: Resources(held) for node, held in (row["assignment"] or {}).items()},
             preempted_by=row["preempted_by_id"],
             nominated=row["nominated"],
+            preemptible=row["preemptible"],
         )
         if reuse is not None:
             reuse[row["id"]] = (row, spec)

@@ -80,6 +80,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "api_version",
             "priority",
             "priority_class",
+            "preemptible",
             "priority_band",
             "pod_sets",
             "total_request",

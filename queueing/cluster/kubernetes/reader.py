@@ -322,6 +322,11 @@ class Reader:
                 )
                 if unit is not None:
                     annotations = queue_unit_hints(unit, annotations)
+                    # koord-queue reads the preemptible label on the QueueUnit too.
+                    for key in compat.PREEMPTIBLE_LABELS:
+                        value = dig(unit, "metadata", "labels", key)
+                        if value is not None and key not in labels:
+                            labels[key] = str(value)
                 # A Job owned by a JobSet (or CronJob) is its parent's business.
                 owned = owner is not None and not compat.first_label(
                     labels, compat.QUEUE_LABELS + compat.QUOTA_LABELS
