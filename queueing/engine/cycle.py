@@ -157,6 +157,7 @@ class Cycle(CycleState):
         preempt_tried = self.preempt_tried
         shape_of = self.shape
         may_fit = nodes.may_fit
+        within_min = self.within_min
 
         def advance(q: QueueState) -> WorkloadSpec | None:
             """Move ``q`` to its next candidate that may be tried, or None.
@@ -169,6 +170,8 @@ class Cycle(CycleState):
             cands = q.cands
             blocked = q.blocked
             may_preempt = preemption_on and q.may_preempt
+            qidx = q.index
+            aged_cut = q.aged_before
             block_all = q.block_all
             intelligent = q.intelligent
             threshold = q.threshold
@@ -190,8 +193,16 @@ class Cycle(CycleState):
                         fail[wid] = (F_POLICY, b)
                         pos += 1
                         continue
-                if may_preempt and self.search_key(q, w, qi) not in preempt_tried:
-                    break
+                if may_preempt:
+                    # Untried search_key: the candidate gets its turn. Which kind it is
+                    # (within min or not) is only worked out when just one is tried.
+                    aged = (qidx, qi, 1 if w.queue_order_at <= aged_cut else 0)
+                    untried_aged = aged not in preempt_tried
+                    if untried_aged == ((qidx, qi, 2) not in preempt_tried):
+                        if untried_aged:
+                            break
+                    elif untried_aged != within_min(qi, w._request._d):
+                        break
                 # Fast fail: the quota chain's cached headroom, then the nodes' largest
                 # free slot (single pod set), then the memo of failed gang shapes.
                 req = w._request._d
