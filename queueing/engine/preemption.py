@@ -51,6 +51,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import aged_before
+from queueing.engine.nodes import EligKey
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
 if TYPE_CHECKING:
@@ -138,6 +139,19 @@ class Preemptor:
             if above:
                 self.over_min[c] = above
         self._subtree_lists: dict[int, list[tuple[VKey, WorkloadSpec, int]]] = {}
+        self._eligible: dict[tuple[EligKey, ...], frozenset[int]] = {}
+        self._reclaim_lists: dict[
+            tuple[bool, int, frozenset[str]], list[tuple[VKey, WorkloadSpec, int, int]]
+        ] = {}
+
+    def eligible_nodes(self, keys: tuple[EligKey, ...]) -> frozenset[int]:
+        """The nodes any of the pod sets with eligibility ``keys`` may use (cached)."""
+        got = self._eligible.get(keys)
+        if got is None:
+            nodes = self.cy.nodes
+            got = frozenset(i for key in keys for i in nodes.eligible(key))
+            self._eligible[keys] = got
+        return got
 
     def arriving(self, qi: int, req: Mapping[str, int]) -> None:
         """Account a preemptor that will be admitted in quota ``qi``."""
@@ -188,6 +202,48 @@ class Preemptor:
                 key=lambda t: t[0],
             )
             self._subtree_lists[x] = got
+        return got
+
+
+    def reclaim_list(
+        self, by_min: bool, top: int, keys: frozenset[str]
+    ) -> list[tuple[VKey, WorkloadSpec, int, int]]:
+        """Reclaim candidates below ``top`` (-1: every tree), in victim order.
+
+        The workloads of every quota in ``top``'s subtree that is above its runtime
+        quota (``by_min``: above its min) in one of ``keys``, and of their
+        descendants; each comes with the *lowest* such quota on its path. A search
+        excludes the preemptor's own chain from the over quotas: a workload is then
+        still a candidate exactly when its lowest over quota is not on that chain
+        (any higher one is an ancestor of it, hence on the chain too). Built once per
+        cycle and key, so a search costs what it reads, not a pass over every quota.
+        """
+        ck = (by_min, top, keys)
+        got = self._reclaim_lists.get(ck)
+        if got is None:
+            tree = self.cy.tree
+            source = self.over_min if by_min else self.over
+            lo, hi = (top, top + tree.size[top]) if top >= 0 else (0, len(tree))
+            base = {x for x, over in source.items() if lo <= x < hi and not over.isdisjoint(keys)}
+            chains = tree.chains
+            lowest: dict[int, int] = {}
+            for vq in range(lo, hi):
+                for a in chains[vq]:
+                    if a in base:
+                        lowest[vq] = a
+                        break
+            every = self.subtree_list(top) if top >= 0 else self._all_list()
+            got = [(k, v, vq, lowest[vq]) for k, v, vq in every if vq in lowest]
+            self._reclaim_lists[ck] = got
+        return got
+
+    def _all_list(self) -> list[tuple[VKey, WorkloadSpec, int]]:
+        """Every quota's holdings sorted as victims (all trees of the forest)."""
+        got = self._subtree_lists.get(-1)
+        if got is None:
+            lists = [self.subtree_list(r) for r in self.cy.tree.roots]
+            got = lists[0] if len(lists) == 1 else list(heapq.merge(*lists, key=lambda t: t[0]))
+            self._subtree_lists[-1] = got
         return got
 
 
@@ -302,20 +358,12 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
 
     # -- candidate streams, in preference order ------------------------------------------
     def reclaim_stream() -> Iterator[tuple[VKey, WorkloadSpec, int]]:
-        lo, hi = (top, top + size[top]) if top >= 0 else (0, len(tree))
-        source = pre.over_min if by_min else pre.over
-        rel_over = [
-            x
-            for x, over in source.items()
-            if lo <= x < hi and x not in chain_set and over & req.keys()
-        ]
-        rel_set = set(rel_over)
-        tops = [x for x in rel_over if not any(a in rel_set for a in chains[x][1:])]
-        lists = [pre.subtree_list(x) for x in tops]
-        if len(lists) == 1:
-            yield from lists[0]
-        elif lists:
-            yield from heapq.merge(*lists, key=lambda t: t[0])
+        # Workloads in the subtrees of quotas above their runtime quota (or min) in a
+        # resource it asks, other than those of the preemptor's own chain, below
+        # ``top`` (see Preemptor.reclaim_list).
+        for key, v, vq, lowest in pre.reclaim_list(by_min, top, frozenset(req)):
+            if lowest not in chain_set:
+                yield key, v, vq
 
     def inqueue_stream() -> Iterator[tuple[VKey, WorkloadSpec, int]]:
         for key, v in pre.quota_list(qi):
@@ -351,9 +399,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
 
     nodes = cy.nodes
     reqs = cy.reqs(w)
-    elig_nodes: set[int] = set()
-    for ps in reqs:
-        elig_nodes.update(nodes.eligible(ps.elig))
+    elig_nodes = pre.eligible_nodes(tuple(ps.elig for ps in reqs))
     nindex = nodes.index
     lower_only = spec.reclaim == "LowerPriority"
 
