@@ -39,20 +39,55 @@ import django
 
 django.setup()
 
+from queueing.engine.aging import order_key as engine_order_key  # noqa: E402
+from queueing.engine.calibration import contradictions  # noqa: E402
+from queueing.engine.resources import Resources  # noqa: E402
+from queueing.engine.types import CycleResult, Explanation  # noqa: E402
 from queueing.models import CycleRun, Queue, Quota, Workload, WorkloadEvent  # noqa: E402
 
 WAITING = ("Pending", "Backoff", "Preempted")
+HOLDING = ("Admitted", "Running", "Preempted")
 #: A "min unused" candidate is a break when it lasts this long and this many cycles.
 MIN_UNUSED_S = 30.0
 MIN_UNUSED_CYCLES = 3
 
 
-def order_key(row: dict, aged_before: float | None) -> tuple:
-    """The engine's queue order (``queueing.engine.aging.queue_order_key``)."""
-    at = row["queue_order_at"].timestamp()
-    if aged_before is not None and at <= aged_before:
-        return (0, 0, at, row["id"])
-    return (1, -row["priority"], at, row["id"])
+class _Queued:
+    __slots__ = ("id", "priority", "queue_order_at")
+
+    def __init__(self, row: dict) -> None:
+        self.id, self.priority = row["id"], row["priority"]
+        self.queue_order_at = row["queue_order_at"].timestamp()
+
+
+def order_key(bound: float | None, now: float):
+    """The engine's queue order (``queueing.engine.aging.order_key``), for rows."""
+    key = engine_order_key(bound, now)
+    return lambda row: key(_Queued(row))
+
+
+_RESOURCE_FIELDS = {"shortfall", "to_free", "borrowable", "victims_free", "largest_free_slot"}
+_NO_RESULT = CycleResult((), (), (), {}, {}, {}, {}, {}, {}, {}, {})
+
+
+def stored_contradiction(stored: dict | None, names: dict[int, str]) -> str:
+    """``calibration.contradictions`` of a stored explanation (its sentence included)."""
+    if not isinstance(stored, dict):
+        return ""
+    fields = {}
+    for name in Explanation._fields:
+        if name not in stored:
+            continue
+        value = stored[name]
+        if name in _RESOURCE_FIELDS and value is not None:
+            value = Resources.from_dict(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        fields[name] = value
+    e = Explanation(**fields)
+    if e.sentence() != stored.get("sentence"):
+        return "stored sentence is not its fields' sentence"
+    return contradictions(e, names, _NO_RESULT)
 
 
 def wait_started(workload_id: int, until) -> float | None:
@@ -93,6 +128,9 @@ raw_cores = 0
 last_cycle = 0
 cycles_seen = 0
 reasons: set[str] = set()
+contradicted: dict[str, int] = defaultdict(int)  # why -> observations
+contradicted_texts: dict[str, str] = {}
+no_eta_no_reason = 0
 while time.time() < deadline:
     polls += 1
     now = time.time()
@@ -115,13 +153,22 @@ while time.time() < deadline:
             "phase",
             "priority",
             "nominated",
+            "explanation",
         )
     )
+    names = dict(Workload.objects.filter(phase__in=HOLDING).values_list("id", "name"))
+    names.update((r["id"], r["name"]) for r in rows)
     by_queue = defaultdict(list)
     for r in rows:
         by_queue[r["queue__name"]].append(r)
         obs += 1
         reasons.add(r["reason"])
+        why = stored_contradiction(r["explanation"], names)
+        if why:
+            contradicted[why] += 1
+            contradicted_texts.setdefault(why, r["reason"])
+        if r["eta_p50"] is None and not (r["reason"] or "").strip():
+            no_eta_no_reason += 1
         if re.search(r"\b\d{5,} cpu\b", r["reason"] or ""):
             raw_cores += 1
         if r["eta_p50"] is not None and r["eta_p90"] is not None:
@@ -160,7 +207,7 @@ while time.time() < deadline:
     for (qname, quota), waiting in pending.items():
         spec = queues.get(qname) or {}
         bound = spec.get("aging_bound_s")
-        waiting.sort(key=lambda r: order_key(r, None if bound is None else now - bound))
+        waiting.sort(key=order_key(bound, now))
         policy = spec.get("policy", "Priority")
         if policy in ("Block", "FIFO"):
             competing = waiting[:1]
@@ -261,6 +308,9 @@ report = {
     "admitted_during_watch": len(waits),
     "oldest_waiting_feasible_s": oldest[0][0] if oldest else None,
     "distinct_reasons": len(reasons),
+    "contradictions": sum(contradicted.values()),
+    "contradictions_by_kind": dict(contradicted),
+    "no_eta_no_reason": no_eta_no_reason,
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),
     "admitted_total": Workload.objects.filter(admitted_at__isnull=False).count(),
 }
@@ -271,6 +321,7 @@ with open(out_path, "w") as out:
             "min_unused_breaks": breaks,
             "oldest_waiting": oldest[:10],
             "sample_reasons": sorted(r for r in reasons if r)[:60],
+            "contradicted_samples": contradicted_texts,
         },
         out,
     )
