@@ -131,6 +131,9 @@ reasons: set[str] = set()
 contradicted: dict[str, int] = defaultdict(int)  # why -> observations
 contradicted_texts: dict[str, str] = {}
 no_eta_no_reason = 0
+kinds: dict[str, int] = defaultdict(int)  # explanation kind -> observations
+no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an ETA
+kind_samples: dict[str, str] = {}
 while time.time() < deadline:
     polls += 1
     now = time.time()
@@ -163,6 +166,14 @@ while time.time() < deadline:
         by_queue[r["queue__name"]].append(r)
         obs += 1
         reasons.add(r["reason"])
+        stored = r["explanation"] if isinstance(r["explanation"], dict) else {}
+        kind = stored.get("kind") or "none"
+        if kind == "preempting":
+            kind += f"/{stored.get('limit')}"
+        kinds[kind] += 1
+        kind_samples.setdefault(kind, r["reason"])
+        if r["eta_p50"] is None:
+            no_eta_kinds[kind] += 1
         why = stored_contradiction(r["explanation"], names)
         if why:
             contradicted[why] += 1
@@ -311,6 +322,8 @@ report = {
     "contradictions": sum(contradicted.values()),
     "contradictions_by_kind": dict(contradicted),
     "no_eta_no_reason": no_eta_no_reason,
+    "explanation_kinds": dict(kinds),
+    "no_eta_by_kind": dict(no_eta_kinds),
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),
     "admitted_total": Workload.objects.filter(admitted_at__isnull=False).count(),
 }
@@ -322,6 +335,7 @@ with open(out_path, "w") as out:
             "oldest_waiting": oldest[:10],
             "sample_reasons": sorted(r for r in reasons if r)[:60],
             "contradicted_samples": contradicted_texts,
+            "kind_samples": kind_samples,
         },
         out,
     )
