@@ -678,8 +678,9 @@ class Explanation(NamedTuple):
                     f"period, so not evicted); the capacity released is reserved for this "
                     f"workload."
                 )
+            their = "its" if len(self.victims) == 1 else "their"
             return (
-                f"Waiting for {who} (preempted for it) to release their capacity; "
+                f"Waiting for {who} (preempted for it) to release {their} capacity; "
                 f"it is reserved for this workload."
             )
         if kind == EXPLAIN_DEPTH:

@@ -134,6 +134,8 @@ no_eta_no_reason = 0
 kinds: dict[str, int] = defaultdict(int)  # explanation kind -> observations
 no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an ETA
 kind_samples: dict[str, str] = {}
+bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
+bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
 while time.time() < deadline:
     polls += 1
     now = time.time()
@@ -174,6 +176,19 @@ while time.time() < deadline:
         kind_samples.setdefault(kind, r["reason"])
         if r["eta_p50"] is None:
             no_eta_kinds[kind] += 1
+        # "Starts by T at the latest" (aging's bound): against the ETA shown beside it,
+        # and (below) against when the workload then started.
+        bound = stored.get("starts_by")
+        if bound is not None:
+            bounded_obs += 1
+            seen = bounds_seen.setdefault(r["id"], [bound, bound, now])
+            if bound > seen[1] + 5:
+                bound_moved_later += 1
+            seen[1] = bound
+            if r["eta_p90"] is not None and r["eta_p90"].timestamp() > bound + 5:
+                p90_after_bound += 1
+            if now > bound + 5:
+                bound_passed_obs += 1
         why = stored_contradiction(r["explanation"], names)
         if why:
             contradicted[why] += 1
@@ -275,6 +290,16 @@ for wid, seen in first_seen.items():
     covered50 += actual <= seen["p50"] + 1
     wait = max(actual - seen["seen"], 10.0)
     errs.append(abs(actual - seen["p50"]) / wait)
+# Aging's bound against the actual start: admitted after the first / last bound stated.
+bound_admitted = bound_after_first = bound_after_last = 0
+for wid, (first_bound, last_bound, _) in bounds_seen.items():
+    w = Workload.objects.filter(id=wid).values("admitted_at").first()
+    if not w or not w["admitted_at"]:
+        continue
+    at = w["admitted_at"].timestamp()
+    bound_admitted += 1
+    bound_after_first += at > first_bound + 5
+    bound_after_last += at > last_bound + 5
 # Waits of the admissions during the watch, from when each last started waiting.
 waits = []
 for w in Workload.objects.filter(admitted_at__gte=datetime.fromtimestamp(started, UTC)).values(
@@ -322,6 +347,13 @@ report = {
     "contradictions": sum(contradicted.values()),
     "contradictions_by_kind": dict(contradicted),
     "no_eta_no_reason": no_eta_no_reason,
+    "starts_by_observations": bounded_obs,
+    "starts_by_moved_later": bound_moved_later,
+    "starts_by_passed_observations": bound_passed_obs,
+    "p90_after_starts_by": p90_after_bound,
+    "starts_by_workloads_admitted": bound_admitted,
+    "admitted_after_first_starts_by": bound_after_first,
+    "admitted_after_last_starts_by": bound_after_last,
     "explanation_kinds": dict(kinds),
     "no_eta_by_kind": dict(no_eta_kinds),
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),

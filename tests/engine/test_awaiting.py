@@ -117,6 +117,6 @@ def test_the_head_names_the_victims_still_being_evicted_in_later_cycles() -> Non
     e = result.explanations[2]
     assert (e.kind, e.limit, e.victims, e.victim_names) == ("preempting", "evicting", (1,), ("w1",))
     assert e.sentence() == (
-        "Waiting for w1 (preempted for it) to release their capacity; "
+        "Waiting for w1 (preempted for it) to release its capacity; "
         "it is reserved for this workload."
     )
