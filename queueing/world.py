@@ -254,7 +254,7 @@ def record_cycle(
 
 
 Key = tuple[int, datetime, int]  # (-priority, queue order time, id): priority order
-Fifo = tuple[datetime, int]  # (queue order time, id): the order the aged go in
+Fifo = tuple[float, int]  # (queue order time as epoch seconds, id): the aged's order
 
 
 class _QueueOrder:
@@ -274,7 +274,7 @@ class _QueueOrder:
 
     def add(self, row: Mapping[str, Any]) -> None:
         bisect.insort(self.keys, _key(row))
-        bisect.insort(self.fifo, (row["queue_order_at"], row["id"]))
+        bisect.insort(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.add(row["id"])
         else:
@@ -283,7 +283,7 @@ class _QueueOrder:
 
     def remove(self, row: Mapping[str, Any]) -> None:
         _discard(self.keys, _key(row))
-        _discard(self.fifo, (row["queue_order_at"], row["id"]))
+        _discard(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.discard(row["id"])
         else:
@@ -490,11 +490,12 @@ class TreeWorld:
             cutoff = aged_cutoff(bound, at)
             if cutoff != -math.inf:
                 for queued_at, workload_id in order.fifo:
-                    if len(cands) >= head or queued_at.timestamp() > cutoff:
+                    if len(cands) >= head or queued_at > cutoff:
                         break
                     row = rows[workload_id]
                     if competing(row):
                         cands[workload_id] = row
+            aged = bool(cands)
             taken = 0
             for _, _, workload_id in order.keys:
                 if taken >= head:
@@ -503,7 +504,10 @@ class TreeWorld:
                 if competing(row):
                     cands[workload_id] = row
                     taken += 1
-            first = sorted(cands.values(), key=row_order_key(bound, at))[:head]
+            # With none aged the engine's key is the priority index's own order.
+            first = list(cands.values())
+            if aged:
+                first = sorted(first, key=row_order_key(bound, at))[:head]
             listed_pending: list[dict[str, Any]] = []
             for row in first:
                 listed[row["id"]] = row
