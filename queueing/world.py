@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
 from django.db import transaction
 
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
+from queueing.engine.aging import OrderKey, aged_cutoff, order_key
 from queueing.engine.types import WorkloadSpec
 
 log = logging.getLogger(__name__)
@@ -251,23 +253,28 @@ def record_cycle(
 # --- the world of a tree ----------------------------------------------------------------
 
 
-Key = tuple[int, datetime, int]  # (-priority, queue order time, id): the engine's order
+Key = tuple[int, datetime, int]  # (-priority, queue order time, id): priority order
+Fifo = tuple[float, int]  # (queue order time as epoch seconds, id): the aged's order
 
 
 class _QueueOrder:
-    """One queue's waiting rows in the engine's order, kept sorted as rows come and go,
-    with the total request of its Pending rows per quota (for the unlisted demand)."""
+    """One queue's waiting rows kept sorted as rows come and go -- by priority and in
+    the order they queued (the two indexes the engine's queue order is drawn from, see
+    ``TreeWorld.select``) -- with the total request of its Pending rows per quota (for
+    the unlisted demand)."""
 
-    __slots__ = ("backoff", "demand", "keys", "pending")
+    __slots__ = ("backoff", "demand", "fifo", "keys", "pending")
 
     def __init__(self) -> None:
         self.keys: list[Key] = []
+        self.fifo: list[Fifo] = []
         self.pending = 0
         self.demand: dict[int, dict[str, int]] = {}
         self.backoff: set[int] = set()
 
     def add(self, row: Mapping[str, Any]) -> None:
         bisect.insort(self.keys, _key(row))
+        bisect.insort(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.add(row["id"])
         else:
@@ -275,15 +282,39 @@ class _QueueOrder:
             _charge(self.demand, row, 1)
 
     def remove(self, row: Mapping[str, Any]) -> None:
-        key = _key(row)
-        at = bisect.bisect_left(self.keys, key)
-        if at < len(self.keys) and self.keys[at] == key:
-            del self.keys[at]
+        _discard(self.keys, _key(row))
+        _discard(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.discard(row["id"])
         else:
             self.pending -= 1
             _charge(self.demand, row, -1)
+
+
+def _discard(keys: list[Any], key: Any) -> None:
+    at = bisect.bisect_left(keys, key)
+    if at < len(keys) and keys[at] == key:
+        del keys[at]
+
+
+class _Queued(NamedTuple):
+    """A row as the engine's queue order reads it (``aging.Queued``)."""
+
+    id: int
+    priority: int
+    queue_order_at: float
+
+
+def row_order_key(
+    aging_bound_s: float | None, now: float
+) -> Callable[[Mapping[str, Any]], OrderKey]:
+    """The engine's queue order (:func:`queueing.engine.aging.order_key`) for rows."""
+    key = order_key(aging_bound_s, now)
+
+    def of_row(row: Mapping[str, Any]) -> OrderKey:
+        return key(_Queued(row["id"], row["priority"], row["queue_order_at"].timestamp()))
+
+    return of_row
 
 
 def _key(row: Mapping[str, Any]) -> Key:
@@ -419,34 +450,69 @@ class TreeWorld:
             self.queues[old["queue_id"]].remove(old)
 
     def select(
-        self, head: int | None, now: datetime
+        self,
+        head: int | None,
+        now: datetime,
+        aging_bounds: Mapping[int, float | None] | None = None,
     ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, int]], int]:
         """What build_snapshot lists: (rows, unlisted demand per quota id, unlisted count).
 
         ``head`` None: every live row. Otherwise the holding rows and the first ``head``
-        competing rows of each queue in the engine's queue order (priority, then queue
-        order time, then id); the other competing rows (Pending, or Backoff that is due)
-        are counted as demand. Walks only each queue's front and its Backoff rows."""
+        competing rows of each queue in the engine's queue order
+        (:func:`queueing.engine.aging.order_key`: the aged first, in the order they
+        queued, then priority, queue-order time, id; ``aging_bounds``: each queue's
+        ``aging_bound_s`` by queue id, a queue missing from it has aging off); the other
+        competing rows (Pending, or Backoff that is due) are counted as demand. Walks
+        only each queue's front, its aged rows and its Backoff rows."""
         if head is None:
             return dict(self.rows), {}, 0
         rows = self.rows
         listed = {workload_id: rows[workload_id] for workload_id in self.holding}
         demand: dict[int, dict[str, int]] = {}
         unlisted = 0
-        for order in self.queues.values():
+        bounds = aging_bounds or {}
+        at = now.timestamp()
+
+        def competing(row: Mapping[str, Any]) -> bool:
+            return (
+                row["phase"] != Phase.BACKOFF
+                or row["requeue_at"] is None
+                or row["requeue_at"] <= now
+            )
+
+        for queue_id, order in self.queues.items():
+            bound = bounds.get(queue_id)
+            # Candidates: the first ``head`` aged rows in the order they queued, and the
+            # first ``head`` by priority. The queue's first ``head`` in the engine's
+            # order are among them (the aged lead it; if fewer than ``head`` are aged,
+            # the priority walk holds the rest), and are drawn by the engine's key.
+            cands: dict[int, dict[str, Any]] = {}
+            cutoff = aged_cutoff(bound, at)
+            if cutoff != -math.inf:
+                for queued_at, workload_id in order.fifo:
+                    if len(cands) >= head or queued_at > cutoff:
+                        break
+                    row = rows[workload_id]
+                    if competing(row):
+                        cands[workload_id] = row
+            aged = bool(cands)
             taken = 0
-            listed_pending: list[dict[str, Any]] = []
             for _, _, workload_id in order.keys:
                 if taken >= head:
                     break
                 row = rows[workload_id]
-                if row["phase"] == Phase.BACKOFF:
-                    if row["requeue_at"] is not None and row["requeue_at"] > now:
-                        continue  # not competing yet
-                else:
+                if competing(row):
+                    cands[workload_id] = row
+                    taken += 1
+            # With none aged the engine's key is the priority index's own order.
+            first = list(cands.values())
+            if aged:
+                first = sorted(first, key=row_order_key(bound, at))[:head]
+            listed_pending: list[dict[str, Any]] = []
+            for row in first:
+                listed[row["id"]] = row
+                if row["phase"] != Phase.BACKOFF:
                     listed_pending.append(row)
-                listed[workload_id] = row
-                taken += 1
             # Unlisted demand: every Pending row's request, less the listed ones', plus
             # the due Backoff rows left out.
             for quota_id, amounts in order.demand.items():

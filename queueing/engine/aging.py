@@ -21,12 +21,14 @@ with an age factor; here the age raises the head's *claim*:
   reservation does: nothing else takes that room until the gang fits.
 * Age also orders a queue (:func:`queue_order_key`): a workload that has waited
   ``aging_bound_s`` goes ahead of every workload that has not, whatever their
-  priorities; among themselves the aged keep priority order. Without it, a queue fed
+  priorities; among themselves the aged go in the order they queued. Without it, a queue fed
   higher-priority work faster than it drains never reaches its lower-priority work
   (the demo's vision-dev: 9000-priority gangs and 5500 mediums kept a 5000-priority
   job waiting for over 14 minutes in a strict-order queue). A higher-priority workload
   is held back at most ``aging_bound_s`` by this: once it has waited as long, it is
-  aged too and goes first again.
+  aged too and goes first again. Heads-only cycles list each queue's first workloads
+  in this same order (:func:`order_key`), so an aged workload far down by priority is
+  seen by every cycle, not only by full ones.
 
 The wait is counted from ``queue_order_at`` (when the workload joined its queue, kept
 across evictions), which the engine knows without memory of earlier cycles.
@@ -36,11 +38,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from queueing.engine.quota import QuotaTree
 from queueing.engine.types import QueueSpec, WorkloadSpec
 
-__all__ = ["aged_before", "aged_claims", "aging_fraction", "claim_full_at", "queue_order_key"]
+__all__ = [
+    "Queued",
+    "aged_before",
+    "aged_claims",
+    "aged_cutoff",
+    "aging_fraction",
+    "claim_full_at",
+    "order_key",
+    "queue_order_key",
+]
 
 #: How many candidates of a queue are looked at to find the head of each of its quotas
 #: (a queue shared by several quotas has one head per quota).
@@ -63,18 +75,39 @@ def aging_fraction(spec: QueueSpec, w: WorkloadSpec, now: float) -> float:
 OrderKey = tuple[int, int, float, int]
 
 
-def queue_order_key(spec: QueueSpec, now: float) -> Callable[[WorkloadSpec], OrderKey]:
-    """The order of ``spec``'s queue at ``now``: aged first, then priority, time, id.
+class Queued(Protocol):
+    """What the queue order reads of a workload (a :class:`WorkloadSpec`, or the
+    database side's stand-in for a row it has not turned into one)."""
 
-    A workload is aged once it has waited the queue's ``aging_bound_s`` (counted from
-    ``queue_order_at``); with aging off (``None``) the order is priority, queue-order
-    time, id, as before.
+    @property
+    def id(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def queue_order_at(self) -> float: ...
+
+
+def queue_order_key(spec: QueueSpec, now: float) -> Callable[[Queued], OrderKey]:
+    """The order of ``spec``'s queue at ``now``: aged first, then priority, time, id."""
+    return order_key(spec.aging_bound_s, now)
+
+
+def order_key(aging_bound_s: float | None, now: float) -> Callable[[Queued], OrderKey]:
+    """The order of a queue with ``aging_bound_s`` at ``now``: aged first, then
+    priority, queue-order time, id.
+
+    A workload is aged once it has waited ``aging_bound_s`` (counted from
+    ``queue_order_at``); the aged go first in the order they queued. With aging off
+    (``None``) the order is priority, queue-order time, id, as before. The one
+    definition of a queue's order: the engine sorts its candidates by it and the
+    heads-only snapshot (``queueing.world``, ``queueing.state.snapshot``) lists each
+    queue's first workloads by it.
     """
-    cutoff = aged_before(spec, now)
+    cutoff = aged_cutoff(aging_bound_s, now)
     if cutoff == -math.inf:
         return _plain_key
 
-    def key(w: WorkloadSpec) -> OrderKey:
+    def key(w: Queued) -> OrderKey:
         if w.queue_order_at <= cutoff:
             return (0, 0, w.queue_order_at, w.id)
         return (1, -w.priority, w.queue_order_at, w.id)
@@ -84,12 +117,18 @@ def queue_order_key(spec: QueueSpec, now: float) -> Callable[[WorkloadSpec], Ord
 
 def aged_before(spec: QueueSpec, now: float) -> float:
     """Workloads of ``spec``'s queue queued at or before this are aged at ``now``."""
-    if spec.aging_bound_s is None:
+    return aged_cutoff(spec.aging_bound_s, now)
+
+
+def aged_cutoff(aging_bound_s: float | None, now: float) -> float:
+    """Workloads of a queue with ``aging_bound_s`` queued at or before this are aged at
+    ``now`` (-inf: aging off)."""
+    if aging_bound_s is None:
         return -math.inf
-    return now - max(0.0, spec.aging_bound_s)
+    return now - max(0.0, aging_bound_s)
 
 
-def _plain_key(w: WorkloadSpec) -> OrderKey:
+def _plain_key(w: Queued) -> OrderKey:
     return (1, -w.priority, w.queue_order_at, w.id)
 
 

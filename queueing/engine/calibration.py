@@ -35,6 +35,7 @@ from functools import lru_cache
 from queueing.engine.types import (
     EXPLAIN_NEVER,
     EXPLAIN_POLICY,
+    EXPLAIN_PREEMPTING,
     EXPLAIN_QUOTA,
     CycleResult,
     Eta,
@@ -461,6 +462,7 @@ def block_inversions(snap: Snapshot, result: CycleResult) -> int:
 
 _ID_RE = re.compile(r"\bworkload \d+\b|#\d+")
 _AHEAD_RE = re.compile(r"(\d+) workloads? ahead")
+_COUNT_RE = re.compile(r"Waiting for \d+ workloads?\b")
 
 
 def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult) -> str:
@@ -468,8 +470,10 @@ def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult
 
     Checked: a "short by X" never comes with an offer to borrow at least X of the same
     resource; listed victims free at least the shortfall, or the sentence says they do
-    not; workloads are named, never numbered; the count ahead is the true one (it
-    agrees with the position); amounts are printed in people's units.
+    not; workloads are named, never numbered; a preemptor names the workloads it waits
+    for (never "Waiting for 0 workloads"), as evicted or as finishing as its fields
+    say; the count ahead is the true one (it agrees with the position); amounts are
+    printed in people's units.
     """
     text = e.sentence()
     if _ID_RE.search(text):
@@ -488,6 +492,21 @@ def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult
         return "count ahead differs from its field"
     if pos is not None and e.waiting_ahead != pos.in_queue - 1:
         return "count ahead differs from the position"
+    if e.kind == EXPLAIN_PREEMPTING:
+        if _COUNT_RE.search(text):
+            return "workloads it waits for counted, not named"
+        if len(e.victim_names) != len(e.victims):
+            return "workloads it waits for not all named"
+        if e.victims:
+            shown = e.victim_names[:3]
+            if any(name not in text for name in shown):
+                return "workloads it waits for not named"
+            if len(e.victims) > 3 and f"and {len(e.victims) - 3} more" not in text:
+                return "workloads it waits for miscounted"
+            if ("to finish" in text) != (e.limit == "finishing"):
+                return "finishing work said to be evicted (or the reverse)"
+        elif "Waiting for" in text:
+            return "waits for workloads it does not name"
     if e.kind == EXPLAIN_QUOTA:
         short = e.shortfall
         if "could borrow" in text:

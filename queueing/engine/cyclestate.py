@@ -325,6 +325,9 @@ class CycleState:
         self.victim_ids: set[int] = {w.id for ws in self.inflight.values() for w in ws}
         #: Preemptors waiting for capacity: id -> victim ids (in flight or new).
         self.waiting: dict[int, tuple[int, ...]] = {}
+        #: Preemptors waiting instead for work that ends within the grace period
+        #: (nothing evicted): id -> the ids of that work (for their explanation).
+        self.awaiting: dict[int, tuple[int, ...]] = {}
         self.fail: dict[int, tuple[int, Any]] = {}
         self.failed_shapes: set[ShapeKey] = set()
         #: (queue index, quota index, kind): one victim search each per cycle.

@@ -7,7 +7,10 @@ from the cycle's end state (which is what the next cycle starts from):
   cluster's capacity at a root) is too small, with the shortfall per resource;
 * ``nodes`` -- quota allows it but its pods do not all place at once; the largest
   free slot on one eligible node and how many nodes are eligible;
-* ``preempting`` -- victims are releasing capacity reserved for it;
+* ``preempting`` -- capacity is reserved for it while the workloads it waits for
+  release it: victims being evicted (``limit="evicting"``), or work expected to end
+  within preemption's grace period that it waits for instead of evicting
+  (``limit="finishing"``); ``victims`` names them (``limit=None``: none is known);
 * ``policy-blocked`` -- a Block/Intelligent head ahead of it on the same quota
   does not fit; ``depth`` -- beyond the queue's ``max_depth``;
 * ``backoff``, ``never-fits``, ``unknown-queue``.
@@ -122,6 +125,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     maxes = tree.maxes
     nodes = cy.nodes
     waiting = cy.waiting
+    awaiting = cy.awaiting
     capacity = nodes.capacity
 
     quota_cache: dict[tuple[int, Resources], Explanation] = {}
@@ -288,10 +292,10 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
 
     def names_of(ids: tuple[int, ...]) -> tuple[str, ...]:
         if not holding_names:
-            for ws in cy.holding:
+            for ws in (*cy.holding, cy.orphans):
                 for v in ws:
                     holding_names[v.id] = v.name
-        return tuple(holding_names.get(i, f"#{i}") for i in ids)
+        return tuple(holding_names.get(i, "an unnamed workload") for i in ids)
 
     def head_summary(e: Explanation | None) -> str:
         """What the blocking head waits for, as a clause."""
@@ -304,6 +308,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             text = f"it waits for quota {e.quota}: {what} short by {fmt(e.shortfall)}"
         elif e.kind == EXPLAIN_NODES:
             text = "it waits for room on nodes for all its pods at once"
+        elif e.kind == EXPLAIN_PREEMPTING and e.limit == "finishing":
+            text = "it waits for the workloads it would preempt to finish"
         elif e.kind == EXPLAIN_PREEMPTING:
             text = "it waits for the workloads it preempted to release their capacity"
         else:
@@ -393,11 +399,19 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             elif kind == F_DEPTH:
                 out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)
             elif kind == F_WAITING:
+                # Its victims being evicted (in flight from earlier cycles or chosen in
+                # this one); else the workloads finishing soon it waits for instead of
+                # evicting them (preemption's grace); else none is known.
                 vids = waiting.get(wid, ())
+                how = "evicting"
+                if not vids:
+                    vids = awaiting.get(wid, ())
+                    how = "finishing" if vids else ""
                 out[wid] = Explanation(
                     wid,
                     EXPLAIN_PREEMPTING,
                     quota=w.quota,
+                    limit=how or None,
                     ahead=ahead,
                     victims=vids,
                     to_free=EMPTY,

@@ -577,6 +577,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         # Wait for all of them rather than evict some now: the next cycle, woken by
         # their completion, searches again and evicts only if still needed.
         pre.awaited.update(v.id for v in awaited)
+        cy.awaiting[w.id] = tuple(v.id for v in awaited)
         pre.chosen(awaited)
         pre.arriving(qi, req)
         return [], [], placed, freed, extra

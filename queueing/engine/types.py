@@ -549,6 +549,10 @@ class Explanation(NamedTuple):
     (capacity idle under every max on its chain, which its runtime quota does not give
     it). ``starts_by`` is the bound of aging (see :mod:`.aging`): the latest start it
     is promised once its claim is whole and what borrows its share has ended.
+    For ``preempting``, ``victims`` are the workloads whose capacity is reserved for it:
+    being evicted for it (``limit="evicting"``) or expected to finish within the
+    preemption grace period, awaited instead of evicted (``limit="finishing"``);
+    ``limit`` None with no ``victims``: none is known this cycle.
     ``sentence()`` is derived from these fields only, and names workloads by name.
     """
 
@@ -556,7 +560,7 @@ class Explanation(NamedTuple):
     kind: str
     quota: str | None = None
     shortfall: Resources = EMPTY
-    limit: str | None = None  # "runtime" | "max" | "cluster" for quota kinds
+    limit: str | None = None  # quota: "runtime" | "max" | "cluster" | "min"; preempting: see above
     largest_free_slot: Resources | None = None
     eligible_nodes: int | None = None
     ahead: tuple[int, ...] = ()
@@ -662,9 +666,21 @@ class Explanation(NamedTuple):
             until = fmt_time(self.requeue_at) if self.requeue_at is not None else "later"
             return f"Backing off after a failed start or eviction until {until}."
         if kind == EXPLAIN_PREEMPTING:
+            if not self.victims:
+                return (
+                    "Capacity is reserved for this workload until it starts; which workloads "
+                    "release it is not known this cycle."
+                )
             who = _names(self.victim_names, len(self.victims))
+            if self.limit == "finishing":
+                return (
+                    f"Waiting for {who} to finish (expected within the preemption grace "
+                    f"period, so not evicted); the capacity released is reserved for this "
+                    f"workload."
+                )
+            their = "its" if len(self.victims) == 1 else "their"
             return (
-                f"Waiting for {who} (preempted) to release their capacity; "
+                f"Waiting for {who} (preempted for it) to release {their} capacity; "
                 f"it is reserved for this workload."
             )
         if kind == EXPLAIN_DEPTH:

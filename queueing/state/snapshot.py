@@ -22,6 +22,7 @@ from queueing import forecasting
 from queueing.choices import HOLDING_PHASES, QUEUE_SETTINGS, WAITING_PHASES, Phase
 from queueing.cluster.base import NodeInfo
 from queueing.engine import ledger as engine_ledger
+from queueing.engine.aging import aged_cutoff
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     EngineConfig,
@@ -40,6 +41,7 @@ from queueing.models import (
     UsageLedger,
     Workload,
 )
+from queueing.world import row_order_key
 
 if TYPE_CHECKING:
     from queueing.world import TreeWorld
@@ -273,12 +275,14 @@ def build_snapshot(
     queue_rows = list(Queue.objects.values("id", "name", *QUEUE_SETTINGS))
     queue_names = {q["id"]: q["name"] for q in queue_rows}
 
+    # Each queue's first ``head`` in the engine's queue order (aged first: aging.order_key).
+    aging_bounds = {q["id"]: q["aging_bound_s"] for q in queue_rows}
     if world is not None:
-        rows, demand_by_id, unlisted = world.select(head, now)
+        rows, demand_by_id, unlisted = world.select(head, now, aging_bounds)
         unlisted_demand = {id_to_quota[qid]: held for qid, held in demand_by_id.items()}
     else:
         rows, unlisted_demand, unlisted = _read_rows(
-            list(quota_ids.values()), id_to_quota, head, now
+            list(quota_ids.values()), id_to_quota, head, now, aging_bounds
         )
     # Nodes are shared between trees: what other trees hold is not free for this one.
     elsewhere: dict[str, dict[str, int]] = defaultdict(dict)
@@ -382,9 +386,18 @@ def build_snapshot(
 
 
 def _read_rows(
-    quota_ids: list[int], id_to_quota: Mapping[int, str], head: int | None, now: datetime
+    quota_ids: list[int],
+    id_to_quota: Mapping[int, str],
+    head: int | None,
+    now: datetime,
+    aging_bounds: Mapping[int, float | None] | None = None,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], int]:
-    """The tree's rows from the database: (rows, unlisted demand per quota, unlisted)."""
+    """The tree's rows from the database: (rows, unlisted demand per quota, unlisted).
+
+    ``head``: each queue's first ``head`` competing rows in the engine's queue order
+    (``aging.order_key``; ``aging_bounds``: ``aging_bound_s`` by queue id, a queue
+    missing from it has aging off), drawn from its first ``head`` by priority and its
+    first ``head`` aged ones in the order they queued (see ``TreeWorld.select``)."""
     in_tree = Workload.objects.filter(quota_id__in=quota_ids)
     unlisted_demand: dict[str, dict[str, int]] = {}
     unlisted = 0
@@ -412,8 +425,38 @@ def _read_rows(
                 order_by=[F("priority").desc(), F("queue_order_at").asc(), F("id").asc()],
             )
         )
+        cands: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
         for row in ranked.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
-            rows[row["id"]] = row
+            cands[row["queue_id"]][row["id"]] = row
+        bounds = aging_bounds or {}
+        at = now.timestamp()
+        # The aged, per distinct bound (a second late: the engine's key decides below).
+        by_bound: dict[float, list[int]] = defaultdict(list)
+        for queue_id, bound in bounds.items():
+            if bound is not None:
+                by_bound[bound].append(queue_id)
+        aged = Q()
+        for bound, queue_ids in by_bound.items():
+            cutoff = from_epoch(aged_cutoff(bound, at) + 1.0)
+            aged |= Q(queue_id__in=queue_ids, queue_order_at__lte=cutoff)
+        if by_bound:
+            oldest = (
+                in_tree.filter(competing)
+                .filter(aged)
+                .annotate(
+                    rank=Window(
+                        RowNumber(),
+                        partition_by=[F("queue_id")],
+                        order_by=[F("queue_order_at").asc(), F("id").asc()],
+                    )
+                )
+            )
+            for row in oldest.filter(rank__lte=head).values(*WORKLOAD_FIELDS):
+                cands[row["queue_id"]][row["id"]] = row
+        for queue_id, found in cands.items():
+            first = sorted(found.values(), key=row_order_key(bounds.get(queue_id), at))[:head]
+            for row in first:
+                rows[row["id"]] = row
         for workload_id, quota_id, request in in_tree.filter(competing).values_list(
             "id", "quota_id", "total_request"
         ):

@@ -39,20 +39,55 @@ import django
 
 django.setup()
 
+from queueing.engine.aging import order_key as engine_order_key  # noqa: E402
+from queueing.engine.calibration import contradictions  # noqa: E402
+from queueing.engine.resources import Resources  # noqa: E402
+from queueing.engine.types import CycleResult, Explanation  # noqa: E402
 from queueing.models import CycleRun, Queue, Quota, Workload, WorkloadEvent  # noqa: E402
 
 WAITING = ("Pending", "Backoff", "Preempted")
+HOLDING = ("Admitted", "Running", "Preempted")
 #: A "min unused" candidate is a break when it lasts this long and this many cycles.
 MIN_UNUSED_S = 30.0
 MIN_UNUSED_CYCLES = 3
 
 
-def order_key(row: dict, aged_before: float | None) -> tuple:
-    """The engine's queue order (``queueing.engine.aging.queue_order_key``)."""
-    at = row["queue_order_at"].timestamp()
-    if aged_before is not None and at <= aged_before:
-        return (0, 0, at, row["id"])
-    return (1, -row["priority"], at, row["id"])
+class _Queued:
+    __slots__ = ("id", "priority", "queue_order_at")
+
+    def __init__(self, row: dict) -> None:
+        self.id, self.priority = row["id"], row["priority"]
+        self.queue_order_at = row["queue_order_at"].timestamp()
+
+
+def order_key(bound: float | None, now: float):
+    """The engine's queue order (``queueing.engine.aging.order_key``), for rows."""
+    key = engine_order_key(bound, now)
+    return lambda row: key(_Queued(row))
+
+
+_RESOURCE_FIELDS = {"shortfall", "to_free", "borrowable", "victims_free", "largest_free_slot"}
+_NO_RESULT = CycleResult((), (), (), {}, {}, {}, {}, {}, {}, {}, {})
+
+
+def stored_contradiction(stored: dict | None, names: dict[int, str]) -> str:
+    """``calibration.contradictions`` of a stored explanation (its sentence included)."""
+    if not isinstance(stored, dict):
+        return ""
+    fields = {}
+    for name in Explanation._fields:
+        if name not in stored:
+            continue
+        value = stored[name]
+        if name in _RESOURCE_FIELDS and value is not None:
+            value = Resources.from_dict(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        fields[name] = value
+    e = Explanation(**fields)
+    if e.sentence() != stored.get("sentence"):
+        return "stored sentence is not its fields' sentence"
+    return contradictions(e, names, _NO_RESULT)
 
 
 def wait_started(workload_id: int, until) -> float | None:
@@ -93,6 +128,14 @@ raw_cores = 0
 last_cycle = 0
 cycles_seen = 0
 reasons: set[str] = set()
+contradicted: dict[str, int] = defaultdict(int)  # why -> observations
+contradicted_texts: dict[str, str] = {}
+no_eta_no_reason = 0
+kinds: dict[str, int] = defaultdict(int)  # explanation kind -> observations
+no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an ETA
+kind_samples: dict[str, str] = {}
+bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
+bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
 while time.time() < deadline:
     polls += 1
     now = time.time()
@@ -115,13 +158,43 @@ while time.time() < deadline:
             "phase",
             "priority",
             "nominated",
+            "explanation",
         )
     )
+    names = dict(Workload.objects.filter(phase__in=HOLDING).values_list("id", "name"))
+    names.update((r["id"], r["name"]) for r in rows)
     by_queue = defaultdict(list)
     for r in rows:
         by_queue[r["queue__name"]].append(r)
         obs += 1
         reasons.add(r["reason"])
+        stored = r["explanation"] if isinstance(r["explanation"], dict) else {}
+        kind = stored.get("kind") or "none"
+        if kind == "preempting":
+            kind += f"/{stored.get('limit')}"
+        kinds[kind] += 1
+        kind_samples.setdefault(kind, r["reason"])
+        if r["eta_p50"] is None:
+            no_eta_kinds[kind] += 1
+        # "Starts by T at the latest" (aging's bound): against the ETA shown beside it,
+        # and (below) against when the workload then started.
+        bound = stored.get("starts_by")
+        if bound is not None:
+            bounded_obs += 1
+            seen = bounds_seen.setdefault(r["id"], [bound, bound, now])
+            if bound > seen[1] + 5:
+                bound_moved_later += 1
+            seen[1] = bound
+            if r["eta_p90"] is not None and r["eta_p90"].timestamp() > bound + 5:
+                p90_after_bound += 1
+            if now > bound + 5:
+                bound_passed_obs += 1
+        why = stored_contradiction(r["explanation"], names)
+        if why:
+            contradicted[why] += 1
+            contradicted_texts.setdefault(why, r["reason"])
+        if r["eta_p50"] is None and not (r["reason"] or "").strip():
+            no_eta_no_reason += 1
         if re.search(r"\b\d{5,} cpu\b", r["reason"] or ""):
             raw_cores += 1
         if r["eta_p50"] is not None and r["eta_p90"] is not None:
@@ -160,7 +233,7 @@ while time.time() < deadline:
     for (qname, quota), waiting in pending.items():
         spec = queues.get(qname) or {}
         bound = spec.get("aging_bound_s")
-        waiting.sort(key=lambda r: order_key(r, None if bound is None else now - bound))
+        waiting.sort(key=order_key(bound, now))
         policy = spec.get("policy", "Priority")
         if policy in ("Block", "FIFO"):
             competing = waiting[:1]
@@ -217,6 +290,16 @@ for wid, seen in first_seen.items():
     covered50 += actual <= seen["p50"] + 1
     wait = max(actual - seen["seen"], 10.0)
     errs.append(abs(actual - seen["p50"]) / wait)
+# Aging's bound against the actual start: admitted after the first / last bound stated.
+bound_admitted = bound_after_first = bound_after_last = 0
+for wid, (first_bound, last_bound, _) in bounds_seen.items():
+    w = Workload.objects.filter(id=wid).values("admitted_at").first()
+    if not w or not w["admitted_at"]:
+        continue
+    at = w["admitted_at"].timestamp()
+    bound_admitted += 1
+    bound_after_first += at > first_bound + 5
+    bound_after_last += at > last_bound + 5
 # Waits of the admissions during the watch, from when each last started waiting.
 waits = []
 for w in Workload.objects.filter(admitted_at__gte=datetime.fromtimestamp(started, UTC)).values(
@@ -261,6 +344,18 @@ report = {
     "admitted_during_watch": len(waits),
     "oldest_waiting_feasible_s": oldest[0][0] if oldest else None,
     "distinct_reasons": len(reasons),
+    "contradictions": sum(contradicted.values()),
+    "contradictions_by_kind": dict(contradicted),
+    "no_eta_no_reason": no_eta_no_reason,
+    "starts_by_observations": bounded_obs,
+    "starts_by_moved_later": bound_moved_later,
+    "starts_by_passed_observations": bound_passed_obs,
+    "p90_after_starts_by": p90_after_bound,
+    "starts_by_workloads_admitted": bound_admitted,
+    "admitted_after_first_starts_by": bound_after_first,
+    "admitted_after_last_starts_by": bound_after_last,
+    "explanation_kinds": dict(kinds),
+    "no_eta_by_kind": dict(no_eta_kinds),
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),
     "admitted_total": Workload.objects.filter(admitted_at__isnull=False).count(),
 }
@@ -271,6 +366,8 @@ with open(out_path, "w") as out:
             "min_unused_breaks": breaks,
             "oldest_waiting": oldest[:10],
             "sample_reasons": sorted(r for r in reasons if r)[:60],
+            "contradicted_samples": contradicted_texts,
+            "kind_samples": kind_samples,
         },
         out,
     )

@@ -61,3 +61,62 @@ def test_once_the_work_finished_the_waiting_head_is_admitted_first() -> None:
     )
     result = run_cycle(snap, forecast=False)
     assert [a.workload_id for a in result.admissions] == [2]
+
+
+# -- what the waiting head reads (issue 11: "Waiting for 0 workloads (preempted)") ---------
+
+
+def test_the_head_names_the_work_it_waits_to_finish_in_every_cycle() -> None:
+    # The cycle that chose to wait, and the next one (the head nominated, the work
+    # still running): it waits for w1 to finish, which no one evicts.
+    for nominated in (False, True):
+        big = workload(2, "q0", req=one(4), priority=9, ts=1.0, nominated=nominated)
+        result = run_cycle(world([big]))
+        assert result.preemptions == ()
+        e = result.explanations[2]
+        assert (e.kind, e.limit, e.victims, e.victim_names) == (
+            "preempting",
+            "finishing",
+            (1,),
+            ("w1",),
+        )
+        assert e.sentence().startswith("Waiting for w1 to finish"), e.sentence()
+        assert "0 workloads" not in e.sentence()
+        assert "preempted" not in e.sentence()
+
+
+def test_the_head_names_the_victims_still_being_evicted_in_later_cycles() -> None:
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
+    first = run_cycle(world([big], runtime_s=3600.0))
+    assert first.explanations[2].victim_names == ("w1",)
+    assert first.explanations[2].limit == "evicting"
+    # The next cycle: the victim is Preempted for it (releasing), the head nominated.
+    later = snapshot(
+        quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+        nodes=[node("n", one(4))],
+        queues=[QueueSpec("q0", preempt_within_quota="LowerPriority")],
+        workloads=[
+            running(
+                1,
+                "q0",
+                "n",
+                req=one(3),
+                priority=1,
+                started_at=995.0,
+                expected_runtime_s=3600.0,
+                phase="Preempted",
+                preempted_by=2,
+            ),
+            workload(2, "q0", req=one(4), priority=9, ts=1.0, nominated=True),
+        ],
+        config=GRACE,
+    )
+    result = run_cycle(later)
+    assert result.admissions == ()
+    assert result.preemptions == ()
+    e = result.explanations[2]
+    assert (e.kind, e.limit, e.victims, e.victim_names) == ("preempting", "evicting", (1,), ("w1",))
+    assert e.sentence() == (
+        "Waiting for w1 (preempted for it) to release its capacity; "
+        "it is reserved for this workload."
+    )

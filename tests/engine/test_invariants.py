@@ -529,6 +529,57 @@ def test_every_sentence_agrees_with_its_fields(snap: Snapshot) -> None:
 
 
 @SETTINGS
+@given(worlds(), st.integers(0, 2**32 - 1))
+def test_a_waiting_preemptor_names_what_it_waits_for_in_every_cycle(
+    snap: Snapshot, seed: int
+) -> None:
+    """Over sequences of cycles, a preemptor's sentence names the workloads it waits for
+    -- its victims still being evicted (chosen this cycle or in flight from an earlier
+    one) or the work it waits to finish instead of evicting -- and they are what its
+    fields say (never "Waiting for 0 workloads")."""
+    from queueing.engine.calibration import contradictions
+
+    rng = random.Random(seed)
+    grace = snap.config.preempt_grace_s
+
+    # Some running work is expected to end within the preemption grace period (awaited,
+    # not evicted), some long after it, some says nothing.
+    def runtime(w: WorkloadSpec) -> float | None:
+        left = rng.choice((None, 0.5 * grace, 20.0 * grace))  # expected time left
+        return None if left is None else snap.now - (w.started_at or 0.0) + left
+
+    snap = dataclasses.replace(
+        snap,
+        workloads=tuple(
+            w if w.phase == "Pending" else dataclasses.replace(w, expected_runtime_s=runtime(w))
+            for w in snap.workloads
+        ),
+    )
+    for step in range(4):
+        result = run_cycle(snap)
+        ws = by_id(snap)
+        names = {w.id: w.name for w in snap.workloads}
+        chosen = {p.victim_id: p.preemptor_id for p in result.preemptions}
+        for wid, e in result.explanations.items():
+            assert contradictions(e, names, result) == "", (wid, e.sentence())
+            if e.kind != "preempting":
+                continue
+            text = e.sentence()
+            assert "0 workloads" not in text, text
+            assert e.victim_names == tuple(names[v] for v in e.victims), text
+            for vid in e.victims:
+                v = ws[vid]
+                if e.limit == "evicting":
+                    evicted_for_it = v.phase == "Preempted" and v.preempted_by == wid
+                    assert evicted_for_it or chosen.get(vid) == wid, (text, v)
+                else:
+                    assert e.limit == "finishing", text
+                    assert v.phase in ("Running", "Admitted"), (text, v)
+                    assert vid not in chosen, (text, v)
+        snap = apply(snap, result, now=snap.now + 10.0 * (step + 1))
+
+
+@SETTINGS
 @given(worlds(), st.integers(1, 3))
 def test_quota_invariants_hold_over_sequences_of_cycles_and_head_only_snapshots(
     snap: Snapshot, head: int

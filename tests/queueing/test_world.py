@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from queueing import actions, state, world
 from queueing.admission import cycle_root, tick
 from queueing.choices import Phase
-from queueing.models import Workload
+from queueing.models import CycleRun, Workload
 from queueing.state.snapshot import WORLD_FIELDS
 from queueing.world import LIVE, LocalJournal, TreeWorld
 from tests.builders import SYSTEM, submit
@@ -229,3 +229,132 @@ def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
     assert tree.rebuilds == 2
     assert second.pk not in tree.rows
     assert first.pk in tree.rows
+
+
+# -- heads in the engine's queue order (aged first) -------------------------------------
+
+
+def _engine_heads(head: int, now) -> set[int]:
+    """Each queue's first ``head`` competing workloads, sorted by the engine's own key."""
+    from queueing.engine.aging import order_key
+    from queueing.models import Queue
+
+    bounds = dict(Queue.objects.values_list("id", "aging_bound_s"))
+    competing = [
+        w
+        for w in Workload.objects.filter(phase__in=[Phase.PENDING, Phase.BACKOFF])
+        if w.phase == Phase.PENDING or w.requeue_at is None or w.requeue_at <= now
+    ]
+    out: set[int] = set()
+    for queue_id in {w.queue_id for w in competing}:
+        mine = [
+            _Row(w.pk, w.priority, w.queue_order_at.timestamp())
+            for w in competing
+            if w.queue_id == queue_id
+        ]
+        mine.sort(key=order_key(bounds[queue_id], now.timestamp()))
+        out |= {r.id for r in mine[:head]}
+    return out
+
+
+class _Row:
+    def __init__(self, wid: int, priority: int, queued: float) -> None:
+        self.id, self.priority, self.queue_order_at = wid, priority, queued
+
+
+def test_heads_are_the_first_in_the_engines_order_aged_first(world, journal):
+    """A heads-only snapshot lists each queue's first workloads as the engine orders the
+    queue (queueing.engine.aging.order_key): those that waited the queue's aging bound go
+    first, in the order they queued, whatever their priority -- from the world and from
+    the database alike."""
+    rng = random.Random(11)
+    now = world.clock()
+    made = [
+        submit(world, f"h{i}", cpu="1", priority=rng.choice([0, 5, 10]), runtime=600)
+        for i in range(30)
+    ]
+    # Queued between 20 minutes and a minute ago: about half past the 300 s bound, some
+    # exactly on it; a few backing off (two not due yet).
+    for i, workload in enumerate(made):
+        waited = 300.0 if i % 7 == 0 else rng.uniform(60, 1200)
+        Workload.objects.filter(pk=workload.pk).update(
+            queue_order_at=now - timedelta(seconds=waited)
+        )
+    for workload, requeue_at in zip(
+        made[:4],
+        (now + timedelta(minutes=5), None, now - timedelta(minutes=1), now + timedelta(minutes=1)),
+        strict=True,
+    ):
+        actions.transition(workload, Phase.BACKOFF, reason="test", requeue_at=requeue_at)
+    tree = world_of("cluster")
+    tree.refresh(state.tree_quota_ids("cluster"))
+    nodes = world.cluster.nodes()
+    aged = {
+        w.pk
+        for w in Workload.objects.filter(phase__in=[Phase.PENDING, Phase.BACKOFF])
+        if (now - w.queue_order_at).total_seconds() >= 300
+    }
+    for head in (1, 3, 8, 40):
+        expected = _engine_heads(head, now)
+        from_db, db_index = state.build_snapshot("cluster", nodes=nodes, now=now, head=head)
+        from_mem, index = state.build_snapshot(
+            "cluster", nodes=nodes, now=now, head=head, world=tree
+        )
+        waiting_db = {w.id for w in from_db.workloads if w.phase in (Phase.PENDING, Phase.BACKOFF)}
+        waiting_mem = {
+            w.id for w in from_mem.workloads if w.phase in (Phase.PENDING, Phase.BACKOFF)
+        }
+        assert waiting_db == waiting_mem == expected, head
+        assert from_mem.unlisted_demand == from_db.unlisted_demand
+        assert index.unlisted == db_index.unlisted
+        if head == 8:
+            assert expected <= aged  # eight aged ones lead the queue, whatever their priority
+    # Positive control: with aging off the heads are the highest priorities again.
+    world.queue.aging_bound_s = None
+    world.queue.save(update_fields=["aging_bound_s"])
+    from_db, _ = state.build_snapshot("cluster", nodes=nodes, now=now, head=3)
+    top = {w.id for w in from_db.workloads if w.phase in (Phase.PENDING, Phase.BACKOFF)}
+    assert {w.priority for w in Workload.objects.filter(pk__in=top)} == {10}
+    assert top == _engine_heads(3, now)
+
+
+@pytest.mark.parametrize("in_memory", [True, False], ids=["world", "database"])
+@pytest.mark.parametrize("aging", [300.0, None], ids=["aging", "no-aging"])
+def test_a_heads_only_cycle_admits_an_aged_low_priority_workload_past_its_head_limit(
+    world, journal, settings, monkeypatch, in_memory, aging
+):
+    """Issue 11 (live): heads-only cycles listed each queue's first HEAD_ROWS by priority,
+    so an aged low-priority workload behind them was seen only by full cycles."""
+    settings.KQ_WORLD = in_memory
+    settings.KQ_FORECAST_EVERY_S = 1000.0  # after the first, cycles only admit, from heads
+    monkeypatch.setattr(state, "HEAD_ROWS", 2)
+    world.queue.aging_bound_s = aging
+    world.queue.save(update_fields=["aging_bound_s"])
+    # 2 x 8 cpu nodes, quota max 16: a high-priority hog holds 14 cpu, 1 free per node.
+    submit(world, "hog", cpu="7", count=2, priority=20, runtime=3600)
+    first = cycle_root("cluster", cluster=world.cluster, now=world.clock())  # forecasting
+    assert first is not None
+    assert len(first.admitted) == 1
+    # Four high-priority 4-cpu jobs that do not fit its quota, and behind them by
+    # priority a 1-cpu job that fits and has waited past the queue's aging bound.
+    now = world.clock.advance(1)
+    high = [submit(world, f"high{i}", cpu="4", priority=10, runtime=600) for i in range(4)]
+    old = submit(world, "old", cpu="1", priority=0, runtime=600)
+    for workload, waited in [*((h, 10.0) for h in high), (old, 400.0)]:
+        Workload.objects.filter(pk=workload.pk).update(
+            queue_order_at=now - timedelta(seconds=waited)
+        )
+    world_of("cluster").invalidate()  # the rows were changed behind the journal's back
+    report = cycle_root("cluster", cluster=world.cluster, now=now)
+    assert report is not None
+    run = CycleRun.objects.get(pk=report.cycle_id)
+    assert run.stats["full"] == 0.0  # a heads-only cycle
+    if aging is None:
+        # Control: the heads are two high-priority jobs, which do not fit; the old one,
+        # not aged without a bound, is not listed and not admitted.
+        assert report.admitted == []
+    else:
+        assert report.admitted == [old.pk]
+    assert Workload.objects.get(pk=old.pk).phase == (
+        Phase.PENDING if aging is None else Phase.ADMITTED
+    )
