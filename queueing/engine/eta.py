@@ -46,7 +46,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.calibration import ARRIVALS, FLOOR_S, eta_classes
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, banded, eta_classes
 from queueing.engine.types import Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def finish_etas(
         d = max(0.0, a - now) * stretch.get(wid, 1.0)
         model[wid] = now + d
         err = None
-        for key in classes.get(wid, ()):
+        for key in banded(classes.get(wid, ()), d):
             err = res.get(key)
             if err is not None:
                 break

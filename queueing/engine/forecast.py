@@ -230,14 +230,24 @@ class _Cand:
         self.filed = False
 
 
+#: A candidate's key in its queue is its list index shifted by this many bits; one
+#: that ages in virtual time is given a key between the workloads aged at the start
+#: and the rest (``_Simulation._age``).
+_SPACE = 24
+
+
 class _SimQueue:
     __slots__ = (
+        "aged_base",
+        "aged_n",
+        "ages",
         "behind",
         "block_at",
         "cands",
         "dirty",
         "in_heap",
         "index",
+        "moved",
         "nxt",
         "state",
         "window",
@@ -255,6 +265,10 @@ class _SimQueue:
         self.in_heap = False
         self.block_at: dict[int, int] = {}  # quota -> index of a failing blocking head
         self.behind: dict[int, list[int]] = {}  # quota -> indices waiting for that head
+        self.ages: list[tuple[float, int]] | None = None  # (queued at, list index), heap
+        self.aged_base = 0
+        self.aged_n = 0
+        self.moved: set[int] = set()  # list indices brought into the window by age
 
 
 class _Simulation:
@@ -372,11 +386,12 @@ class _Simulation:
         ws = sq.ws
         n = len(ws)
         while sq.window < depth and sq.nxt < n:
-            i = sq.nxt
-            w = ws[i]
+            li = sq.nxt
+            w = ws[li]
             sq.nxt += 1
-            if w.id in admitted:
+            if w.id in admitted or li in sq.moved:
                 continue
+            i = li << _SPACE
             f0 = fail.get(w.id)
             if f0 is not None and f0[0] == F_NEVER:
                 continue
@@ -543,7 +558,59 @@ class _Simulation:
                 touched_q = set(self.quota_files)
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
+            self._age(t)
         return self.eta
+
+    def _age(self, t: float) -> None:
+        """Workloads that reach their queue's ``aging_bound_s`` by ``t`` go first in it.
+
+        As :func:`.aging.queue_order_key` orders a queue: the aged ahead of the rest, in
+        the order they queued (which is the order they age in). Each is given a key
+        after those aged at the start and before the others, brought into the window if
+        it was beyond it, and looked at again.
+        """
+        cy = self.cy
+        for sq in self.queues:
+            bound = sq.state.spec.aging_bound_s
+            if bound is None:
+                continue
+            cutoff = t - max(0.0, bound)
+            h = sq.ages
+            if h is None:
+                start = self.now - max(0.0, bound)
+                h = sq.ages = [
+                    (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
+                ]
+                heapq.heapify(h)
+                aged = len(sq.ws) - len(h)
+                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
+            while h and h[0][0] <= cutoff:
+                _, li = heapq.heappop(h)
+                w = sq.ws[li]
+                if w.id in self.eta or w.id in cy.admitted_ids:
+                    continue
+                old = li << _SPACE
+                c = sq.cands.pop(old, None)
+                if c is None:
+                    if li < sq.nxt:
+                        continue  # set aside, or already looked at and gone
+                    f0 = cy.fail.get(w.id)
+                    if f0 is not None and f0[0] == F_NEVER:
+                        continue
+                    qi = cy.quota_of.get(w.id)
+                    if qi is None:
+                        qi = cy.tree.index.get(w.quota, -1)
+                    sq.moved.add(li)
+                    sq.window += 1
+                    c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
+                new = sq.aged_base + sq.aged_n
+                sq.aged_n += 1
+                c.idx = new
+                for qb, b in list(sq.block_at.items()):
+                    if b == old:
+                        sq.block_at[qb] = new
+                sq.cands[new] = c
+                self._mark(c)
 
     def _limits(self) -> None:
         maxes = self.tree.maxes
@@ -568,7 +635,11 @@ class _Simulation:
         )
 
     def _schedule(self, sq: _SimQueue) -> None:
-        if sq.dirty and not sq.in_heap:
+        if sq.in_heap:
+            return
+        while sq.dirty and sq.dirty[0] not in sq.cands:
+            heapq.heappop(sq.dirty)  # moved by age, or gone
+        if sq.dirty:
             c = sq.cands[sq.dirty[0]]
             heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
             sq.in_heap = True
