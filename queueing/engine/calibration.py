@@ -53,6 +53,7 @@ __all__ = [
     "contradictions",
     "eta_classes",
     "qbets_index",
+    "wait_band",
 ]
 
 #: In ``Snapshot.arrival_load``, the key that holds how many arrivals a load is made of

@@ -195,7 +195,8 @@ def test_p90_is_at_least_gotts_bound_over_the_class_ahead() -> None:
     etas = run_cycle(snap).etas
     assert times(etas[2]) == times_of(NOW + 50, NOW + 50)
     assert times(etas[3]) == times_of(NOW + 80, NOW + 900)
-    assert etas[4].p90 is not None and etas[4].p90 < NOW + 900
+    assert etas[4].p90 is not None
+    assert etas[4].p90 < NOW + 900
 
 
 def test_global_position_follows_the_tournament() -> None:
@@ -230,3 +231,26 @@ def test_forecast_can_be_skipped_and_is_budgeted() -> None:
     assert len(result.positions) == 48  # one admitted
     # With no budget the simulation stops after its first instant.
     assert all(e.p50 is None for e in result.etas.values())
+
+
+def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:
+    # Quota max 2; 2-cpu jobs of 30 s. A low-priority job queued 250 s ago ages at
+    # t+50 (bound 300 s) and from then goes before the higher-priority ones queued
+    # now: 3 starts at t+10, 4 at t+40, then 2 (aged) at t+70, 5 at t+100.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(2))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW - 20, expected_runtime_s=30.0),
+            workload(2, "q", req=one(2), ts=NOW - 250, expected_runtime_s=30.0),
+            *(
+                workload(i, "q", req=one(2), priority=9, ts=NOW, expected_runtime_s=30.0)
+                for i in (3, 4, 5)
+            ),
+        ],
+        queues=[
+            QueueSpec("q", aging_bound_s=300.0, preempt_within_quota="Never", reclaim="Never")
+        ],
+    )
+    etas = run_cycle(snap).etas
+    assert [etas[i].p50 for i in (3, 4, 2, 5)] == [NOW + 10, NOW + 40, NOW + 70, NOW + 100]
