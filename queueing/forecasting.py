@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from queueing.choices import WAITING_PHASES, Phase
-from queueing.engine.calibration import ARRIVALS, FLOOR_S, Residuals, eta_classes
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, Residuals, banded, eta_classes
 from queueing.engine.types import Eta, Snapshot
 from queueing.models import Workload
 
@@ -174,7 +174,7 @@ def eta_residuals(
         waited = (now - seen).total_seconds()
         if waited > predicted:
             e = (waited - predicted) / max(predicted, FLOOR_S)
-            for key in eta_classes(queue_ids.get(queue_id, ""), priority):
+            for key in banded(eta_classes(queue_ids.get(queue_id, ""), priority), predicted):
                 overdue.setdefault(key, []).append(e)
     return residuals.quantiles(overdue)
 

@@ -50,9 +50,11 @@ __all__ = [
     "ArrivalLoad",
     "EtaRecorder",
     "Residuals",
+    "banded",
     "contradictions",
     "eta_classes",
     "qbets_index",
+    "wait_band",
 ]
 
 #: In ``Snapshot.arrival_load``, the key that holds how many arrivals a load is made of
@@ -94,6 +96,30 @@ def eta_classes(queue: str, priority: int) -> tuple[str, str, str]:
     return (f"q/{queue}/{priority // 100}", f"b/{priority // 1000}", "")
 
 
+#: Bounds (seconds) of the predicted-wait bands errors are also pooled by.
+WAIT_BANDS = (10.0, 120.0)
+
+
+def wait_band(predicted_wait_s: float) -> str:
+    """The band of a predicted wait, a suffix to a class key.
+
+    A forecast of "now" and one of "in twenty minutes" err differently -- the first is
+    mostly right, the second misses what happens meanwhile -- so errors are pooled
+    per band too, as QBETS pools waits per job size: pooled together, the many
+    immediate starts (error 0) hid the bias of the long forecasts.
+    """
+    for i, bound in enumerate(WAIT_BANDS):
+        if predicted_wait_s < bound:
+            return f"~{i}"
+    return f"~{len(WAIT_BANDS)}"
+
+
+def banded(keys: tuple[str, ...], predicted_wait_s: float) -> tuple[str, ...]:
+    """``keys`` with the predicted wait's band, finest first, then ``keys`` alone."""
+    band = wait_band(predicted_wait_s)
+    return tuple(k + band for k in keys) + keys
+
+
 class Residuals:
     """The recent errors of first forecasts, per class, and their quantiles."""
 
@@ -111,7 +137,7 @@ class Residuals:
         """One admitted workload: its first forecast wait and the wait it had."""
         predicted = max(0.0, predicted_wait_s)
         e = (actual_wait_s - predicted) / max(predicted, FLOOR_S)
-        for key in keys:
+        for key in banded(keys, predicted):
             got = self.errors.get(key)
             if got is None:
                 got = self.errors[key] = deque(maxlen=self.window)
@@ -304,7 +330,7 @@ class EtaRecorder:
             waited = now - tr.first_t
             if waited > predicted:
                 e = (waited - predicted) / max(predicted, FLOOR_S)
-                for key in tr.classes:
+                for key in banded(tr.classes, predicted):
                     overdue.setdefault(key, []).append(e)
         return dataclasses.replace(
             snap,

@@ -18,7 +18,13 @@ each completion the freed quota and node capacity go to the waiting workloads in
 same order and with the same fit rules as the real cycle (quota chain, gang
 placement, Block/Intelligent blocking). Simplifications, on purpose:
 
-* no preemption in virtual time (the forecast is pessimistic for high priority);
+* preemption in virtual time is the cycle's, simplified (:meth:`_Simulation._preempt`):
+  a candidate that does not fit takes lower-priority work of its own quota
+  (``preempt_within_quota``) and -- within its quota's ``min`` -- work of quotas of its
+  tree above their runtime quota (``reclaim``), lowest priority and latest end first,
+  sparing work due to end within ``preempt_grace_s``; it starts a cycle after its
+  queue's next victim search (one per queue and quota per cycle). Victims release at
+  once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
 * runtime quota is recomputed every so many completions, not at each one;
 * preempted victims and requeued workloads release at once; victims compete again
@@ -80,6 +86,11 @@ OVERDUE_FACTOR = (0.25, 0.5)
 RESOLUTION = 0.02
 #: How many candidates the simulation examines between two looks at the clock.
 _CLOCK_EVERY = 64
+#: Victim searches one forward run may make (each looks at ``MAX_SIM_VICTIMS`` at most).
+MAX_SIM_PREEMPTIONS = 256
+MAX_SIM_VICTIMS = 64
+#: Gang placements one victim search may try.
+_SIM_PLACEMENTS = 4
 
 
 #: (time, sequence, quota index, workload, what it holds per node index or None to
@@ -219,14 +230,24 @@ class _Cand:
         self.filed = False
 
 
+#: A candidate's key in its queue is its list index shifted by this many bits; one
+#: that ages in virtual time is given a key between the workloads aged at the start
+#: and the rest (``_Simulation._age``).
+_SPACE = 24
+
+
 class _SimQueue:
     __slots__ = (
+        "aged_base",
+        "aged_n",
+        "ages",
         "behind",
         "block_at",
         "cands",
         "dirty",
         "in_heap",
         "index",
+        "moved",
         "nxt",
         "state",
         "window",
@@ -244,6 +265,10 @@ class _SimQueue:
         self.in_heap = False
         self.block_at: dict[int, int] = {}  # quota -> index of a failing blocking head
         self.behind: dict[int, list[int]] = {}  # quota -> indices waiting for that head
+        self.ages: list[tuple[float, int]] | None = None  # (queued at, list index), heap
+        self.aged_base = 0
+        self.aged_n = 0
+        self.moved: set[int] = set()  # list indices brought into the window by age
 
 
 class _Simulation:
@@ -281,6 +306,17 @@ class _Simulation:
         self.queues: list[_SimQueue] = []
         self.examined = 0
         self.out_of_time = False
+        # Preemption in virtual time: what runs, per quota (id -> (workload, what it
+        # holds per node or None, end time)); evicted ids whose end events are void.
+        self.running: dict[
+            int, dict[int, tuple[WorkloadSpec, dict[int, dict[str, int]] | None, float]]
+        ] = {}
+        self.evicted: set[int] = set()
+        self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
+        self.preempts_left = MAX_SIM_PREEMPTIONS
+        self.next_search: dict[tuple[int, int], float] = {}
+        tick = cfg.cycle_interval_s
+        self.tick = tick if tick > 0 else 1.0
 
     def _fair(self) -> FairShare:
         cy = self.cy
@@ -301,6 +337,9 @@ class _Simulation:
     def setup(self) -> None:
         cy = self.cy
         nindex = self.nodes.index
+        for at, _, qi, w, held in self.events:
+            if qi >= 0 and w.preemptible:
+                self.running.setdefault(qi, {})[w.id] = (w, held, at)
         requeued = {r.workload_id for r in cy.requeues}
         victims = cy.victim_ids
         back: dict[str, list[WorkloadSpec]] = {}
@@ -316,11 +355,7 @@ class _Simulation:
                             d[k] = d.get(k, 0) + v
         for a, w in zip(cy.admissions, cy.admitted_ws, strict=True):
             per_node = {nindex[n]: dict(r.raw) for n, r in a.assignment.items()}
-            self.seq += 1
-            heapq.heappush(
-                self.events,
-                (self.now + _runtime_of(cy, w, self.q), self.seq, cy.quota_of[w.id], w, per_node),
-            )
+            self._start(self.now, cy.quota_of[w.id], w, per_node)
         admitted = cy.admitted_ids
         states = {q.spec.name: q for q in cy.queues}
         for name in sorted(set(states) | set(back)):
@@ -351,11 +386,12 @@ class _Simulation:
         ws = sq.ws
         n = len(ws)
         while sq.window < depth and sq.nxt < n:
-            i = sq.nxt
-            w = ws[i]
+            li = sq.nxt
+            w = ws[li]
             sq.nxt += 1
-            if w.id in admitted:
+            if w.id in admitted or li in sq.moved:
                 continue
+            i = li << _SPACE
             f0 = fail.get(w.id)
             if f0 is not None and f0[0] == F_NEVER:
                 continue
@@ -372,13 +408,22 @@ class _Simulation:
                     continue
                 f = fail.get(w.id)
                 if f is not None and f[0] == F_NODES:
-                    # The cycle just failed to place it; it waits for nodes to free up.
+                    # The cycle just failed to place it; it waits for nodes to free up
+                    # -- unless it gets in by preempting at one of the next cycles.
+                    if self._preempt(sq, c, self.now, -1):
+                        del sq.cands[i]
+                        sq.window -= 1
+                        continue
                     self._file(c, -1, "")
                     if blocks(w):
                         sq.block_at[qi] = i
                     continue
                 fc, fk = self._quota_fail(qi, c.req, w=w)
                 if fc >= 0:
+                    if self._preempt(sq, c, self.now, fc):
+                        del sq.cands[i]
+                        sq.window -= 1
+                        continue
                     self._file(c, fc, fk)
                     if blocks(w):
                         sq.block_at[qi] = i
@@ -487,6 +532,13 @@ class _Simulation:
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
+                if w.id in self.evicted:
+                    self.evicted.discard(w.id)
+                    continue
+                if qi >= 0:
+                    got = self.running.get(qi)
+                    if got is not None:
+                        got.pop(w.id, None)
                 t = max(t, at)
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
@@ -497,6 +549,7 @@ class _Simulation:
             if freed:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
+            self.preempt_failed.clear()
             if since >= recompute_every:
                 since = 0
                 self.runtime, _ = tree.runtime(self.own_demand, self.nodes.capacity)
@@ -505,7 +558,59 @@ class _Simulation:
                 touched_q = set(self.quota_files)
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
+            self._age(t)
         return self.eta
+
+    def _age(self, t: float) -> None:
+        """Workloads that reach their queue's ``aging_bound_s`` by ``t`` go first in it.
+
+        As :func:`.aging.queue_order_key` orders a queue: the aged ahead of the rest, in
+        the order they queued (which is the order they age in). Each is given a key
+        after those aged at the start and before the others, brought into the window if
+        it was beyond it, and looked at again.
+        """
+        cy = self.cy
+        for sq in self.queues:
+            bound = sq.state.spec.aging_bound_s
+            if bound is None:
+                continue
+            cutoff = t - max(0.0, bound)
+            h = sq.ages
+            if h is None:
+                start = self.now - max(0.0, bound)
+                h = sq.ages = [
+                    (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
+                ]
+                heapq.heapify(h)
+                aged = len(sq.ws) - len(h)
+                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
+            while h and h[0][0] <= cutoff:
+                _, li = heapq.heappop(h)
+                w = sq.ws[li]
+                if w.id in self.eta or w.id in cy.admitted_ids:
+                    continue
+                old = li << _SPACE
+                c = sq.cands.pop(old, None)
+                if c is None:
+                    if li < sq.nxt:
+                        continue  # set aside, or already looked at and gone
+                    f0 = cy.fail.get(w.id)
+                    if f0 is not None and f0[0] == F_NEVER:
+                        continue
+                    qi = cy.quota_of.get(w.id)
+                    if qi is None:
+                        qi = cy.tree.index.get(w.quota, -1)
+                    sq.moved.add(li)
+                    sq.window += 1
+                    c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
+                new = sq.aged_base + sq.aged_n
+                sq.aged_n += 1
+                c.idx = new
+                for qb, b in list(sq.block_at.items()):
+                    if b == old:
+                        sq.block_at[qb] = new
+                sq.cands[new] = c
+                self._mark(c)
 
     def _limits(self) -> None:
         maxes = self.tree.maxes
@@ -530,7 +635,11 @@ class _Simulation:
         )
 
     def _schedule(self, sq: _SimQueue) -> None:
-        if sq.dirty and not sq.in_heap:
+        if sq.in_heap:
+            return
+        while sq.dirty and sq.dirty[0] not in sq.cands:
+            heapq.heappop(sq.dirty)  # moved by age, or gone
+        if sq.dirty:
             c = sq.cands[sq.dirty[0]]
             heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
             sq.in_heap = True
@@ -601,23 +710,179 @@ class _Simulation:
                 self.fair.admitted(qi, req)
                 nodes.commit(placed.per_node)
                 eta[w.id] = t
-                self.seq += 1
-                heapq.heappush(
-                    self.events,
-                    (t + _runtime_of(cy, w, self.q), self.seq, qi, w, dict(placed.per_node)),
-                )
-                del sq.cands[i]
-                sq.window -= 1
-                if sq.block_at.get(qi) == i:
-                    del sq.block_at[qi]
-                    for j in sq.behind.pop(qi, []):
-                        heapq.heappush(sq.dirty, j)
-                self._fill(sq)
+                self._start(t, qi, w, dict(placed.per_node))
+                self._admitted(sq, i, qi)
+            elif not c.first and self._preempt(sq, c, t, fail_c):
+                self._admitted(sq, i, qi)
             else:
                 if sq.state.blocks(w) and (b is None or i < b):
                     sq.block_at[qi] = i
                 self._file(c, fail_c, fail_k)
             self._schedule(sq)
+
+    def _admitted(self, sq: _SimQueue, i: int, qi: int) -> None:
+        del sq.cands[i]
+        sq.window -= 1
+        if sq.block_at.get(qi) == i:
+            del sq.block_at[qi]
+            for j in sq.behind.pop(qi, []):
+                heapq.heappush(sq.dirty, j)
+        self._fill(sq)
+
+    def _start(
+        self, t: float, qi: int, w: WorkloadSpec, per_node: dict[int, dict[str, int]]
+    ) -> None:
+        """``w`` starts at ``t`` holding ``per_node``: its end is an event."""
+        end = t + _runtime_of(self.cy, w, self.q)
+        self.seq += 1
+        heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
+        if qi >= 0 and w.preemptible:
+            self.running.setdefault(qi, {})[w.id] = (w, per_node, end)
+
+    def _preempt(self, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
+        """Whether ``c`` gets in by preempting, as the cycle would (simplified).
+
+        The cycle's rules, cheaply: in-quota victims of lower priority (its queue's
+        ``preempt_within_quota``), and -- when its quota stays within its ``min`` --
+        work of other quotas of the tree using more than their runtime quota
+        (``reclaim``; of lower priority only under ``LowerPriority``). Victims expected
+        to end within ``preempt_grace_s`` are awaited, not evicted. Lowest priority
+        first, latest end first; enough to fit the quota chain and place the gang. The
+        victims release at once (they are not simulated again: they were running, and
+        have no ETA of their own); the preemptor starts a cycle after its queue's next
+        victim search (one per queue and quota per cycle, as in the cycle).
+        """
+        cy = self.cy
+        spec = sq.state.spec
+        if not cy.config.preemption or not sq.state.may_preempt or self.preempts_left <= 0:
+            return False
+        w = c.w
+        qi = c.qi
+        shape = cy.shape(w)
+        memo = (qi, w.priority, shape)
+        if memo in self.preempt_failed or (-1, w.priority, shape) in self.preempt_failed:
+            return False
+        self.preempts_left -= 1
+        self.preempt_failed.add(memo)  # cleared when capacity frees up (see run)
+        tree = self.tree
+        req = c.req
+        chain = tree.chains[qi]
+        used = self.used
+        limit = self.limit_base
+        need: dict[int, dict[str, int]] = {}
+        for node_q in chain:
+            u = used[node_q]
+            lim = limit[node_q]
+            for k, v in req.items():
+                d = u.get(k, 0) + v - lim.get(k, 0)
+                if d > 0:
+                    need.setdefault(node_q, {})[k] = d
+        grace = cy.config.preempt_grace_s
+        pool: list[tuple[int, float, int, int]] = []
+        if spec.preempt_within_quota != "Never":
+            for vid, (v, _, end) in self.running.get(qi, {}).items():
+                if v.priority < w.priority and end - t > grace:
+                    pool.append((v.priority, -end, vid, qi))
+        if spec.reclaim != "Never" and (not need or any(x != qi for x in need)):
+            mins = tree.mins[qi]
+            if all(used[qi].get(k, 0) + v <= mins.get(k, 0) for k, v in req.items()):
+                lower = spec.reclaim == "LowerPriority"
+                root = chain[-1]
+                runtime = self.runtime
+                chain_set = set(chain)
+                for vq, held in self.running.items():
+                    if vq in chain_set or tree.chains[vq][-1] != root or not held:
+                        continue
+                    u = used[vq]
+                    rt = runtime[vq]
+                    if not any(u.get(k, 0) > rt.get(k, 0) for k in req):
+                        continue
+                    for vid, (v, _, end) in held.items():
+                        if (not lower or v.priority < w.priority) and end - t > grace:
+                            pool.append((v.priority, -end, vid, vq))
+        if not pool:
+            return False
+        pool = heapq.nsmallest(MAX_SIM_VICTIMS, pool)
+        chains = tree.chains
+        freed: dict[int, dict[str, int]] = {}
+        extra: dict[int, dict[str, int]] = {}
+        chosen: list[tuple[WorkloadSpec, int, dict[int, dict[str, int]]]] = []
+        nindex = self.nodes.index
+        reqs = cy.reqs(w)
+        tries = _SIM_PLACEMENTS
+        placed = None
+        quota_short = bool(need)
+        for _, _, vid, vq in pool:
+            v, held, _ = self.running[vq][vid]
+            vreq = v._request._d
+            missing = [
+                (node_q, k)
+                for node_q in chains[vq]
+                if node_q in need
+                for k, d in need[node_q].items()
+                if freed.get(node_q, {}).get(k, 0) < d
+            ]
+            if quota_short and not any(vreq.get(k, 0) > 0 for _, k in missing):
+                continue  # it does not lower what is missing
+            for node_q in chains[vq]:
+                if node_q in need:
+                    got = freed.setdefault(node_q, {})
+                    for k, x in vreq.items():
+                        got[k] = got.get(k, 0) + x
+            per_node = held
+            if per_node is None:
+                per_node = {}
+                for n, r in v.assignment.items():
+                    ni = nindex.get(n)
+                    if ni is not None:
+                        per_node[ni] = dict(r.raw)
+            chosen.append((v, vq, per_node))
+            for ni, amount in per_node.items():
+                acc = extra.setdefault(ni, {})
+                for k, x in amount.items():
+                    acc[k] = acc.get(k, 0) + x
+            quota_short = any(
+                freed.get(node_q, {}).get(k, 0) < d
+                for node_q, miss in need.items()
+                for k, d in miss.items()
+            )
+            if quota_short:
+                continue
+            placed = self.nodes.place(reqs, extra)
+            if placed is not None:
+                break
+            tries -= 1
+            if tries <= 0:
+                return False
+        if placed is None:
+            return False
+        # Evict: quota usage and node capacity come back now (their end events are void).
+        for v, vq, per_node in chosen:
+            self.evicted.add(v.id)
+            del self.running[vq][v.id]
+            self._release(vq, v, per_node, demand=True)
+        self.preempt_failed.discard(memo)
+        for node_q in chain:
+            u = used[node_q]
+            for k, x in req.items():
+                u[k] = u.get(k, 0) + x
+            if not w.preemptible:
+                npu = self.np_used[node_q]
+                for k, x in req.items():
+                    npu[k] = npu.get(k, 0) + x
+        self.fair.admitted(qi, req)
+        self.nodes.commit(placed.per_node)
+        # The cycle at ``t`` (or, at the forecast's own instant, the next one) searches;
+        # one search per queue and quota per cycle; the preemptor starts a cycle later.
+        tick = self.tick
+        at = t if t > self.now else self.now + tick
+        skey = (sq.index, qi)
+        at = max(at, self.next_search.get(skey, at))
+        self.next_search[skey] = at + tick
+        start = at + tick
+        self.eta[w.id] = start
+        self._start(start, qi, w, dict(placed.per_node))
+        return True
 
     def _file(self, c: _Cand, fail_c: int, fail_k: str) -> None:
         # Filing twice is harmless: a stale entry only wakes a candidate for a recheck.

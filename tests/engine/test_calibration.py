@@ -7,7 +7,15 @@ import dataclasses
 import pytest
 
 from queueing.engine import run_cycle
-from queueing.engine.calibration import ARRIVALS, ArrivalLoad, EtaRecorder, Residuals, qbets_index
+from queueing.engine.calibration import (
+    ARRIVALS,
+    ArrivalLoad,
+    EtaRecorder,
+    Residuals,
+    banded,
+    qbets_index,
+    wait_band,
+)
 from queueing.engine.quota import QuotaTree, waterfill
 from queueing.engine.types import Eta, QueueSpec, Snapshot
 
@@ -34,13 +42,41 @@ def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
         # Predicted 100 s each time; actual 100 + i s: errors 0.00 .. 0.39.
         res.add(("q/a/50", "b/5", ""), 100.0, 100.0 + i)
     q = res.quantiles()
-    assert set(q) == {"q/a/50", "b/5", ""}
+    # Each class, and each class within the predicted wait's band (100 s: "~1").
+    assert set(q) == {"q/a/50", "b/5", "", "q/a/50~1", "b/5~1", "~1"}
     median, upper = q[""]
     assert median == pytest.approx(0.195)
     # For n = 40 the QBETS bound of the p90 at 95 % is the 40th smallest (P(X < 39)
     # is only 0.92 for X ~ Bin(40, 0.9)): the largest error, 0.39.
     assert qbets_index(40) == 40
     assert upper == pytest.approx(0.39)
+
+
+def test_errors_are_also_pooled_by_the_band_of_the_predicted_wait() -> None:
+    res = Residuals(window=100, minimum=10)
+    for _ in range(20):
+        res.add(("",), 0.0, 0.0)  # "starts now", and it did
+        res.add(("",), 300.0, 150.0)  # "in five minutes", and it took half that
+    q = res.quantiles()
+    assert q["~0"] == (0.0, 0.0)
+    assert q["~2"] == (-0.5, -0.5)
+    assert banded(("q", ""), 5.0) == ("q~0", "~0", "q", "")
+    assert [wait_band(x) for x in (0.0, 9.9, 10.0, 119.0, 120.0, 3600.0)] == [
+        "~0",
+        "~0",
+        "~1",
+        "~1",
+        "~2",
+        "~2",
+    ]
+
+
+def test_the_forecast_takes_the_error_of_its_own_band() -> None:
+    # The workload's simulated wait is 100 s (band ~1): the error of that band
+    # applies (p50 = d + d x -0.5), not the pooled one.
+    res = {"": (0.0, 1.0), "~1": (-0.5, 0.2), "~2": (3.0, 4.0)}
+    eta = run_cycle(world(eta_residuals=res)).etas[2]
+    assert (eta.p50, eta.p90) == (NOW + 50.0, NOW + 120.0)
 
 
 def world(**kw: object) -> Snapshot:

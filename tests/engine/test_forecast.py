@@ -142,6 +142,63 @@ def test_a_preemptor_is_expected_as_soon_as_its_victims_are_gone() -> None:
     assert result.etas[2].p50 == NOW
 
 
+def _two_preemptors(queue: QueueSpec) -> object:
+    # Quota max 4 full of two low-priority 2-cpu jobs running for 900 s; two 2-cpu jobs
+    # of priority 9 wait. The cycle makes one victim search per queue and quota: 3
+    # preempts now, 4 can only at the next cycle.
+    return world(
+        quotas=[quota("root"), quota("q", "root", max=one(4))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "q", "n", req=one(2), priority=1, started_at=NOW, expected_runtime_s=900.0),
+            running(2, "q", "n", req=one(2), priority=1, started_at=NOW, expected_runtime_s=900.0),
+            workload(3, "q", req=one(2), priority=9, ts=NOW, expected_runtime_s=100.0),
+            workload(4, "q", req=one(2), priority=9, ts=NOW, expected_runtime_s=100.0),
+        ],
+        queues=[queue],
+        config=EngineConfig(fair_share_mode="instant", cycle_interval_s=2.0),
+    )
+
+
+def test_the_forecast_preempts_as_the_next_cycle_would() -> None:
+    result = run_cycle(_two_preemptors(QueueSpec("q")))  # type: ignore[arg-type]
+    assert len(result.preemptions) == 1
+    assert result.etas[3].p50 == NOW
+    # Searched at the next cycle (t+2), its victim gone and it admitted one later.
+    assert times(result.etas[4]) == times_of(NOW + 4, NOW + 4)
+
+
+def test_the_forecast_does_not_preempt_where_the_queue_does_not() -> None:
+    spec = QueueSpec("q", preempt_within_quota="Never", reclaim="Never")
+    result = run_cycle(_two_preemptors(spec))  # type: ignore[arg-type]
+    assert result.preemptions == ()
+    # Both wait for the running jobs' ends.
+    assert (result.etas[3].p50, result.etas[4].p50) == (NOW + 900, NOW + 900)
+
+
+def test_p90_is_at_least_gotts_bound_over_the_class_ahead() -> None:
+    # Quota max 2, held until t+50. Workload 2 (queued 100 s ago) starts at t+50 and
+    # runs 30 s; 3, of the same class, queued now, cannot start before it: Gott's bound
+    # over 2's wait so far puts 2's start beyond t + 9 x 100 s with probability 0.1, so
+    # 3's p90 is at least that. 4 (another shape) and 2 itself keep the simulation's.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(3))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW - 50, expected_runtime_s=100.0),
+            workload(2, "q", req=one(2), ts=NOW - 100, expected_runtime_s=30.0),
+            workload(3, "q", req=one(2), ts=NOW, expected_runtime_s=30.0),
+            workload(4, "q", req=one(3), ts=NOW, expected_runtime_s=30.0),
+        ],
+        queues=[QueueSpec("q", preempt_within_quota="Never", reclaim="Never")],
+    )
+    etas = run_cycle(snap).etas
+    assert times(etas[2]) == times_of(NOW + 50, NOW + 50)
+    assert times(etas[3]) == times_of(NOW + 80, NOW + 900)
+    assert etas[4].p90 is not None
+    assert etas[4].p90 < NOW + 900
+
+
 def test_global_position_follows_the_tournament() -> None:
     # Queue priority first: hi's workloads rank before lo's, whatever their age.
     snap = world(
@@ -174,3 +231,26 @@ def test_forecast_can_be_skipped_and_is_budgeted() -> None:
     assert len(result.positions) == 48  # one admitted
     # With no budget the simulation stops after its first instant.
     assert all(e.p50 is None for e in result.etas.values())
+
+
+def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:
+    # Quota max 2; 2-cpu jobs of 30 s. A low-priority job queued 250 s ago ages at
+    # t+50 (bound 300 s) and from then goes before the higher-priority ones queued
+    # now: 3 starts at t+10, 4 at t+40, then 2 (aged) at t+70, 5 at t+100.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(2))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW - 20, expected_runtime_s=30.0),
+            workload(2, "q", req=one(2), ts=NOW - 250, expected_runtime_s=30.0),
+            *(
+                workload(i, "q", req=one(2), priority=9, ts=NOW, expected_runtime_s=30.0)
+                for i in (3, 4, 5)
+            ),
+        ],
+        queues=[
+            QueueSpec("q", aging_bound_s=300.0, preempt_within_quota="Never", reclaim="Never")
+        ],
+    )
+    etas = run_cycle(snap).etas
+    assert [etas[i].p50 for i in (3, 4, 2, 5)] == [NOW + 10, NOW + 40, NOW + 70, NOW + 100]
