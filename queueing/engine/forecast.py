@@ -802,8 +802,8 @@ class _Simulation:
         for node_q in chain:
             u = used[node_q]
             lim = limit[node_q]
-            for k, v in req.items():
-                d = u.get(k, 0) + v - lim.get(k, 0)
+            for k, amount in req.items():
+                d = u.get(k, 0) + amount - lim.get(k, 0)
                 if d > 0:
                     need.setdefault(node_q, {})[k] = d
         grace = cy.config.preempt_grace_s
@@ -814,19 +814,19 @@ class _Simulation:
                     pool.append((v.priority, -end, vid, qi))
         if spec.reclaim != "Never" and (not need or any(x != qi for x in need)):
             mins = tree.mins[qi]
-            if all(used[qi].get(k, 0) + v <= mins.get(k, 0) for k, v in req.items()):
+            if all(used[qi].get(k, 0) + x <= mins.get(k, 0) for k, x in req.items()):
                 lower = spec.reclaim == "LowerPriority"
                 root = chain[-1]
                 runtime = self.runtime
                 chain_set = set(chain)
-                for vq, held in self.running.items():
-                    if vq in chain_set or tree.chains[vq][-1] != root or not held:
+                for vq, members in self.running.items():
+                    if vq in chain_set or tree.chains[vq][-1] != root or not members:
                         continue
                     u = used[vq]
                     rt = runtime[vq]
                     if not any(u.get(k, 0) > rt.get(k, 0) for k in req):
                         continue
-                    for vid, (v, _, end) in held.items():
+                    for vid, (v, _, end) in members.items():
                         if (not lower or v.priority < w.priority) and end - t > grace:
                             pool.append((v.priority, -end, vid, vq))
         if not pool:
@@ -866,9 +866,9 @@ class _Simulation:
                     if ni is not None:
                         per_node[ni] = dict(r.raw)
             chosen.append((v, vq, per_node))
-            for ni, amount in per_node.items():
+            for ni, holds in per_node.items():
                 acc = extra.setdefault(ni, {})
-                for k, x in amount.items():
+                for k, x in holds.items():
                     acc[k] = acc.get(k, 0) + x
             quota_short = any(
                 freed.get(node_q, {}).get(k, 0) < d

@@ -248,9 +248,7 @@ def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:
                 for i in (3, 4, 5)
             ),
         ],
-        queues=[
-            QueueSpec("q", aging_bound_s=300.0, preempt_within_quota="Never", reclaim="Never")
-        ],
+        queues=[QueueSpec("q", aging_bound_s=300.0, preempt_within_quota="Never", reclaim="Never")],
     )
     etas = run_cycle(snap).etas
     assert [etas[i].p50 for i in (3, 4, 2, 5)] == [NOW + 10, NOW + 40, NOW + 70, NOW + 100]
