@@ -87,13 +87,22 @@ def finish_etas(
     stretch: dict[int, float] = {}
     # How long the oldest workload of the same class ahead of each one has waited: same
     # queue, quota, priority and request -- it starts no earlier than that workload.
+    # Only for workloads with a simulated start, and only their (quota, priority) pairs
+    # are keyed by shape (a shape is costly for work the cycle never looked at).
     ahead_wait: dict[int, float] = {}
+    quota_of = cy.quota_of
     for q in cy.queues:
+        wanted = {(quota_of[cw.id], cw.priority) for cw in q.cands if cw.id in p50}
+        if not wanted:
+            continue
         oldest: dict[tuple[int, int, object], float] = {}
         for cw in q.cands:
             if cw.id not in pos:
                 continue
-            ck = (cy.quota_of[cw.id], cw.priority, cy.shape(cw))
+            qp = (quota_of[cw.id], cw.priority)
+            if qp not in wanted:
+                continue
+            ck = (*qp, cy.shape(cw))
             first = oldest.get(ck)
             if first is None:
                 oldest[ck] = cw.queue_order_at

@@ -315,6 +315,8 @@ class _Simulation:
         self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
         self.preempts_left = MAX_SIM_PREEMPTIONS
         self.next_search: dict[tuple[int, int], float] = {}
+        #: (time its next workload ages, queue index), built at the first step.
+        self.age_heap: list[tuple[float, int]] | None = None
         tick = cfg.cycle_interval_s
         self.tick = tick if tick > 0 else 1.0
 
@@ -569,48 +571,75 @@ class _Simulation:
         after those aged at the start and before the others, brought into the window if
         it was beyond it, and looked at again.
         """
-        cy = self.cy
-        for sq in self.queues:
-            bound = sq.state.spec.aging_bound_s
-            if bound is None:
-                continue
-            cutoff = t - max(0.0, bound)
+        queues = self.queues
+        heap = self.age_heap
+        if heap is None:
+            # Per queue, when its next workload ages (one pass, no sorting): a queue's
+            # own heap is built only once the simulation reaches that time.
+            heap = self.age_heap = []
+            for sq in queues:
+                bound = sq.state.spec.aging_bound_s
+                if bound is None:
+                    continue
+                start = self.now - max(0.0, bound)
+                aged = 0
+                first = math.inf
+                for w in sq.ws:
+                    at = w.queue_order_at
+                    if at <= start:
+                        aged += 1
+                    elif at < first:
+                        first = at
+                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
+                if first < math.inf:
+                    heap.append((first + max(0.0, bound), sq.index))
+            heapq.heapify(heap)
+        while heap and heap[0][0] <= t:
+            _, qidx = heapq.heappop(heap)
+            sq = queues[qidx]
+            bound = max(0.0, sq.state.spec.aging_bound_s or 0.0)
             h = sq.ages
             if h is None:
-                start = self.now - max(0.0, bound)
+                start = self.now - bound
                 h = sq.ages = [
                     (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
                 ]
                 heapq.heapify(h)
-                aged = len(sq.ws) - len(h)
-                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
+            cutoff = t - bound
             while h and h[0][0] <= cutoff:
                 _, li = heapq.heappop(h)
-                w = sq.ws[li]
-                if w.id in self.eta or w.id in cy.admitted_ids:
-                    continue
-                old = li << _SPACE
-                c = sq.cands.pop(old, None)
-                if c is None:
-                    if li < sq.nxt:
-                        continue  # set aside, or already looked at and gone
-                    f0 = cy.fail.get(w.id)
-                    if f0 is not None and f0[0] == F_NEVER:
-                        continue
-                    qi = cy.quota_of.get(w.id)
-                    if qi is None:
-                        qi = cy.tree.index.get(w.quota, -1)
-                    sq.moved.add(li)
-                    sq.window += 1
-                    c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
-                new = sq.aged_base + sq.aged_n
-                sq.aged_n += 1
-                c.idx = new
-                for qb, b in list(sq.block_at.items()):
-                    if b == old:
-                        sq.block_at[qb] = new
-                sq.cands[new] = c
-                self._mark(c)
+                self._aged(sq, li)
+            if h:
+                heapq.heappush(heap, (h[0][0] + bound, qidx))
+
+    def _aged(self, sq: _SimQueue, li: int) -> None:
+        """``sq.ws[li]`` has aged: it goes after those aged before it, before the rest."""
+        cy = self.cy
+        w = sq.ws[li]
+        if w.id in self.eta or w.id in cy.admitted_ids:
+            return
+        old = li << _SPACE
+        c = sq.cands.pop(old, None)
+        if c is None:
+            if li < sq.nxt:
+                return  # set aside, or looked at and gone
+            f0 = cy.fail.get(w.id)
+            if f0 is not None and f0[0] == F_NEVER:
+                return
+            qi = cy.quota_of.get(w.id)
+            if qi is None:
+                qi = cy.tree.index.get(w.quota, -1)
+            sq.moved.add(li)
+            sq.window += 1
+            c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
+        new = sq.aged_base + sq.aged_n
+        sq.aged_n += 1
+        c.idx = new
+        for qb, b in list(sq.block_at.items()):
+            if b == old:
+                sq.block_at[qb] = new
+        sq.cands[new] = c
+        self._mark(c)
 
     def _limits(self) -> None:
         maxes = self.tree.maxes
@@ -773,8 +802,8 @@ class _Simulation:
         for node_q in chain:
             u = used[node_q]
             lim = limit[node_q]
-            for k, v in req.items():
-                d = u.get(k, 0) + v - lim.get(k, 0)
+            for k, amount in req.items():
+                d = u.get(k, 0) + amount - lim.get(k, 0)
                 if d > 0:
                     need.setdefault(node_q, {})[k] = d
         grace = cy.config.preempt_grace_s
@@ -785,19 +814,19 @@ class _Simulation:
                     pool.append((v.priority, -end, vid, qi))
         if spec.reclaim != "Never" and (not need or any(x != qi for x in need)):
             mins = tree.mins[qi]
-            if all(used[qi].get(k, 0) + v <= mins.get(k, 0) for k, v in req.items()):
+            if all(used[qi].get(k, 0) + x <= mins.get(k, 0) for k, x in req.items()):
                 lower = spec.reclaim == "LowerPriority"
                 root = chain[-1]
                 runtime = self.runtime
                 chain_set = set(chain)
-                for vq, held in self.running.items():
-                    if vq in chain_set or tree.chains[vq][-1] != root or not held:
+                for vq, members in self.running.items():
+                    if vq in chain_set or tree.chains[vq][-1] != root or not members:
                         continue
                     u = used[vq]
                     rt = runtime[vq]
                     if not any(u.get(k, 0) > rt.get(k, 0) for k in req):
                         continue
-                    for vid, (v, _, end) in held.items():
+                    for vid, (v, _, end) in members.items():
                         if (not lower or v.priority < w.priority) and end - t > grace:
                             pool.append((v.priority, -end, vid, vq))
         if not pool:
@@ -837,9 +866,9 @@ class _Simulation:
                     if ni is not None:
                         per_node[ni] = dict(r.raw)
             chosen.append((v, vq, per_node))
-            for ni, amount in per_node.items():
+            for ni, holds in per_node.items():
                 acc = extra.setdefault(ni, {})
-                for k, x in amount.items():
+                for k, x in holds.items():
                     acc[k] = acc.get(k, 0) + x
             quota_short = any(
                 freed.get(node_q, {}).get(k, 0) < d
