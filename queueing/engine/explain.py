@@ -505,7 +505,12 @@ def bound_etas(explanations: Mapping[int, Explanation], etas: dict[int, Eta]) ->
         eta = etas.get(wid)
         if eta is None or eta.p90 is None or eta.p90 <= bound:
             continue
-        p50 = bound if eta.p50 is None else min(eta.p50, bound)
+        p50 = eta.p50
+        if p50 is None or p50 >= bound:
+            # The simulation's own start, when it is within the bound (the calibration
+            # is what moved the p50 past it); else the bound itself.
+            sim = eta.forecast
+            p50 = sim if sim is not None and sim < bound else bound
         etas[wid] = dataclasses.replace(eta, p50=p50, p90=bound)
         capped += 1
     return capped
