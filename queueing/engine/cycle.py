@@ -47,7 +47,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     order_key,
 )
-from queueing.engine.explain import explain_all
+from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.nodes import elig_key
 from queueing.engine.preemption import find_victims
@@ -475,6 +475,7 @@ class Cycle(CycleState):
         etas: dict[int, Any] = {}
         if forecast:
             positions, etas = run_forecast(self)
+            bound_etas(explanations, etas)  # never after the aging bound stated
         t2 = perf_counter()
         tree = self.tree
         names = tree.names

@@ -120,3 +120,33 @@ def test_the_head_names_the_victims_still_being_evicted_in_later_cycles() -> Non
         "Waiting for w1 (preempted for it) to release its capacity; "
         "it is reserved for this workload."
     )
+
+
+# -- the ETA beside aging's bound ----------------------------------------------------------
+
+
+def test_an_eta_is_never_later_than_the_aging_bound_its_explanation_states() -> None:
+    from queueing.engine.explain import bound_etas
+    from queueing.engine.types import Eta, Explanation
+
+    bounded = Explanation(1, "quota", starts_by=100.0)
+    explanations = {
+        1: bounded,
+        2: bounded._replace(workload_id=2),
+        3: bounded._replace(workload_id=3),
+        4: Explanation(4, "quota"),
+        5: bounded._replace(workload_id=5),
+    }
+    etas = {
+        1: Eta(80.0, 130.0, moved="later", delta_s=7.0),  # p90 past the bound
+        2: Eta(120.0, 150.0),  # both past it, the simulation's own start too
+        5: Eta(120.0, 150.0, forecast=95.0),  # the simulation's start is within it
+        3: Eta(60.0, 90.0),  # within it
+        4: Eta(200.0, 300.0),  # no bound stated
+    }
+    assert bound_etas(explanations, etas) == 3
+    assert (etas[1].p50, etas[1].p90, etas[1].moved, etas[1].delta_s) == (80.0, 100.0, "later", 7.0)
+    assert (etas[2].p50, etas[2].p90) == (100.0, 100.0)
+    assert (etas[3].p50, etas[3].p90) == (60.0, 90.0)
+    assert (etas[5].p50, etas[5].p90) == (95.0, 100.0)
+    assert (etas[4].p50, etas[4].p90) == (200.0, 300.0)

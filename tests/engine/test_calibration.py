@@ -85,7 +85,8 @@ def world(**kw: object) -> Snapshot:
         nodes=[node("n", {"cpu": 4})],
         workloads=[
             running(1, "q", "n", req={"cpu": 4}, started_at=NOW, expected_runtime_s=100.0),
-            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0),
+            # Queued now: not aged (aging's bound is not what these tests are about).
+            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW),
         ],
         now=NOW,
         **kw,  # type: ignore[arg-type]
@@ -122,10 +123,25 @@ def test_a_jump_is_published_only_when_the_next_forecast_confirms_it() -> None:
 
 def test_calibration_turns_the_measured_error_into_p50_and_p90() -> None:
     # Simulated wait 100 s; measured errors: median +0.2, p90 bound +0.9 of the wait.
-    eta = run_cycle(world(eta_residuals={"": (0.2, 0.9)})).etas[2]
+    # Queued just now: aging's bound (its claim whole at +300 s) is later than both.
+    snap = world(eta_residuals={"": (0.2, 0.9)})
+    eta = run_cycle(snap).etas[2]
     assert eta.p50 == pytest.approx(NOW + 120)
     assert eta.p90 == pytest.approx(NOW + 190)
     assert eta.forecast == pytest.approx(NOW + 100)
+    # Queued long ago (aged, its claim whole): it starts by the end of the work now
+    # holding its quota's room, at +100 s at the latest, and says so; its ETA agrees.
+    aged = run_cycle(
+        dataclasses.replace(
+            snap,
+            workloads=tuple(
+                dataclasses.replace(w, queue_order_at=1.0) if w.id == 2 else w
+                for w in snap.workloads
+            ),
+        )
+    )
+    assert aged.explanations[2].starts_by == pytest.approx(NOW + 100)
+    assert (aged.etas[2].p50, aged.etas[2].p90) == pytest.approx((NOW + 100, NOW + 100))
 
 
 def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:

@@ -526,6 +526,11 @@ def test_every_sentence_agrees_with_its_fields(snap: Snapshot) -> None:
         pos = result.positions.get(wid)
         if pos is not None:
             assert e.waiting_ahead == pos.in_queue - 1
+        # "Starts by T at the latest" and an ETA beside it agree: neither quantile later.
+        eta = result.etas.get(wid)
+        if e.starts_by is not None and eta is not None and eta.p90 is not None:
+            assert eta.p50 is not None
+            assert eta.p50 <= eta.p90 <= e.starts_by, (e.sentence(), eta)
 
 
 @SETTINGS
