@@ -398,6 +398,12 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
 
     nodes = cy.nodes
     reqs = cy.reqs(w)
+    if not need and nodes.place(reqs) is not None:
+        # Its quota fits once the evictions under way have ended, and the nodes hold it
+        # as they are: no victim helps, it waits for those evictions. (Taking one would
+        # evict work just admitted elsewhere, e.g. the preemptor that made a quota's room
+        # -- ping-pong found by the property test, seed 64100.)
+        return None
     elig_nodes = pre.eligible_nodes(tuple(ps.elig for ps in reqs))
     nindex = nodes.index
     lower_only = spec.reclaim == "LowerPriority"

@@ -476,6 +476,13 @@ def test_a_reclaimed_victim_does_not_age_its_room_back() -> None:
     repeated_cycles_never_ping_pong(world_from_seed(722241))
 
 
+def test_a_preemptor_that_only_waits_for_evictions_under_way_takes_no_victim() -> None:
+    """Found by the property test: q0's quota fits a 1-cpu job only once an eviction of
+    its own under way has ended, and an empty node holds it; the search reclaimed from
+    q3 the very job q3 had been admitted for by preempting q0 two cycles before."""
+    repeated_cycles_never_ping_pong(world_from_seed(64100))
+
+
 def repeated_cycles_never_ping_pong(snap: Snapshot) -> None:
     pairs: list[tuple[int, int]] = []
     quota_pairs: list[tuple[str, str]] = []
