@@ -204,7 +204,6 @@ class Preemptor:
             self._subtree_lists[x] = got
         return got
 
-
     def reclaim_list(
         self, by_min: bool, top: int, keys: frozenset[str]
     ) -> list[tuple[VKey, WorkloadSpec, int, int]]:
