@@ -220,7 +220,8 @@ class Cycle(CycleState):
                             break
                 else:
                     c = quota_fail(qi, req)
-                np_c = bool(self.np_short(w, qi))
+                # (np_short: only a non-preemptible workload can be short of its min.)
+                np_c = not w.preemptible and bool(self.np_short(w, qi))
                 if np_c:
                     c = qi
                 if c >= 0:
@@ -295,7 +296,7 @@ class Cycle(CycleState):
             # Quota fit, then gang fit.
             # A non-preemptible workload beyond its quota's min: no victim can help
             # (non-preemptible work is never one), it waits for such work to end.
-            np_c = bool(self.np_short(w, qi))
+            np_c = not w.preemptible and bool(self.np_short(w, qi))
             c = qi if np_c else quota_fail(qi, req)
             ok = False
             if c < 0:
