@@ -100,13 +100,16 @@ class _Filtered:
     searches read a list and the filter passes over ``every`` at most once.
     """
 
-    __slots__ = ("_every", "_lowest", "_pos", "items")
+    __slots__ = ("_every", "_lowest", "_pos", "_useless", "items")
 
     def __init__(self, every: list[tuple[VKey, WorkloadSpec, int]], lowest: dict[int, int]):
         self.items: list[tuple[VKey, WorkloadSpec, int, int]] = []
         self._every = every
         self._lowest = lowest
         self._pos = 0
+        self._useless: dict[
+            tuple[frozenset[int], frozenset[str]], tuple[int, dict[int, int], dict[int, int]]
+        ] = {}
 
     def __iter__(self) -> Iterator[tuple[VKey, WorkloadSpec, int, int]]:
         items = self.items
@@ -117,6 +120,35 @@ class _Filtered:
                 i += 1
             elif not self._more():
                 return
+
+    def useless_prefix(
+        self, elig: frozenset[int], keys: frozenset[str], nindex: Mapping[str, int]
+    ) -> tuple[int, dict[int, int], dict[int, int]]:
+        """The entries before the first one holding ``keys`` on a node of ``elig``.
+
+        Returns how many there are, how many of them each lowest over quota has, and
+        each one's workload id -> lowest over quota. Such workloads free nothing a
+        nodes-only search can use (:func:`find_victims`'s ``useful``). Cached per
+        ``(elig, keys)``: the entries never change within the cycle.
+        """
+        ck = (elig, keys)
+        got = self._useless.get(ck)
+        if got is None:
+            counts: dict[int, int] = {}
+            ids: dict[int, int] = {}
+            n = 0
+            for _, v, _vq, low in self:
+                if any(
+                    nindex.get(name, -1) in elig and not amount.raw.keys().isdisjoint(keys)
+                    for name, amount in v.assignment.items()
+                ):
+                    break
+                n += 1
+                counts[low] = counts.get(low, 0) + 1
+                ids[v.id] = low
+            got = (n, counts, ids)
+            self._useless[ck] = got
+        return got
 
     def _more(self) -> bool:
         """Filter ``every`` up to its next candidate; False when none is left."""
@@ -563,6 +595,28 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         placements_left -= 1
         pl = nodes.place(reqs, extra)
         return None if pl is None else pl.per_node
+
+    # -- nothing to win on nodes within the budget ---------------------------------------
+    # Only nodes are short and the reclaim candidates come first: if the first
+    # MAX_EXAMINED_NODES_ONLY of them the loop below would examine (not chosen
+    # already, not on the preemptor's chain) hold nothing on a node it may use, the
+    # loop ends empty-handed -- found out here by counting, not by examining them (the
+    # 60k cycle: over a thousand such searches, for quotas within their min).
+    if not need and allow_reclaim:
+        flt = pre.reclaim_list(by_min, top, frozenset(req))
+        n, counts, ids = flt.useless_prefix(elig_nodes, frozenset(req), nindex)
+        if n >= MAX_EXAMINED_NODES_ONLY:
+            n -= sum(counts.get(x, 0) for x in chain)
+            if n >= MAX_EXAMINED_NODES_ONLY:
+                gone = 0
+                for ws in (skip, pre.awaited):
+                    for vid in ws:
+                        low = ids.get(vid)
+                        if low is not None and low not in chain_set:
+                            gone += 1
+                # (an id both chosen and awaited is counted twice: fewer, never more)
+                if n - gone >= MAX_EXAMINED_NODES_ONLY:
+                    return None
 
     # -- greedy ----------------------------------------------------------------------
     found: dict[int, dict[str, int]] | None = None
