@@ -220,7 +220,8 @@ class Cycle(CycleState):
                             break
                 else:
                     c = quota_fail(qi, req)
-                np_c = bool(self.np_short(w, qi))
+                # (np_short: only a non-preemptible workload can be short of its min.)
+                np_c = not w.preemptible and bool(self.np_short(w, qi))
                 if np_c:
                     c = qi
                 if c >= 0:
@@ -295,7 +296,7 @@ class Cycle(CycleState):
             # Quota fit, then gang fit.
             # A non-preemptible workload beyond its quota's min: no victim can help
             # (non-preemptible work is never one), it waits for such work to end.
-            np_c = bool(self.np_short(w, qi))
+            np_c = not w.preemptible and bool(self.np_short(w, qi))
             c = qi if np_c else quota_fail(qi, req)
             ok = False
             if c < 0:
@@ -314,18 +315,13 @@ class Cycle(CycleState):
             if not ok and c < 0 and q.blocks(w) and self.set_aside_on_nodes(w):
                 ok = True  # inadmissible: neither preempts nor blocks
             elif not ok:
-                if preemption_on and not np_c and self._may_preempt(q, w, qi, c < 0):
+                if preemption_on and not np_c and self._may_preempt(q, w, qi):
                     found = find_victims(self, w, qi, q.spec)
                     if found is not None:
                         self._preempt(w, qi, found)
-                    elif c >= 0:
-                        self.preempt_failed.add((qi, w.priority, self.shape(w)))
-                    elif not self.within_min(qi, req):
-                        self.preempt_failed.add((-1, w.priority, self.shape(w)))
                     else:
-                        self.preempt_failed.add((qi, w.priority, self.shape(w)))
-                        key, room = self._min_room(w, qi, q)
-                        self.min_failed.setdefault(key, []).append(room)
+                        on_nodes = c < 0 and not self.within_min(qi, req)
+                        self.preempt_failed.add((-1 if on_nodes else qi, w.priority, self.shape(w)))
                 if q.blocks(w):
                     q.blocked.setdefault(qi, wid)
                     if fail.get(wid, (F_WAITING,))[0] != F_WAITING:
@@ -405,7 +401,7 @@ class Cycle(CycleState):
             return (q.index, qi, 2)
         return (q.index, qi, 1 if w.queue_order_at <= q.aged_before else 0)
 
-    def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int, quota_fits: bool) -> bool:
+    def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
         """One victim search per queue, quota and :meth:`search_key` per cycle."""
         if not q.may_preempt:
             return False
@@ -416,44 +412,12 @@ class Cycle(CycleState):
         shape = self.shape(w)
         if (qi, w.priority, shape) in self.preempt_failed:
             return False
-        if key[2] != 2:
-            # A gang that found no victims on nodes (its quota fitting) will not find
-            # them for another quota at the same or lower priority either, as far as
-            # nodes go.
-            return (-1, w.priority, shape) not in self.preempt_failed
-        if not quota_fits:
-            return True
-        # Within its min, quota fitting: a reclaim on nodes from quotas above their min
-        # (preemption's by-min search). Its candidates are every such quota's work
-        # outside the preemptor's chain, and the preemptor's chain must stay within its
-        # min up to the common ancestor: where that search failed for this priority,
-        # shape and queue policy, it fails as well for a quota whose chain has no more
-        # room under its min (more room lets more victims be taken: search again).
-        memo, room = self._min_room(w, qi, q)
-        for failed in self.min_failed.get(memo, ()):
-            if all(r <= f for r, f in zip(room, failed, strict=True)):
-                return False
-        return True
-
-    def _min_room(
-        self, w: WorkloadSpec, qi: int, q: QueueState
-    ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-        """The memo key of ``w``'s by-min search and its chain's room under min.
-
-        The room is, per resource of the request that the quota's min names, the
-        smallest ``min - load`` over the chain below the root (the common ancestor with
-        a victim is at most the root, and the chain is checked below it).
-        """
-        tree = self.tree
-        mins = tree.mins
-        load = self.load
-        req = w._request._d
-        mq = mins[qi]
-        named = tuple(k for k in req if mq.get(k, 0) > 0)
-        chain = tree.chains[qi][:-1] or tree.chains[qi]
-        room = tuple(min(mins[x].get(k, 0) - load[x].get(k, 0) for x in chain) for k in named)
-        spec = q.spec
-        return (w.priority, self.shape(w), spec.reclaim, spec.preempt_within_quota, named), room
+        # A gang that found no victims on nodes (its quota fitting) will not find them
+        # for another quota at the same or lower priority either, as far as nodes go --
+        # unless that quota is within its min, which may reclaim more (recorded per quota).
+        return (-1, w.priority, shape) not in self.preempt_failed or self.within_min(
+            qi, w._request._d
+        )
 
     def _preempt(self, w: WorkloadSpec, qi: int, found: Any) -> None:
         victims, reasons, per_node, freed, extra = found

@@ -333,9 +333,6 @@ class CycleState:
         #: (queue index, quota index, kind): one victim search each per cycle.
         self.preempt_tried: set[tuple[int, int, int]] = set()
         self.preempt_failed: set[tuple[int, int, ShapeKey]] = set()
-        #: Failed by-min searches on nodes (see ``Cycle._may_preempt``): per priority,
-        #: shape and queue policy, the chain's room under min of each that failed.
-        self.min_failed: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}
         #: Per quota, bumped on every admission (lets the tournament skip re-scoring).
         self.qver: list[int] = [0] * nq
         #: Bumped on every change of ``load``; guards the headroom cache.

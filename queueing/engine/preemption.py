@@ -48,6 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import aged_before
@@ -85,8 +86,86 @@ Found = tuple[
 ]
 
 
-def _vkey(v: WorkloadSpec) -> VKey:
-    return (v.priority, -(v.admitted_at or 0.0), -v.id)
+#: Sort key of the victim lists, whose first item is the workload's victim order:
+#: ``(priority, -admitted_at, -id)`` -- lower priority, then the most recently
+#: admitted, then the higher id (built inline, it is made for every holding).
+_first = itemgetter(0)
+
+
+class _Filtered:
+    """Victim-ordered ``(key, workload, quota, lowest over quota)`` read on demand.
+
+    ``every`` is holdings in victim order; ``lowest`` maps the quotas whose work is a
+    candidate to their lowest over quota. What was filtered is kept, so repeated
+    searches read a list and the filter passes over ``every`` at most once.
+    """
+
+    __slots__ = ("_every", "_lowest", "_pos", "_useless", "items")
+
+    def __init__(self, every: list[tuple[VKey, WorkloadSpec, int]], lowest: dict[int, int]):
+        self.items: list[tuple[VKey, WorkloadSpec, int, int]] = []
+        self._every = every
+        self._lowest = lowest
+        self._pos = 0
+        self._useless: dict[
+            tuple[frozenset[int], frozenset[str]], tuple[int, dict[int, int], dict[int, int]]
+        ] = {}
+
+    def __iter__(self) -> Iterator[tuple[VKey, WorkloadSpec, int, int]]:
+        items = self.items
+        i = 0
+        while True:
+            if i < len(items):
+                yield items[i]
+                i += 1
+            elif not self._more():
+                return
+
+    def useless_prefix(
+        self, elig: frozenset[int], keys: frozenset[str], nindex: Mapping[str, int]
+    ) -> tuple[int, dict[int, int], dict[int, int]]:
+        """The entries before the first one holding ``keys`` on a node of ``elig``.
+
+        Returns how many there are, how many of them each lowest over quota has, and
+        each one's workload id -> lowest over quota. Such workloads free nothing a
+        nodes-only search can use (:func:`find_victims`'s ``useful``). Cached per
+        ``(elig, keys)``: the entries never change within the cycle.
+        """
+        ck = (elig, keys)
+        got = self._useless.get(ck)
+        if got is None:
+            counts: dict[int, int] = {}
+            ids: dict[int, int] = {}
+            n = 0
+            for _, v, _vq, low in self:
+                if any(
+                    nindex.get(name, -1) in elig and not amount.raw.keys().isdisjoint(keys)
+                    for name, amount in v.assignment.items()
+                ):
+                    break
+                n += 1
+                counts[low] = counts.get(low, 0) + 1
+                ids[v.id] = low
+            got = (n, counts, ids)
+            self._useless[ck] = got
+        return got
+
+    def _more(self) -> bool:
+        """Filter ``every`` up to its next candidate; False when none is left."""
+        every = self._every
+        lowest = self._lowest
+        p = self._pos
+        n = len(every)
+        while p < n:
+            key, v, vq = every[p]
+            p += 1
+            low = lowest.get(vq)
+            if low is not None:
+                self.items.append((key, v, vq, low))
+                self._pos = p
+                return True
+        self._pos = p
+        return False
 
 
 class Preemptor:
@@ -140,9 +219,7 @@ class Preemptor:
                 self.over_min[c] = above
         self._subtree_lists: dict[int, list[tuple[VKey, WorkloadSpec, int]]] = {}
         self._eligible: dict[tuple[EligKey, ...], frozenset[int]] = {}
-        self._reclaim_lists: dict[
-            tuple[bool, int, frozenset[str]], list[tuple[VKey, WorkloadSpec, int, int]]
-        ] = {}
+        self._reclaim_lists: dict[tuple[bool, int, frozenset[str]], _Filtered] = {}
 
     def eligible_nodes(self, keys: tuple[EligKey, ...]) -> frozenset[int]:
         """The nodes any of the pod sets with eligibility ``keys`` may use (cached)."""
@@ -177,14 +254,12 @@ class Preemptor:
     def quota_list(self, qi: int) -> list[tuple[VKey, WorkloadSpec]]:
         got = self.by_quota.get(qi)
         if got is None:
-            got = sorted(
-                (
-                    (_vkey(v), v)
-                    for v in self.cy.holding[qi]
-                    if v.phase != PREEMPTED and v.preemptible
-                ),
-                key=lambda t: t[0],
-            )
+            got = [
+                ((v.priority, -(v.admitted_at or 0.0), -v.id), v)
+                for v in self.cy.holding[qi]
+                if v.phase != PREEMPTED and v.preemptible
+            ]
+            got.sort(key=_first)
             self.by_quota[qi] = got
         return got
 
@@ -192,21 +267,17 @@ class Preemptor:
         got = self._subtree_lists.get(x)
         if got is None:
             holding = self.cy.holding
-            got = sorted(
-                (
-                    (_vkey(v), v, vq)
-                    for vq in self.cy.tree.subtree(x)
-                    for v in holding[vq]
-                    if v.phase != PREEMPTED and v.preemptible
-                ),
-                key=lambda t: t[0],
-            )
+            got = [
+                ((v.priority, -(v.admitted_at or 0.0), -v.id), v, vq)
+                for vq in self.cy.tree.subtree(x)
+                for v in holding[vq]
+                if v.phase != PREEMPTED and v.preemptible
+            ]
+            got.sort(key=_first)
             self._subtree_lists[x] = got
         return got
 
-    def reclaim_list(
-        self, by_min: bool, top: int, keys: frozenset[str]
-    ) -> list[tuple[VKey, WorkloadSpec, int, int]]:
+    def reclaim_list(self, by_min: bool, top: int, keys: frozenset[str]) -> _Filtered:
         """Reclaim candidates below ``top`` (-1: every tree), in victim order.
 
         The workloads of every quota in ``top``'s subtree that is above its runtime
@@ -214,8 +285,9 @@ class Preemptor:
         descendants; each comes with the *lowest* such quota on its path. A search
         excludes the preemptor's own chain from the over quotas: a workload is then
         still a candidate exactly when its lowest over quota is not on that chain
-        (any higher one is an ancestor of it, hence on the chain too). Built once per
-        cycle and key, so a search costs what it reads, not a pass over every quota.
+        (any higher one is an ancestor of it, hence on the chain too). One per cycle
+        and key, filtered as far as searches read it: a search costs what it reads,
+        not a pass over every quota.
         """
         ck = (by_min, top, keys)
         got = self._reclaim_lists.get(ck)
@@ -232,7 +304,7 @@ class Preemptor:
                         lowest[vq] = a
                         break
             every = self.subtree_list(top) if top >= 0 else self._all_list()
-            got = [(k, v, vq, lowest[vq]) for k, v, vq in every if vq in lowest]
+            got = _Filtered(every, lowest)
             self._reclaim_lists[ck] = got
         return got
 
@@ -529,6 +601,28 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         placements_left -= 1
         pl = nodes.place(reqs, extra)
         return None if pl is None else pl.per_node
+
+    # -- nothing to win on nodes within the budget ---------------------------------------
+    # Only nodes are short and the reclaim candidates come first: if the first
+    # MAX_EXAMINED_NODES_ONLY of them the loop below would examine (not chosen
+    # already, not on the preemptor's chain) hold nothing on a node it may use, the
+    # loop ends empty-handed -- found out here by counting, not by examining them (the
+    # 60k cycle: over a thousand such searches, for quotas within their min).
+    if not need and allow_reclaim:
+        flt = pre.reclaim_list(by_min, top, frozenset(req))
+        n, counts, ids = flt.useless_prefix(elig_nodes, frozenset(req), nindex)
+        if n >= MAX_EXAMINED_NODES_ONLY:
+            n -= sum(counts.get(x, 0) for x in chain)
+            if n >= MAX_EXAMINED_NODES_ONLY:
+                gone = 0
+                for ws in (skip, pre.awaited):
+                    for vid in ws:
+                        low = ids.get(vid)
+                        if low is not None and low not in chain_set:
+                            gone += 1
+                # (an id both chosen and awaited is counted twice: fewer, never more)
+                if n - gone >= MAX_EXAMINED_NODES_ONLY:
+                    return None
 
     # -- greedy ----------------------------------------------------------------------
     found: dict[int, dict[str, int]] | None = None

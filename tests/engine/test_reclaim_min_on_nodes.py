@@ -11,10 +11,19 @@ its min reclaims from quotas using more than their min, on the nodes it needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from queueing.engine import cycle as cycle_mod
+from queueing.engine import preemption, run_cycle
 from queueing.engine.invariants import check_cycle
+from queueing.engine.preemption import MAX_EXAMINED_NODES_ONLY
 from queueing.engine.resources import Resources
 from queueing.engine.simulator import Arrival, Scenario, simulate
 from queueing.engine.types import (
+    EXPLAIN_NODES,
     CycleResult,
     EngineConfig,
     NodeSpec,
@@ -25,6 +34,7 @@ from queueing.engine.types import (
     Taint,
     WorkloadSpec,
 )
+from tests.engine.builders import node, quota, running, snapshot, workload
 
 EPOCH = 1_700_000_000.0
 TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
@@ -94,3 +104,83 @@ def test_a_quota_under_its_min_reclaims_on_the_nodes_it_can_use() -> None:
     assert (
         "reclaims its guaranteed share from quota b, which uses more than its min" in (reasons[0])
     )
+
+
+# -- a search on nodes with nothing to win within its budget (counted, not examined) ---
+
+GPU_ONLY = Taint("nvidia.com/gpu", "present", "NoSchedule")
+
+
+def _reclaim_world(
+    useless: int, own: int = 0
+) -> tuple[list[QuotaNode], list[NodeSpec], list[WorkloadSpec]]:
+    """Team t, within its min, asks 2 cpu; the cpu node is full. Ahead of the one
+    useful victim (x's work on the cpu node, x above its min) in victim order come
+    ``useless`` workloads of g on the tainted node and ``own`` of t's own there."""
+    quotas = [
+        quota("root"),
+        quota("t", "root", min={"cpu": 8000}, max={"cpu": 64_000}),
+        quota("x", "root"),
+        quota("g", "root"),
+    ]
+    nodes = [node("cpu", {"cpu": 4000}), node("gpu", {"cpu": 1_000_000}, taints=[GPU_ONLY])]
+    work = [running(1, "x", "cpu", req={"cpu": 4000}, priority=0)]
+    work += [running(100 + i, "g", "gpu", req={"cpu": 1000}, priority=-1) for i in range(useless)]
+    work += [running(500 + i, "t", "gpu", req={"cpu": 1000}, priority=-1) for i in range(own)]
+    work.append(workload(1000, "t", req={"cpu": 2000}, priority=5))
+    return quotas, nodes, work
+
+
+@pytest.mark.parametrize(
+    ("useless", "own", "reclaims"), [(31, 0, True), (32, 0, False), (31, 5, True)]
+)
+def test_the_nodes_only_budget_counts_what_the_search_would_examine(
+    useless: int, own: int, reclaims: bool
+) -> None:
+    # MAX_EXAMINED_NODES_ONLY (32) candidates are examined; the preemptor's own
+    # workloads are not candidates and do not count against it.
+    assert MAX_EXAMINED_NODES_ONLY == 32
+    quotas, nodes, work = _reclaim_world(useless, own)
+    result = run_cycle(snapshot(quotas=quotas, nodes=nodes, workloads=work), forecast=False)
+    got = [(p.victim_id, p.preemptor_id, p.reason) for p in result.preemptions]
+    assert got == ([(1, 1000, "Reclaim")] if reclaims else [])
+
+
+def test_searches_with_nothing_to_win_on_nodes_do_not_examine_candidates_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ten teams within their min, each with a 2-cpu pod that does not place: the cpu
+    # node is full of work within its quota's min, and the only work above a min sits
+    # on a tainted node none of them may use. Each team searches (a sibling with more
+    # room may find what another did not), but the reclaim candidates are read once
+    # (60k cycle: 1,336 such searches, each examining 32 GPU workloads, were most of
+    # the tournament's 3 s).
+    teams = [quota(f"t{i}", "root", min={"cpu": 4000}, max={"cpu": 16_000}) for i in range(10)]
+    quotas = [quota("root"), quota("h", "root", min={"cpu": 8000}), quota("g", "root"), *teams]
+    nodes = [node("cpu", {"cpu": 8000}), node("gpu", {"cpu": 64_000}, taints=[GPU_ONLY])]
+    work = [running(1 + i, "h", "cpu", req={"cpu": 2000}) for i in range(4)]
+    work += [running(10 + i, "g", "gpu", req={"cpu": 1000}, priority=-1) for i in range(40)]
+    work += [workload(100 + i, f"t{i}", req={"cpu": 2000}) for i in range(10)]
+    read: list[int] = []
+    real_iter = preemption._Filtered.__iter__
+
+    def counted(self: Any) -> Iterator[Any]:
+        for item in real_iter(self):
+            read.append(item[1].id)
+            yield item
+
+    searches: list[int] = []
+    real_find = cycle_mod.find_victims
+
+    def find(cy: Any, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Any:
+        searches.append(w.id)
+        return real_find(cy, w, qi, spec)
+
+    monkeypatch.setattr(preemption._Filtered, "__iter__", counted)
+    monkeypatch.setattr(cycle_mod, "find_victims", find)
+    result = run_cycle(snapshot(quotas=quotas, nodes=nodes, workloads=work), forecast=False)
+    assert not result.admissions
+    assert not result.preemptions
+    assert len(searches) == 10
+    assert len(read) <= 41  # one pass over the useless head (and the entry after it)
+    assert {result.explanations[100 + i].kind for i in range(10)} == {EXPLAIN_NODES}
