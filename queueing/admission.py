@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from queueing import faults, nodeview, state, wake, world
+from queueing import faults, nodeview, state, trace, wake, world
 from queueing import lease as leases
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
@@ -91,8 +91,10 @@ def cycle_root(
         # while that is cheap, else within its share of the time (state.full_cycle_due).
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
+        read_started = time.perf_counter()
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root))
+        refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
             root,
             nodes=nodes,
@@ -107,6 +109,7 @@ def cycle_root(
         # The quota invariants, checked on what this very cycle decided (head-only and
         # world-fed snapshots included): a break is an error of the cycle, not silence.
         broken = check_cycle(snapshot, result)
+        apply_started = time.perf_counter()
         report = state.apply(
             result,
             snapshot,
@@ -120,6 +123,19 @@ def cycle_root(
         if forecast:
             state.forecast_done(root)
         assert report.cycle_id is not None
+        trace.mark(
+            "cycle",
+            root=root,
+            forecast=forecast,
+            full=full,
+            lease_ms=round((read_started - started) * 1000, 1),
+            refresh_ms=round((refreshed - read_started) * 1000, 1),
+            snapshot_ms=round((engine_started - refreshed) * 1000, 1),
+            engine_ms=round(engine_ms, 1),
+            apply_ms=round((time.perf_counter() - apply_started) * 1000, 1),
+            ms=round((time.perf_counter() - started) * 1000, 1),
+            admitted=len(report.admitted),
+        )
         if tree is not None and report.conflicts > len(report.displaced):
             tree.invalidate()  # it believed something the database no longer says
         elapsed = time.perf_counter() - started
@@ -246,6 +262,7 @@ def _cycle_roots(
             summary.skipped.append(root)
             continue
         if applied is None:
+            trace.mark("cycle_busy", root=root)
             summary.skipped.append(root)
             continue
         summary.roots.append(root)

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import faults, wake, world
+from queueing import faults, trace, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
@@ -138,7 +138,17 @@ def apply(
     ]
     calls += [Call("suspend", _ref(index.rows[w])) for w in report.preempted + report.requeued]
     faults.reach("apply.committed", work=len(calls))
+    if trace.on() and report.admitted:
+        trace.mark(
+            "applied",
+            root=index.root,
+            admitted=[
+                f"{index.rows[w]['namespace']}/{index.rows[w]['name']}" for w in report.admitted
+            ],
+        )
     run_calls(cluster, calls, Fence(lease), report.errors)
+    if trace.on() and calls:
+        trace.mark("patched", root=index.root, calls=len(calls))
     if report.errors:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
     return report

@@ -25,7 +25,9 @@ worker's cycle runs (``CycleRun``) give where the time goes.
 Knobs: KQ_BENCH_E2E_SCALE (fraction of each class's count per queue, default 1),
 KQ_BENCH_E2E_WORKERS (Celery worker processes, default 1), KQ_BENCH_E2E_INTERVAL_S
 (beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600),
-KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run).
+KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run),
+KQ_TRACE=1 (every process logs the steps of queueing.trace; the result gets ``trace``,
+the hand-off of each finish step by step, from tests/bench/trace_handoff.py).
 
 ``worker_cpu_s`` is the CPU time (user + system) the worker processes spent from the
 first creation to the last finish: on a shared machine, a steadier figure than the wall.
@@ -491,6 +493,14 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             result["worker_cpu_ms_per_cycle"] = round(
                 1000 * worker_cpu_s / result["cycles"]["cycles"], 1
             )
+        if os.environ.get("KQ_TRACE"):
+            # The hand-off of each finish, step by step (queueing.trace, trace_handoff).
+            from tests.bench.trace_handoff import analyse, read_traces
+
+            with (logs / "fake.jsonl").open("w") as out:
+                out.writelines(json.dumps(e) + "\n" for e in entries)
+            result["trace"] = analyse(read_traces(logs), entries)
+        result["load_avg"] = [round(x, 1) for x in os.getloadavg()]
         result["workers"] = workers
         result["cycle_interval_s"] = float(interval)
         result["database"] = urlsplit(db_url).scheme
