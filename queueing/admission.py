@@ -80,6 +80,7 @@ def cycle_root(
     if held is None:
         return None
     started = time.perf_counter()
+    meter = trace.Meter().start()
     tree = world.world_of(root) if world.enabled() else None
     try:
         if nodes is None:
@@ -135,6 +136,7 @@ def cycle_root(
             apply_ms=round((time.perf_counter() - apply_started) * 1000, 1),
             ms=round((time.perf_counter() - started) * 1000, 1),
             admitted=len(report.admitted),
+            **meter.stop(),
         )
         if tree is not None and report.conflicts > len(report.displaced):
             tree.invalidate()  # it believed something the database no longer says
@@ -159,6 +161,7 @@ def cycle_root(
             tree.invalidate()
         raise
     finally:
+        meter.stop()
         leases.release(held)
 
 
@@ -233,9 +236,11 @@ def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool
     sync_lease = leases.acquire("sync")
     if sync_lease is None:
         return False
+    meter = trace.Meter().start()
     try:
         with wake.suppressed():
             report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
+        trace.mark("sync_cost", **meter.stop())
         summary.sync = report.as_dict()
         summary.errors.extend(report.errors)
     except leases.LeaseLost as exc:
@@ -243,6 +248,7 @@ def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool
         summary.skipped.append("sync")
         summary.errors.append(str(exc))
     finally:
+        meter.stop()
         leases.release(sync_lease)
     return True
 

@@ -120,7 +120,16 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                     committed.setdefault(job, t)
         elif step == "cycle":
             cycles[f["root"]].append(t - f.get("ms", 0.0) / 1000)
-            for name in ("lease_ms", "refresh_ms", "snapshot_ms", "engine_ms", "apply_ms", "ms"):
+            for name in (
+                "lease_ms",
+                "refresh_ms",
+                "snapshot_ms",
+                "engine_ms",
+                "apply_ms",
+                "ms",
+                "cpu_ms",
+                "statements",
+            ):
                 parts[f"cycle {name}"].append(f.get(name) or 0.0)
         elif step == "cycle_busy":
             busy += 1
@@ -131,6 +140,9 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                     applied[namespace].append(t)
         elif step == "sync":
             for name in ("jobs_ms", "after_ms"):
+                parts[f"sync {name}"].append(f.get(name) or 0.0)
+        elif step == "sync_cost":
+            for name in ("cpu_ms", "statements"):
                 parts[f"sync {name}"].append(f.get(name) or 0.0)
         elif step == "after_sync":
             for name in ("config_ms", "events_ms", "quotas_ms"):
