@@ -7,8 +7,10 @@ are thin wrappers around ``tick()``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -69,12 +71,16 @@ def cycle_root(
     now: datetime | None = None,
     lease_ttl_s: float | None = None,
     nodes: list[NodeInfo] | None = None,
+    later: list[Callable[[], None]] | None = None,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
     ``nodes``: the cluster's nodes when the caller has just read them (a tick reads them
     once for all its trees; what other trees admit meanwhile is counted from the
-    database, not from this view)."""
+    database, not from this view). ``later``: the cycle's cluster calls run in the
+    background and a callable is appended that waits for them and then releases the
+    lease; the caller runs it (``_cycle_roots``: before its task ends), so the next
+    tree's cycle overlaps this one's round trips to the API server."""
     cluster = cluster or get_cluster()
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
     if held is None:
@@ -82,6 +88,7 @@ def cycle_root(
     started = time.perf_counter()
     meter = trace.Meter().start()
     tree = world.world_of(root) if world.enabled() else None
+    report: state.ApplyReport | None = None
     try:
         if nodes is None:
             nodes = cluster.nodes()
@@ -120,6 +127,7 @@ def cycle_root(
             engine_ms=engine_ms,
             full=full,
             annotate=forecast,
+            background=later is not None,
         )
         if forecast:
             state.forecast_done(root)
@@ -162,6 +170,17 @@ def cycle_root(
         raise
     finally:
         meter.stop()
+        if later is not None and report is not None and report.pending is not None:
+            later.append(functools.partial(_finish, report, held))
+        else:
+            leases.release(held)
+
+
+def _finish(report: state.ApplyReport, held: leases.Lease) -> None:
+    """A cycle's calls done (waited for), its lease released."""
+    try:
+        state.finish_calls(report)
+    finally:
         leases.release(held)
 
 
@@ -260,18 +279,31 @@ def _cycle_roots(
         return
     nodes = cluster.nodes()
     nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
-    for root in roots:
-        try:
-            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)
-        except leases.LeaseLost as exc:
-            log.warning("cycle of %s dropped: %s", root, exc)
-            summary.skipped.append(root)
-            continue
-        if applied is None:
-            trace.mark("cycle_busy", root=root)
-            summary.skipped.append(root)
-            continue
-        summary.roots.append(root)
+    # Each tree's cluster calls run while the next tree cycles; all are done (and their
+    # leases released) before this returns, so the next sync sees them made.
+    later: list[Callable[[], None]] = []
+    applied_all: list[state.ApplyReport] = []
+    try:
+        for root in roots:
+            try:
+                applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, later=later)
+            except leases.LeaseLost as exc:
+                log.warning("cycle of %s dropped: %s", root, exc)
+                summary.skipped.append(root)
+                continue
+            if applied is None:
+                trace.mark("cycle_busy", root=root)
+                summary.skipped.append(root)
+                continue
+            summary.roots.append(root)
+            applied_all.append(applied)
+    finally:
+        for finish in later:
+            try:
+                finish()
+            except Exception:  # one tree's bookkeeping must not strand the others' leases
+                log.exception("could not finish a cycle's cluster calls")
+    for applied in applied_all:
         summary.admitted += len(applied.admitted)
         summary.preempted += len(applied.preempted)
         summary.requeued += len(applied.requeued)

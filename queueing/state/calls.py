@@ -10,8 +10,9 @@ lease stops before it unsuspends a job another worker has decided about since.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from queueing import faults
@@ -105,3 +106,47 @@ def _call(cluster: Cluster, call: Call) -> str | None:
         return f"{call.what}: {exc} (will retry at next sync)"
     faults.reach("calls.made")
     return None
+
+
+# --- calls that run while the caller goes on ----------------------------------------------
+
+# One pass of a cycle worker cycles every tree in turn; a tree's calls (each a round trip
+# to the API server, ``write_concurrency`` at a time) need not hold up the next tree's
+# cycle, whose database work they overlap. Two trees' calls at once at most.
+BACKGROUND_WIDTH = 2
+_background: ThreadPoolExecutor | None = None
+_background_pid: int | None = None
+
+
+def can_run_in_background(cluster: Cluster) -> bool:
+    """Whether the cluster's calls are round trips worth overlapping (an API server); the
+    simulated cluster's writes are rows of this database, made in the caller's thread."""
+    return int(getattr(cluster, "write_concurrency", 1) or 1) > 1
+
+
+def run_calls_in_background(
+    cluster: Cluster, calls: Sequence[Call], fence: Fence, errors: list[str]
+) -> Future[int]:
+    """``run_calls`` in this process's background pool; the caller keeps the lease behind
+    ``fence`` until the future is done (``queueing.admission`` waits for it before it
+    releases the lease and before its task ends), so nothing about the fence changes:
+    only what the worker does meanwhile."""
+    return _pool().submit(_in_background, cluster, calls, fence, errors)
+
+
+def _in_background(cluster: Cluster, calls: Sequence[Call], fence: Fence, errors: list[str]) -> int:
+    try:
+        return run_calls(cluster, calls, fence, errors)
+    finally:
+        # A renewal in Fence.check may have opened this thread's database connection.
+        from django.db import connections
+
+        connections.close_all()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _background, _background_pid
+    if _background is None or _background_pid != os.getpid():  # a fork has no threads
+        _background = ThreadPoolExecutor(BACKGROUND_WIDTH, thread_name_prefix="kq-calls")
+        _background_pid = os.getpid()
+    return _background

@@ -134,6 +134,8 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
         elif step == "cycle_busy":
             busy += 1
         elif step == "applied":
+            for name, ms in (f.get("steps") or {}).items():
+                parts[f"apply {name}_ms"].append(ms)
             for job in f.get("admitted") or []:
                 namespace = job.split("/")[0]
                 if not applied[namespace] or applied[namespace][-1] != t:
