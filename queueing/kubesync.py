@@ -3,12 +3,22 @@ apply changed configuration objects (ElasticQuotas, Queues), stop workloads past
 running time limit, tell the jobs' stories as Events, and
 write the runtime quota back to the ElasticQuotas and the available queues to the
 Namespaces. Each part is best-effort and
-rate-limited on its own; none can fail a sync."""
+rate-limited on its own; none can fail a sync.
+
+The telling (Events, ElasticQuota and Namespace annotations: one HTTP call each) is
+advice that no decision waits for. Against an API server (an adapter that writes
+concurrently, ``state.calls.can_run_in_background``) it runs in this process's one
+background thread while the worker cycles the trees; the task that synced waits for
+it before it ends (``settle``) and holds the sync's lease until then, so there is one
+telling at a time, as there is one sync. A sync that finds the last telling still
+running skips its own (the next picks up from the same cursors)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +35,13 @@ from queueing import (
 log = logging.getLogger(__name__)
 
 
+_telling: Future[None] | None = None
+_executor: ThreadPoolExecutor | None = None
+_executor_pid: int | None = None
+
+
 def after_sync(cluster: Any, now: datetime) -> None:
+    global _telling
     started = time.perf_counter()
     try:
         kubeconfig.sync_config(cluster)
@@ -35,7 +51,18 @@ def after_sync(cluster: Any, now: datetime) -> None:
         maxexec.enforce(now)
     except Exception:  # the next sync checks again
         log.exception("could not enforce maximum execution times")
-    config_done = time.perf_counter()
+    config_ms = round((time.perf_counter() - started) * 1000, 1)
+    from queueing.state.calls import can_run_in_background
+
+    if not can_run_in_background(cluster):
+        tell(cluster, now, config_ms=config_ms)
+    elif _telling is None or _telling.done():
+        _telling = _pool().submit(_tell_in_background, cluster, now, config_ms)
+
+
+def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None:
+    """Events, then the quotas' and namespaces' annotations."""
+    started = time.perf_counter()
     events = kubeevents.publish(cluster, now)
     events_done = time.perf_counter()
     kubequotas.publish(cluster)  # the quotas managed here, as ElasticQuotas
@@ -43,8 +70,42 @@ def after_sync(cluster: Any, now: datetime) -> None:
     namespacequeues.publish(cluster)
     trace.mark(
         "after_sync",
-        config_ms=round((config_done - started) * 1000, 1),
+        config_ms=config_ms,
         events=events,
-        events_ms=round((events_done - config_done) * 1000, 1),
+        events_ms=round((events_done - started) * 1000, 1),
         quotas_ms=round((time.perf_counter() - events_done) * 1000, 1),
     )
+
+
+def _tell_in_background(cluster: Any, now: datetime, config_ms: float) -> None:
+    from django.db import connection
+
+    connection.close_if_unusable_or_obsolete()  # this thread's own, kept between syncs
+    try:
+        tell(cluster, now, config_ms=config_ms)
+    except Exception:  # advice: logged, never raised into the waiting task
+        log.exception("could not tell the cluster what happened")
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor, _executor_pid
+    if _executor is None or _executor_pid != os.getpid():  # a fork has no threads
+        _executor = ThreadPoolExecutor(1, thread_name_prefix="kq-tell")
+        _executor_pid = os.getpid()
+    return _executor
+
+
+def telling() -> bool:
+    """Whether this process's last telling still runs."""
+    return _telling is not None and not _telling.done()
+
+
+def settle(timeout_s: float = 30.0) -> None:
+    """Wait for the telling started by this process's last sync (before a task ends)."""
+    pending = _telling
+    if pending is None:
+        return
+    try:
+        pending.result(timeout=timeout_s)
+    except Exception:  # a timeout: it goes on; the next sync skips its own telling
+        log.warning("the cluster's telling still runs after %.0fs", timeout_s)

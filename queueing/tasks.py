@@ -54,9 +54,13 @@ def _late_ms(request: Any) -> float | None:
 
 @shared_task(name="queueing.sync_cluster", ignore_result=True)
 def sync_cluster() -> dict[str, Any]:
+    from queueing import kubesync
     from queueing.sync import sync_cluster as run_sync
 
-    return run_sync().as_dict()
+    try:
+        return run_sync().as_dict()
+    finally:
+        kubesync.settle()
 
 
 @shared_task(name="queueing.demo_trickle", ignore_result=True)

@@ -202,7 +202,7 @@ def finish_calls(report: ApplyReport) -> None:
             trace.mark("patched", cycle=report.cycle_id, calls=len(report.admitted))
     elif trace.on() and (report.admitted or report.preempted or report.requeued):
         trace.mark("patched", cycle=report.cycle_id, calls=len(report.admitted))
-    if report.errors:
+    if report.errors and report.cycle_id is not None:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
 
 
