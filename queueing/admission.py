@@ -11,6 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,20 +72,29 @@ def cycle_root(
     now: datetime | None = None,
     lease_ttl_s: float | None = None,
     nodes: list[NodeInfo] | None = None,
-    later: list[Callable[[], None]] | None = None,
+    background: bool = False,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
     ``nodes``: the cluster's nodes when the caller has just read them (a tick reads them
     once for all its trees; what other trees admit meanwhile is counted from the
-    database, not from this view). ``later``: the cycle's cluster calls run in the
-    background and a callable is appended that waits for them and then releases the
-    lease; the caller runs it (``_cycle_roots``: before its task ends), so the next
-    tree's cycle overlaps this one's round trips to the API server."""
+    database, not from this view). ``background``: against an API server the cycle's
+    cluster calls run in the background (state.calls) and the lease is released there
+    once they are done, so the next tree's cycle and the next sync overlap this one's
+    round trips; the next cycle of this tree in this process waits for them first."""
     cluster = cluster or get_cluster()
+    _wait_for_calls(root)
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
     if held is None:
         return None
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            leases.release(held)
+
     started = time.perf_counter()
     meter = trace.Meter().start()
     tree = world.world_of(root) if world.enabled() else None
@@ -127,7 +137,7 @@ def cycle_root(
             engine_ms=engine_ms,
             full=full,
             annotate=forecast,
-            background=later is not None,
+            then=release if background else None,
         )
         if forecast:
             state.forecast_done(root)
@@ -170,18 +180,28 @@ def cycle_root(
         raise
     finally:
         meter.stop()
-        if later is not None and report is not None and report.pending is not None:
-            later.append(functools.partial(_finish, report, held))
+        if report is not None and report.pending is not None:
+            _tree_calls[root] = report.pending  # releases the lease when the calls are done
         else:
-            leases.release(held)
+            release()
 
 
-def _finish(report: state.ApplyReport, held: leases.Lease) -> None:
-    """A cycle's calls done (waited for), its lease released."""
+# Per tree: the cluster calls of this process's last cycle of it, when they run in the
+# background (cycle_root(background=True)).
+_tree_calls: dict[str, Future[None]] = {}
+CALLS_WAIT_S = 60.0
+
+
+def _wait_for_calls(root: str) -> None:
+    """Before a tree is cycled again here: its last cycle's calls are done (a decision
+    about a job never races this process's own call for it)."""
+    pending = _tree_calls.pop(root, None)
+    if pending is None:
+        return
     try:
-        state.finish_calls(report)
-    finally:
-        leases.release(held)
+        pending.result(timeout=CALLS_WAIT_S)
+    except Exception:  # a timeout or a bug: logged; the lease's fence still guards
+        log.exception("the cluster calls of the last cycle of %s did not finish", root)
 
 
 def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> bool:
@@ -313,31 +333,19 @@ def _cycle_roots(
         return
     nodes = cluster.nodes()
     nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
-    # Each tree's cluster calls run while the next tree cycles; all are done (and their
-    # leases released) before this returns, so the next sync sees them made.
-    later: list[Callable[[], None]] = []
-    applied_all: list[state.ApplyReport] = []
-    try:
-        for root in roots:
-            try:
-                applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, later=later)
-            except leases.LeaseLost as exc:
-                log.warning("cycle of %s dropped: %s", root, exc)
-                summary.skipped.append(root)
-                continue
-            if applied is None:
-                trace.mark("cycle_busy", root=root)
-                summary.skipped.append(root)
-                continue
-            summary.roots.append(root)
-            applied_all.append(applied)
-    finally:
-        for finish in later:
-            try:
-                finish()
-            except Exception:  # one tree's bookkeeping must not strand the others' leases
-                log.exception("could not finish a cycle's cluster calls")
-    for applied in applied_all:
+    # Each tree's cluster calls run while the next tree cycles (and the next sync).
+    for root in roots:
+        try:
+            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
+        except leases.LeaseLost as exc:
+            log.warning("cycle of %s dropped: %s", root, exc)
+            summary.skipped.append(root)
+            continue
+        if applied is None:
+            trace.mark("cycle_busy", root=root)
+            summary.skipped.append(root)
+            continue
+        summary.roots.append(root)
         summary.admitted += len(applied.admitted)
         summary.preempted += len(applied.preempted)
         summary.requeued += len(applied.requeued)

@@ -56,7 +56,7 @@ from queueing.cluster.base import (
 )
 from queueing.lease import Fence, Lease
 from queueing.models import Quota, Workload
-from queueing.state.calls import Call, run_calls
+from queueing.state.calls import Call, in_flight, run_calls
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,8 @@ def _reconcile(
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
-            repairs.append(Call("admit", ref, pool_selector(workload), label="readmitted"))
+            if not in_flight(ref):  # else the cycle's own call is on its way (state.calls)
+                repairs.append(Call("admit", ref, pool_selector(workload), label="readmitted"))
         elif job.state == RUNNING:
             moves.append(
                 actions.Move(
@@ -396,7 +397,8 @@ def _reconcile(
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
-            repairs.append(Call("suspend", ref, label="resuspended"))
+            if not in_flight(ref):
+                repairs.append(Call("suspend", ref, label="resuspended"))
         elif checks.stopped(job):
             moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 

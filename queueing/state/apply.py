@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,9 +58,8 @@ class ApplyReport:
     conflicts: int = 0
     engine_ms: float = 0.0
     errors: list[str] = field(default_factory=list)
-    #: The cluster calls still running (``apply(background=True)``): the caller waits
-    #: for them before it releases the lease, then calls ``finish_calls``.
-    pending: Future[int] | None = None
+    #: The cluster calls still running (``apply(then=...)``), in the background.
+    pending: Future[None] | None = None
 
 
 def apply(
@@ -73,14 +72,15 @@ def apply(
     engine_ms: float = 0.0,
     full: bool = True,
     annotate: bool = True,
-    background: bool = False,
+    then: Callable[[], None] | None = None,
 ) -> ApplyReport:
     """Write the cycle's decisions, then make the cluster follow. See the module docstring.
 
     ``annotate=False``: the result has no positions or ETAs (the engine ran without its
-    forecast); the waiting keep what they show. ``background=True``: the cluster calls
-    run in this process's background pool (``report.pending``); the caller holds the
-    lease until they are done and then calls ``finish_calls``."""
+    forecast); the waiting keep what they show. ``then`` (the caller's release of the
+    lease): against an API server the cluster calls run in this process's background
+    pool (``report.pending``) and ``then`` runs there once they are done; else after
+    them, here. Either way it runs exactly once, after the calls."""
     now = index.now
     report = ApplyReport(engine_ms=engine_ms)
     if result.admissions:
@@ -181,26 +181,30 @@ def apply(
                 f"{index.rows[w]['namespace']}/{index.rows[w]['name']}" for w in report.admitted
             ],
         )
-    if background and calls and can_run_in_background(cluster):
-        report.pending = run_calls_in_background(cluster, calls, Fence(lease), report.errors)
+    if calls and then is not None and can_run_in_background(cluster):
+
+        def finish() -> None:
+            try:
+                finish_calls(report)
+            finally:
+                then()
+
+        report.pending = run_calls_in_background(
+            cluster, calls, Fence(lease), report.errors, finish
+        )
         return report
-    run_calls(cluster, calls, Fence(lease), report.errors)
-    finish_calls(report)
+    try:
+        run_calls(cluster, calls, Fence(lease), report.errors)
+        finish_calls(report)
+    finally:
+        if then is not None:
+            then()
     return report
 
 
 def finish_calls(report: ApplyReport) -> None:
-    """After the cycle's cluster calls: wait for them (``background``), record errors."""
-    if report.pending is not None:
-        try:
-            report.pending.result()
-        except Exception as exc:  # run_calls raises nothing but a bug; the sync repairs
-            log.exception("the cycle's cluster calls failed")
-            report.errors.append(f"cluster calls: {exc}")
-        report.pending = None
-        if trace.on():
-            trace.mark("patched", cycle=report.cycle_id, calls=len(report.admitted))
-    elif trace.on() and (report.admitted or report.preempted or report.requeued):
+    """After the cycle's cluster calls: their errors on the cycle's record."""
+    if trace.on() and (report.admitted or report.preempted or report.requeued):
         trace.mark("patched", cycle=report.cycle_id, calls=len(report.admitted))
     if report.errors and report.cycle_id is not None:
         CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])

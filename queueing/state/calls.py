@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -112,10 +113,14 @@ def _call(cluster: Cluster, call: Call) -> str | None:
 
 # One pass of a cycle worker cycles every tree in turn; a tree's calls (each a round trip
 # to the API server, ``write_concurrency`` at a time) need not hold up the next tree's
-# cycle, whose database work they overlap. Two trees' calls at once at most.
+# cycle, nor the next pass's sync, whose database work they overlap. Two trees' calls
+# at once at most.
 BACKGROUND_WIDTH = 2
 _background: ThreadPoolExecutor | None = None
 _background_pid: int | None = None
+# The jobs whose calls are on their way in this process: (kind, namespace, name) -> count.
+_in_flight: dict[tuple[str, str, str], int] = {}
+_in_flight_lock = threading.Lock()
 
 
 def can_run_in_background(cluster: Cluster) -> bool:
@@ -124,24 +129,64 @@ def can_run_in_background(cluster: Cluster) -> bool:
     return int(getattr(cluster, "write_concurrency", 1) or 1) > 1
 
 
+def in_flight(ref: JobRef) -> bool:
+    """Whether a call for this job is on its way in this process (the sync does not
+    repeat it: it would only race the call it repairs)."""
+    with _in_flight_lock:
+        return (ref.kind, ref.namespace, ref.name) in _in_flight
+
+
 def run_calls_in_background(
-    cluster: Cluster, calls: Sequence[Call], fence: Fence, errors: list[str]
-) -> Future[int]:
-    """``run_calls`` in this process's background pool; the caller keeps the lease behind
-    ``fence`` until the future is done (``queueing.admission`` waits for it before it
-    releases the lease and before its task ends), so nothing about the fence changes:
-    only what the worker does meanwhile."""
-    return _pool().submit(_in_background, cluster, calls, fence, errors)
-
-
-def _in_background(cluster: Cluster, calls: Sequence[Call], fence: Fence, errors: list[str]) -> int:
+    cluster: Cluster,
+    calls: Sequence[Call],
+    fence: Fence,
+    errors: list[str],
+    then: Callable[[], None],
+) -> Future[None]:
+    """``run_calls`` in this process's background pool, then ``then`` (in that thread:
+    the cycle's bookkeeping and its lease's release, so the lease is held until the
+    calls are done, as when they run in the caller's thread)."""
+    keys = [(c.ref.kind, c.ref.namespace, c.ref.name) for c in calls]
+    with _in_flight_lock:
+        for key in keys:
+            _in_flight[key] = _in_flight.get(key, 0) + 1
     try:
-        return run_calls(cluster, calls, fence, errors)
-    finally:
-        # A renewal in Fence.check may have opened this thread's database connection.
-        from django.db import connections
+        return _pool().submit(_in_background, cluster, calls, fence, errors, then, keys)
+    except BaseException:
+        _forget(keys)
+        raise
 
-        connections.close_all()
+
+def _in_background(
+    cluster: Cluster,
+    calls: Sequence[Call],
+    fence: Fence,
+    errors: list[str],
+    then: Callable[[], None],
+    keys: list[tuple[str, str, str]],
+) -> None:
+    from django.db import connection
+
+    # This thread's own connection, kept between runs (the lease's release, a renewal).
+    connection.close_if_unusable_or_obsolete()
+    try:
+        run_calls(cluster, calls, fence, errors)
+    except Exception as exc:  # run_calls raises nothing but a bug; the sync repairs
+        log.exception("a cycle's cluster calls failed")
+        errors.append(f"cluster calls: {exc}")
+    finally:
+        _forget(keys)
+        then()
+
+
+def _forget(keys: list[tuple[str, str, str]]) -> None:
+    with _in_flight_lock:
+        for key in keys:
+            left = _in_flight.get(key, 0) - 1
+            if left > 0:
+                _in_flight[key] = left
+            else:
+                _in_flight.pop(key, None)
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -149,4 +194,6 @@ def _pool() -> ThreadPoolExecutor:
     if _background is None or _background_pid != os.getpid():  # a fork has no threads
         _background = ThreadPoolExecutor(BACKGROUND_WIDTH, thread_name_prefix="kq-calls")
         _background_pid = os.getpid()
+        with _in_flight_lock:
+            _in_flight.clear()
     return _background
