@@ -7,10 +7,8 @@ are thin wrappers around ``tick()``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +16,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from queueing import faults, kubesync, nodeview, state, trace, wake, world
+from queueing import faults, nodeview, state, trace, wake, world
 from queueing import lease as leases
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
@@ -228,14 +226,10 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
-    later: list[Callable[[], None]] = []
-    try:
-        if not _sync(cluster, now, summary, later):
-            summary.skipped.append("sync")
-        _cycle_roots(cluster, state.roots(), now, summary)
-        _arm_timer(cluster, now)
-    finally:
-        _run_all(later)
+    if not _sync(cluster, now, summary):
+        summary.skipped.append("sync")
+    _cycle_roots(cluster, state.roots(), now, summary)
+    _arm_timer(cluster, now)
     counts = Workload.objects.aggregate(
         pending=Count("id", filter=Q(phase__in=WAITING_PHASES)),
         running=Count("id", filter=Q(phase__in=HOLDING_PHASES)),
@@ -261,32 +255,21 @@ def react(
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
-    later: list[Callable[[], None]] = []
-    try:
-        if target == wake.SYNC and not _sync(cluster, now, summary, later):
-            wake.wake(None, sync=True, reason="sync busy", delay_s=BUSY_RETRY_S)
-        roots = state.roots() if target in (wake.SYNC, wake.ALL) else [target]
-        _cycle_roots(cluster, roots, now, summary)
-        busy = [root for root in summary.skipped if root != "sync"]
-        if busy:
-            wake.wake(busy, reason="lease busy", delay_s=BUSY_RETRY_S)
-        _arm_timer(cluster, now)
-    finally:
-        _run_all(later)
+    if target == wake.SYNC and not _sync(cluster, now, summary):
+        wake.wake(None, sync=True, reason="sync busy", delay_s=BUSY_RETRY_S)
+    roots = state.roots() if target in (wake.SYNC, wake.ALL) else [target]
+    _cycle_roots(cluster, roots, now, summary)
+    busy = [root for root in summary.skipped if root != "sync"]
+    if busy:
+        wake.wake(busy, reason="lease busy", delay_s=BUSY_RETRY_S)
+    _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
 
 
-def _sync(
-    cluster: Cluster,
-    now: datetime | None,
-    summary: CycleSummary,
-    later: list[Callable[[], None]],
-) -> bool:
+def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
     """The sync under its lease; False when another worker holds it. Its own changes
-    wake nothing: the caller cycles every tree next. When the sync's telling (Events,
-    annotations: kubesync) runs on in the background, the lease is held until it is
-    done: a callable appended to ``later`` waits for it and releases the lease."""
+    wake nothing: the caller cycles every tree next."""
     sync_lease = leases.acquire("sync")
     if sync_lease is None:
         return False
@@ -303,27 +286,8 @@ def _sync(
         summary.errors.append(str(exc))
     finally:
         meter.stop()
-        if kubesync.telling():
-            later.append(functools.partial(_release_after_telling, sync_lease))
-        else:
-            leases.release(sync_lease)
-    return True
-
-
-def _release_after_telling(sync_lease: leases.Lease) -> None:
-    try:
-        kubesync.settle()
-    finally:
         leases.release(sync_lease)
-
-
-def _run_all(later: list[Callable[[], None]]) -> None:
-    """What a task left to its end (the sync's telling, then its lease)."""
-    for finish in later:
-        try:
-            finish()
-        except Exception:
-            log.exception("could not finish what the sync left running")
+    return True
 
 
 def _cycle_roots(

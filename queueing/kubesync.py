@@ -8,10 +8,11 @@ rate-limited on its own; none can fail a sync.
 The telling (Events, ElasticQuota and Namespace annotations: one HTTP call each) is
 advice that no decision waits for. Against an API server (an adapter that writes
 concurrently, ``state.calls.can_run_in_background``) it runs in this process's one
-background thread while the worker cycles the trees; the task that synced waits for
-it before it ends (``settle``) and holds the sync's lease until then, so there is one
-telling at a time, as there is one sync. A sync that finds the last telling still
-running skips its own (the next picks up from the same cursors)."""
+background thread while the worker cycles the trees, under a lease of its own
+(``telling``: one at a time across workers, as the sync is; a killed worker's strands
+only the telling, for the lease's time, never the sync). A sync that finds the last
+telling still running, here or elsewhere, skips its own: the next picks up from the
+same cursors."""
 
 from __future__ import annotations
 
@@ -80,10 +81,18 @@ def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None
 def _tell_in_background(cluster: Any, now: datetime, config_ms: float) -> None:
     from django.db import connection
 
+    from queueing import lease as leases
+
     connection.close_if_unusable_or_obsolete()  # this thread's own, kept between syncs
     try:
-        tell(cluster, now, config_ms=config_ms)
-    except Exception:  # advice: logged, never raised into the waiting task
+        held = leases.acquire("telling")
+        if held is None:
+            return  # another worker tells right now
+        try:
+            tell(cluster, now, config_ms=config_ms)
+        finally:
+            leases.release(held)
+    except Exception:  # advice: logged, never raised
         log.exception("could not tell the cluster what happened")
 
 
@@ -95,17 +104,12 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-def telling() -> bool:
-    """Whether this process's last telling still runs."""
-    return _telling is not None and not _telling.done()
-
-
 def settle(timeout_s: float = 30.0) -> None:
-    """Wait for the telling started by this process's last sync (before a task ends)."""
+    """Wait for this process's telling (tests, and a worker about to stop)."""
     pending = _telling
     if pending is None:
         return
     try:
         pending.result(timeout=timeout_s)
-    except Exception:  # a timeout: it goes on; the next sync skips its own telling
+    except Exception:
         log.warning("the cluster's telling still runs after %.0fs", timeout_s)

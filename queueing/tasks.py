@@ -54,13 +54,9 @@ def _late_ms(request: Any) -> float | None:
 
 @shared_task(name="queueing.sync_cluster", ignore_result=True)
 def sync_cluster() -> dict[str, Any]:
-    from queueing import kubesync
     from queueing.sync import sync_cluster as run_sync
 
-    try:
-        return run_sync().as_dict()
-    finally:
-        kubesync.settle()
+    return run_sync().as_dict()
 
 
 @shared_task(name="queueing.demo_trickle", ignore_result=True)
