@@ -196,6 +196,14 @@ def _wait_for_calls(root: str) -> None:
     pending = _tree_calls.pop(root, None)
     if pending is None:
         return
+    if trace.on() and not pending.done():
+        waited = time.perf_counter()
+        try:
+            pending.result(timeout=CALLS_WAIT_S)
+        except Exception:
+            log.exception("the cluster calls of the last cycle of %s did not finish", root)
+        trace.mark("calls_wait", root=root, ms=round((time.perf_counter() - waited) * 1000, 1))
+        return
     try:
         pending.result(timeout=CALLS_WAIT_S)
     except Exception:  # a timeout or a bug: logged; the lease's fence still guards

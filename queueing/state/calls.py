@@ -125,7 +125,10 @@ _in_flight_lock = threading.Lock()
 
 def can_run_in_background(cluster: Cluster) -> bool:
     """Whether the cluster's calls are round trips worth overlapping (an API server); the
-    simulated cluster's writes are rows of this database, made in the caller's thread."""
+    simulated cluster's writes are rows of this database, made in the caller's thread.
+    ``KQ_KUBE_BACKGROUND=0`` keeps them in the caller's thread."""
+    if os.environ.get("KQ_KUBE_BACKGROUND", "1").strip() == "0":
+        return False
     return int(getattr(cluster, "write_concurrency", 1) or 1) > 1
 
 

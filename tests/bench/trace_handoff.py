@@ -131,6 +131,8 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                 "statements",
             ):
                 parts[f"cycle {name}"].append(f.get(name) or 0.0)
+        elif step == "calls_wait":
+            parts["calls_wait ms"].append(f.get("ms") or 0.0)
         elif step == "cycle_busy":
             busy += 1
         elif step == "applied":
