@@ -149,12 +149,13 @@ def run_calls_in_background(
     """``run_calls`` in this process's background pool, then ``then`` (in that thread:
     the cycle's bookkeeping and its lease's release, so the lease is held until the
     calls are done, as when they run in the caller's thread)."""
+    pool = _pool()  # first: a new pool (this process's first, or after a fork) starts afresh
     keys = [(c.ref.kind, c.ref.namespace, c.ref.name) for c in calls]
     with _in_flight_lock:
         for key in keys:
             _in_flight[key] = _in_flight.get(key, 0) + 1
     try:
-        return _pool().submit(_in_background, cluster, calls, fence, errors, then, keys)
+        return pool.submit(_in_background, cluster, calls, fence, errors, then, keys)
     except BaseException:
         _forget(keys)
         raise
