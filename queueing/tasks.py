@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,7 @@ def tick() -> dict[str, Any]:
 
     trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
     summary = run_tick().as_dict()
-    trace.mark("task_done", kind="tick", ms=summary["duration_ms"], sync=summary["sync"])
+    trace.mark("task_done", kind="tick", ms=summary["duration_ms"], threads=_threads())
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("cycle: %s", summary)
     return summary
@@ -34,10 +35,21 @@ def react(target: str) -> dict[str, Any]:
 
     trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
     summary = run_react(target).as_dict()
-    trace.mark("task_done", kind="react", target=target, ms=summary["duration_ms"])
+    trace.mark(
+        "task_done", kind="react", target=target, ms=summary["duration_ms"], threads=_threads()
+    )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("react %s: %s", target, summary)
     return summary
+
+
+def _threads() -> dict[int, str] | None:
+    """Native id -> name of this process's threads (the trace's CPU per thread)."""
+    from queueing import trace
+
+    if not trace.on():
+        return None
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 
 
 def _late_ms(request: Any) -> float | None:

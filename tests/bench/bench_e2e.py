@@ -467,6 +467,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         since = time.time()
         spy = _start_pyspy(worker_procs[0].pid)
         cpu_before = sum(_cpu_s(p.pid) for p in worker_procs)
+        threads_before = _thread_cpu_s(worker_procs[0].pid)
         create_on_schedule(fake.url, plan)
         give_up = time.monotonic() + deadline_s
         while True:
@@ -475,6 +476,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
                 break
             time.sleep(1.0)
         worker_cpu_s = sum(_cpu_s(p.pid) for p in worker_procs) - cpu_before
+        threads_after = _thread_cpu_s(worker_procs[0].pid)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
@@ -495,11 +497,15 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             )
         if os.environ.get("KQ_TRACE"):
             # The hand-off of each finish, step by step (queueing.trace, trace_handoff).
-            from tests.bench.trace_handoff import analyse, read_traces
+            from tests.bench.trace_handoff import analyse, read_traces, thread_cpu
 
             with (logs / "fake.jsonl").open("w") as out:
                 out.writelines(json.dumps(e) + "\n" for e in entries)
-            result["trace"] = analyse(read_traces(logs), entries)
+            traces = read_traces(logs)
+            result["trace"] = analyse(traces, entries)
+            result["trace"]["worker_thread_cpu_s"] = thread_cpu(
+                traces, worker_procs[0].pid, threads_before, threads_after
+            )
         result["load_avg"] = [round(x, 1) for x in os.getloadavg()]
         result["workers"] = workers
         result["cycle_interval_s"] = float(interval)
@@ -520,6 +526,18 @@ def _cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_s(pid: int) -> dict[int, float]:
+    """Native thread id -> user + system CPU seconds (Linux /proc), for a live process."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def _start_pyspy(pid: int) -> subprocess.Popen[bytes] | None:

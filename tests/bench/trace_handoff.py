@@ -199,6 +199,26 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
     }
 
 
+def thread_cpu(
+    traces: list[tuple[float, int, str, dict[str, Any]]],
+    pid: int,
+    before: dict[int, float],
+    after: dict[int, float],
+) -> dict[str, float]:
+    """CPU seconds of the worker's threads over the run, grouped by Python thread name
+    (digits and the informers' scopes folded: "watch-Job@cq-0-1" -> "watch-Job")."""
+    names: dict[int, str] = {}
+    for _t, from_pid, step, fields in traces:
+        if from_pid == pid and step == "task_done":
+            names.update({int(k): v for k, v in (fields.get("threads") or {}).items()})
+    out: dict[str, float] = defaultdict(float)
+    for tid, cpu in after.items():
+        name = names.get(tid, "main" if tid == pid else "?")
+        group = name.split("@")[0].rstrip("0123456789_-") or name
+        out[group] += cpu - before.get(tid, 0.0)
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def main(argv: list[str]) -> None:
     logs = Path(argv[1])
     entries = [json.loads(line) for line in (logs / "fake.jsonl").read_text().splitlines()]
