@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q
 
-from queueing import faults, nodeview, state, wake, world
+from queueing import faults, nodeview, state, trace, wake, world
 from queueing import lease as leases
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
@@ -69,18 +70,33 @@ def cycle_root(
     now: datetime | None = None,
     lease_ttl_s: float | None = None,
     nodes: list[NodeInfo] | None = None,
+    background: bool = False,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
     ``nodes``: the cluster's nodes when the caller has just read them (a tick reads them
     once for all its trees; what other trees admit meanwhile is counted from the
-    database, not from this view)."""
+    database, not from this view). ``background``: against an API server the cycle's
+    cluster calls run in the background (state.calls) and the lease is released there
+    once they are done, so the next tree's cycle and the next sync overlap this one's
+    round trips; the next cycle of this tree in this process waits for them first."""
     cluster = cluster or get_cluster()
+    _wait_for_calls(root)
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
     if held is None:
         return None
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            leases.release(held)
+
     started = time.perf_counter()
+    meter = trace.Meter().start()
     tree = world.world_of(root) if world.enabled() else None
+    report: state.ApplyReport | None = None
     try:
         if nodes is None:
             nodes = cluster.nodes()
@@ -91,8 +107,10 @@ def cycle_root(
         # while that is cheap, else within its share of the time (state.full_cycle_due).
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
+        read_started = time.perf_counter()
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root))
+        refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
             root,
             nodes=nodes,
@@ -107,6 +125,7 @@ def cycle_root(
         # The quota invariants, checked on what this very cycle decided (head-only and
         # world-fed snapshots included): a break is an error of the cycle, not silence.
         broken = check_cycle(snapshot, result)
+        apply_started = time.perf_counter()
         report = state.apply(
             result,
             snapshot,
@@ -116,10 +135,25 @@ def cycle_root(
             engine_ms=engine_ms,
             full=full,
             annotate=forecast,
+            then=release if background else None,
         )
         if forecast:
             state.forecast_done(root)
         assert report.cycle_id is not None
+        trace.mark(
+            "cycle",
+            root=root,
+            forecast=forecast,
+            full=full,
+            lease_ms=round((read_started - started) * 1000, 1),
+            refresh_ms=round((refreshed - read_started) * 1000, 1),
+            snapshot_ms=round((engine_started - refreshed) * 1000, 1),
+            engine_ms=round(engine_ms, 1),
+            apply_ms=round((time.perf_counter() - apply_started) * 1000, 1),
+            ms=round((time.perf_counter() - started) * 1000, 1),
+            admitted=len(report.admitted),
+            **meter.stop(),
+        )
         if tree is not None and report.conflicts > len(report.displaced):
             tree.invalidate()  # it believed something the database no longer says
         elapsed = time.perf_counter() - started
@@ -143,7 +177,37 @@ def cycle_root(
             tree.invalidate()
         raise
     finally:
-        leases.release(held)
+        meter.stop()
+        if report is not None and report.pending is not None:
+            _tree_calls[root] = report.pending  # releases the lease when the calls are done
+        else:
+            release()
+
+
+# Per tree: the cluster calls of this process's last cycle of it, when they run in the
+# background (cycle_root(background=True)).
+_tree_calls: dict[str, Future[None]] = {}
+CALLS_WAIT_S = 60.0
+
+
+def _wait_for_calls(root: str) -> None:
+    """Before a tree is cycled again here: its last cycle's calls are done (a decision
+    about a job never races this process's own call for it)."""
+    pending = _tree_calls.pop(root, None)
+    if pending is None:
+        return
+    if trace.on() and not pending.done():
+        waited = time.perf_counter()
+        try:
+            pending.result(timeout=CALLS_WAIT_S)
+        except Exception:
+            log.exception("the cluster calls of the last cycle of %s did not finish", root)
+        trace.mark("calls_wait", root=root, ms=round((time.perf_counter() - waited) * 1000, 1))
+        return
+    try:
+        pending.result(timeout=CALLS_WAIT_S)
+    except Exception:  # a timeout or a bug: logged; the lease's fence still guards
+        log.exception("the cluster calls of the last cycle of %s did not finish", root)
 
 
 def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> bool:
@@ -217,9 +281,11 @@ def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool
     sync_lease = leases.acquire("sync")
     if sync_lease is None:
         return False
+    meter = trace.Meter().start()
     try:
         with wake.suppressed():
             report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
+        trace.mark("sync_cost", **meter.stop())
         summary.sync = report.as_dict()
         summary.errors.extend(report.errors)
     except leases.LeaseLost as exc:
@@ -227,6 +293,7 @@ def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool
         summary.skipped.append("sync")
         summary.errors.append(str(exc))
     finally:
+        meter.stop()
         leases.release(sync_lease)
     return True
 
@@ -238,14 +305,16 @@ def _cycle_roots(
         return
     nodes = cluster.nodes()
     nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
+    # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
         try:
-            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes)
+            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
         except leases.LeaseLost as exc:
             log.warning("cycle of %s dropped: %s", root, exc)
             summary.skipped.append(root)
             continue
         if applied is None:
+            trace.mark("cycle_busy", root=root)
             summary.skipped.append(root)
             continue
         summary.roots.append(root)

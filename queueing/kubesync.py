@@ -3,20 +3,47 @@ apply changed configuration objects (ElasticQuotas, Queues), stop workloads past
 running time limit, tell the jobs' stories as Events, and
 write the runtime quota back to the ElasticQuotas and the available queues to the
 Namespaces. Each part is best-effort and
-rate-limited on its own; none can fail a sync."""
+rate-limited on its own; none can fail a sync.
+
+The telling (Events, ElasticQuota and Namespace annotations: one HTTP call each) is
+advice that no decision waits for. Against an API server (an adapter that writes
+concurrently, ``state.calls.can_run_in_background``) it runs in this process's one
+background thread while the worker cycles the trees, under a lease of its own
+(``telling``: one at a time across workers, as the sync is; a killed worker's strands
+only the telling, for the lease's time, never the sync). A sync that finds the last
+telling still running, here or elsewhere, skips its own: the next picks up from the
+same cursors."""
 
 from __future__ import annotations
 
 import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from queueing import kubeconfig, kubeevents, kubequotas, maxexec, namespacequeues, quotawriteback
+from queueing import (
+    kubeconfig,
+    kubeevents,
+    kubequotas,
+    maxexec,
+    namespacequeues,
+    quotawriteback,
+    trace,
+)
 
 log = logging.getLogger(__name__)
 
 
+_telling: Future[None] | None = None
+_executor: ThreadPoolExecutor | None = None
+_executor_pid: int | None = None
+
+
 def after_sync(cluster: Any, now: datetime) -> None:
+    global _telling
+    started = time.perf_counter()
     try:
         kubeconfig.sync_config(cluster)
     except Exception:  # the cluster or a refused item: the next look tries again
@@ -25,7 +52,64 @@ def after_sync(cluster: Any, now: datetime) -> None:
         maxexec.enforce(now)
     except Exception:  # the next sync checks again
         log.exception("could not enforce maximum execution times")
-    kubeevents.publish(cluster, now)
+    config_ms = round((time.perf_counter() - started) * 1000, 1)
+    from queueing.state.calls import can_run_in_background
+
+    if not can_run_in_background(cluster):
+        tell(cluster, now, config_ms=config_ms)
+    elif _telling is None or _telling.done():
+        _telling = _pool().submit(_tell_in_background, cluster, now, config_ms)
+
+
+def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None:
+    """Events, then the quotas' and namespaces' annotations."""
+    started = time.perf_counter()
+    events = kubeevents.publish(cluster, now)
+    events_done = time.perf_counter()
     kubequotas.publish(cluster)  # the quotas managed here, as ElasticQuotas
     quotawriteback.publish(cluster)
     namespacequeues.publish(cluster)
+    trace.mark(
+        "after_sync",
+        config_ms=config_ms,
+        events=events,
+        events_ms=round((events_done - started) * 1000, 1),
+        quotas_ms=round((time.perf_counter() - events_done) * 1000, 1),
+    )
+
+
+def _tell_in_background(cluster: Any, now: datetime, config_ms: float) -> None:
+    from django.db import connection
+
+    from queueing import lease as leases
+
+    connection.close_if_unusable_or_obsolete()  # this thread's own, kept between syncs
+    try:
+        held = leases.acquire("telling")
+        if held is None:
+            return  # another worker tells right now
+        try:
+            tell(cluster, now, config_ms=config_ms)
+        finally:
+            leases.release(held)
+    except Exception:  # advice: logged, never raised
+        log.exception("could not tell the cluster what happened")
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor, _executor_pid
+    if _executor is None or _executor_pid != os.getpid():  # a fork has no threads
+        _executor = ThreadPoolExecutor(1, thread_name_prefix="kq-tell")
+        _executor_pid = os.getpid()
+    return _executor
+
+
+def settle(timeout_s: float = 30.0) -> None:
+    """Wait for this process's telling (tests, and a worker about to stop)."""
+    pending = _telling
+    if pending is None:
+        return
+    try:
+        pending.result(timeout=timeout_s)
+    except Exception:
+        log.warning("the cluster's telling still runs after %.0fs", timeout_s)

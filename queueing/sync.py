@@ -38,7 +38,7 @@ from django.db import IntegrityError, NotSupportedError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queueing import actions, compat, faults, kubequeue, kubesync
+from queueing import actions, compat, faults, kubequeue, kubesync, trace
 from queueing.choices import ACTIVE_PHASES, Phase
 from queueing.cluster import get_cluster
 from queueing.cluster.base import (
@@ -56,7 +56,7 @@ from queueing.cluster.base import (
 )
 from queueing.lease import Fence, Lease
 from queueing.models import Quota, Workload
-from queueing.state.calls import Call, run_calls
+from queueing.state.calls import Call, in_flight, run_calls
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,7 @@ def sync_cluster(
     fence = Fence(lease)
     now = now or timezone.now()
     report = SyncReport()
+    started = time.perf_counter()
     checks = _checks(cluster)
 
     # With a watch cache, a sync between full ones looks only at the jobs that changed
@@ -191,12 +192,21 @@ def sync_cluster(
         if journal is not None:
             _marks[cluster] = (cursor, time.monotonic() + settings.KQ_FULL_SYNC_S)
 
+    jobs_done = time.perf_counter()
     if settings.KQ_MIRROR_QUEUEUNITS and isinstance(cluster, QueueUnitMirror):
         try:
             report.mirrored = mirror_queue_units(cluster, now)
         except ClusterError as exc:
             report.errors.append(f"QueueUnit mirroring: {exc}")
     kubesync.after_sync(cluster, now)
+    trace.mark(
+        "sync",
+        incremental=report.incremental,
+        transitions=report.transitions,
+        registered=report.registered,
+        jobs_ms=round((jobs_done - started) * 1000, 1),
+        after_ms=round((time.perf_counter() - jobs_done) * 1000, 1),
+    )
     return report
 
 
@@ -267,13 +277,25 @@ def _sync_jobs(
                 if job is not None:
                     seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
                 _reconcile(workload, job, now, repairs, moves, checks)
-            for made in actions.transition_many(moves).made:
+            made_moves = actions.transition_many(moves).made
+            for made in made_moves:
                 if made.move.to_phase == Phase.CANCELLED:
                     report.cancelled += 1
                 else:
                     report.transitions += 1
             faults.reach("sync.before_commit", work=len(moves))
         faults.reach("sync.committed", work=len(moves) + len(repairs))
+        if trace.on() and made_moves:
+            names = {w.pk: f"{w.namespace}/{w.name}" for w in active[start : start + CHUNK]}
+            trace.mark(
+                "committed",
+                finished=[
+                    names.get(m.move.workload_id)
+                    for m in made_moves
+                    if m.move.to_phase in (Phase.SUCCEEDED, Phase.FAILED)
+                ],
+                moved=len(made_moves),
+            )
         _repair(cluster, repairs, report, fence)
 
     new = [
@@ -354,7 +376,8 @@ def _reconcile(
         return
     if phase == Phase.ADMITTED:
         if job.suspended:
-            repairs.append(Call("admit", ref, pool_selector(workload), label="readmitted"))
+            if not in_flight(ref):  # else the cycle's own call is on its way (state.calls)
+                repairs.append(Call("admit", ref, pool_selector(workload), label="readmitted"))
         elif job.state == RUNNING:
             moves.append(
                 actions.Move(
@@ -374,7 +397,8 @@ def _reconcile(
         return
     if phase == Phase.PREEMPTED:
         if not job.suspended:
-            repairs.append(Call("suspend", ref, label="resuspended"))
+            if not in_flight(ref):
+                repairs.append(Call("suspend", ref, label="resuspended"))
         elif checks.stopped(job):
             moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from datetime import datetime
 from typing import Any
 
 from celery import shared_task
@@ -13,9 +16,12 @@ log = logging.getLogger(__name__)
 @shared_task(name="queueing.tick", ignore_result=True)
 def tick() -> dict[str, Any]:
     """Sync with the cluster, then run the admission cycle of every quota tree."""
+    from queueing import trace
     from queueing.admission import tick as run_tick
 
+    trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
     summary = run_tick().as_dict()
+    trace.mark("task_done", kind="tick", ms=summary["duration_ms"], threads=_threads())
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("cycle: %s", summary)
     return summary
@@ -24,12 +30,38 @@ def tick() -> dict[str, Any]:
 @shared_task(name="queueing.react", ignore_result=True)
 def react(target: str) -> dict[str, Any]:
     """A woken cycle (queueing.wake): a tree's root, "*" for every tree, or "sync"."""
+    from queueing import trace
     from queueing.admission import react as run_react
 
+    trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
     summary = run_react(target).as_dict()
+    trace.mark(
+        "task_done", kind="react", target=target, ms=summary["duration_ms"], threads=_threads()
+    )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("react %s: %s", target, summary)
     return summary
+
+
+def _threads() -> dict[int, str] | None:
+    """Native id -> name of this process's threads (the trace's CPU per thread)."""
+    from queueing import trace
+
+    if not trace.on():
+        return None
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+
+
+def _late_ms(request: Any) -> float | None:
+    """How long after its due time (its ETA) a task started; None without an ETA."""
+    eta = getattr(request, "eta", None)
+    if not eta:
+        return None
+    try:
+        due = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
+        return round((time.time() - due.timestamp()) * 1000, 1)
+    except (TypeError, ValueError):
+        return None
 
 
 @shared_task(name="queueing.sync_cluster", ignore_result=True)

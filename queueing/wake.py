@@ -33,6 +33,8 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from queueing import trace
+
 log = logging.getLogger(__name__)
 
 ALL = "*"  # every tree
@@ -109,8 +111,10 @@ def wake(
     for target in targets:
         try:
             if not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
+                trace.mark("wake_rides", target=target, reason=reason)
                 continue  # a react is on its way and will see this change
             _sender(target, debounce)
+            trace.mark("wake", target=target, reason=reason, delay_ms=round(debounce * 1000))
             sent += 1
         except Exception:  # the broker or the cache is down: beat's tick still runs
             log.exception("could not wake the cycle of %s", target)

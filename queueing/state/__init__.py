@@ -21,7 +21,7 @@ from queueing.state.annotate import (
     full_cycle_done,
     full_cycle_due,
 )
-from queueing.state.apply import ApplyReport, apply
+from queueing.state.apply import ApplyReport, apply, finish_calls
 from queueing.state.calls import Call, run_calls
 from queueing.state.snapshot import (
     SnapshotIndex,
@@ -47,6 +47,7 @@ __all__ = [
     "build_snapshot",
     "engine_config",
     "epoch",
+    "finish_calls",
     "forecast_done",
     "forecast_due",
     "from_epoch",

@@ -13,7 +13,9 @@ uses too (state.calls).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from queueing import faults, wake, world
+from queueing import faults, trace, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
@@ -31,7 +33,13 @@ from queueing.lease import Fence, Lease, check
 from queueing.models import CycleRun, Workload
 from queueing.state import placement
 from queueing.state.annotate import pending_annotations, write_annotations
-from queueing.state.calls import Call, admit_call, run_calls
+from queueing.state.calls import (
+    Call,
+    admit_call,
+    can_run_in_background,
+    run_calls,
+    run_calls_in_background,
+)
 from queueing.state.quotas import charge_ledgers, publish_quotas, sample_usage, store_quota_state
 from queueing.state.snapshot import SnapshotIndex, from_epoch
 
@@ -50,6 +58,8 @@ class ApplyReport:
     conflicts: int = 0
     engine_ms: float = 0.0
     errors: list[str] = field(default_factory=list)
+    #: The cluster calls still running (``apply(then=...)``), in the background.
+    pending: Future[None] | None = None
 
 
 def apply(
@@ -62,23 +72,39 @@ def apply(
     engine_ms: float = 0.0,
     full: bool = True,
     annotate: bool = True,
+    then: Callable[[], None] | None = None,
 ) -> ApplyReport:
     """Write the cycle's decisions, then make the cluster follow. See the module docstring.
 
     ``annotate=False``: the result has no positions or ETAs (the engine ran without its
-    forecast); the waiting keep what they show."""
+    forecast); the waiting keep what they show. ``then`` (the caller's release of the
+    lease): against an API server the cluster calls run in this process's background
+    pool (``report.pending``) and ``then`` runs there once they are done; else after
+    them, here. Either way it runs exactly once, after the calls."""
     now = index.now
     report = ApplyReport(engine_ms=engine_ms)
     if result.admissions:
         placement.ensure_lock_row()
+    steps: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def step(name: str) -> None:
+        nonlocal clock
+        if trace.on():
+            at = time.perf_counter()
+            steps[name] = round((at - clock) * 1000, 1)
+            clock = at
+
     with transaction.atomic():
         # 1. The fence: the lease is still ours, or nothing of this cycle is written.
         if lease is not None:
             check(lease)
 
+        step("fence")
         # 2. Shared nodes: withdraw admissions whose room another tree took meanwhile.
         admissions = _placeable(result, snapshot, index, report)
 
+        step("placement")
         # 3. Phases: admissions, preemptions, admission timeouts; one statement per kind.
         wanted = (
             [_admitted(a, index, now) for a in admissions]
@@ -93,25 +119,30 @@ def apply(
             getattr(report, made.move.kind).append(made.move.workload_id)
         report.conflicts += len(moved.conflicts)
 
+        step("phases")
         # 4. Nominations: workloads the next cycles keep room for (after a preemption).
         if result.nominations:
             Workload.objects.filter(
                 id__in=list(result.nominations), phase__in=WAITING_PHASES, nominated=False
             ).update(nominated=True, updated_at=now)
 
+        step("nominations")
         # 5. What the waiting show: position, ETA, reason (one executemany); not after
         # an engine run without the forecast (state.forecast_due), which keeps them.
         annotated = pending_annotations(result, index, full=full) if annotate else []
         report.annotated = write_annotations(annotated, now)
 
+        step("annotations")
         # 6. Quotas: usage ledger, runtime quota and usage on the rows, usage samples.
         charge_ledgers(result, index, snapshot.config)
         quota_changes = store_quota_state(result, index)
         sample_usage(result, index)
 
+        step("quotas")
         # 7. The cycle's record.
         report.cycle_id = _record(result, index, lease, report, engine_ms=engine_ms, full=full)
 
+        step("record")
         # 8. After the commit: the live stream hears what changed (the cycle's own
         # writes wake no cycle); a withdrawn admission wakes this tree again.
         changed = [*moved.changes, *_located(annotated, index)]
@@ -128,6 +159,7 @@ def apply(
         if report.displaced:
             wake.wake_on_commit([index.root], reason="displaced")
         faults.reach("apply.before_commit", work=len(moved.made))
+        step("on_commit")
 
     # 9. The cluster follows: idempotent calls; what they miss, the next sync repeats.
     # The fence stops them if the lease ran out (another worker may have decided since).
@@ -138,10 +170,44 @@ def apply(
     ]
     calls += [Call("suspend", _ref(index.rows[w])) for w in report.preempted + report.requeued]
     faults.reach("apply.committed", work=len(calls))
-    run_calls(cluster, calls, Fence(lease), report.errors)
-    if report.errors:
-        CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
+    step("commit")
+    if trace.on():
+        trace.mark(
+            "applied",
+            root=index.root,
+            steps=steps,
+            annotated=report.annotated,
+            admitted=[
+                f"{index.rows[w]['namespace']}/{index.rows[w]['name']}" for w in report.admitted
+            ],
+        )
+    if calls and then is not None and can_run_in_background(cluster):
+
+        def finish() -> None:
+            try:
+                finish_calls(report)
+            finally:
+                then()
+
+        report.pending = run_calls_in_background(
+            cluster, calls, Fence(lease), report.errors, finish
+        )
+        return report
+    try:
+        run_calls(cluster, calls, Fence(lease), report.errors)
+        finish_calls(report)
+    finally:
+        if then is not None:
+            then()
     return report
+
+
+def finish_calls(report: ApplyReport) -> None:
+    """After the cycle's cluster calls: their errors on the cycle's record."""
+    if trace.on() and (report.admitted or report.preempted or report.requeued):
+        trace.mark("patched", cycle=report.cycle_id, calls=len(report.admitted))
+    if report.errors and report.cycle_id is not None:
+        CycleRun.objects.filter(pk=report.cycle_id).update(errors=report.errors[:50])
 
 
 def _placeable(

@@ -10,8 +10,10 @@ lease stops before it unsuspends a job another worker has decided about since.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from queueing import faults
@@ -105,3 +107,97 @@ def _call(cluster: Cluster, call: Call) -> str | None:
         return f"{call.what}: {exc} (will retry at next sync)"
     faults.reach("calls.made")
     return None
+
+
+# --- calls that run while the caller goes on ----------------------------------------------
+
+# One pass of a cycle worker cycles every tree in turn; a tree's calls (each a round trip
+# to the API server, ``write_concurrency`` at a time) need not hold up the next tree's
+# cycle, nor the next pass's sync, whose database work they overlap. Two trees' calls
+# at once at most.
+BACKGROUND_WIDTH = 2
+_background: ThreadPoolExecutor | None = None
+_background_pid: int | None = None
+# The jobs whose calls are on their way in this process: (kind, namespace, name) -> count.
+_in_flight: dict[tuple[str, str, str], int] = {}
+_in_flight_lock = threading.Lock()
+
+
+def can_run_in_background(cluster: Cluster) -> bool:
+    """Whether the cluster's calls are round trips worth overlapping (an API server); the
+    simulated cluster's writes are rows of this database, made in the caller's thread.
+    ``KQ_KUBE_BACKGROUND=0`` keeps them in the caller's thread."""
+    if os.environ.get("KQ_KUBE_BACKGROUND", "1").strip() == "0":
+        return False
+    return int(getattr(cluster, "write_concurrency", 1) or 1) > 1
+
+
+def in_flight(ref: JobRef) -> bool:
+    """Whether a call for this job is on its way in this process (the sync does not
+    repeat it: it would only race the call it repairs)."""
+    with _in_flight_lock:
+        return (ref.kind, ref.namespace, ref.name) in _in_flight
+
+
+def run_calls_in_background(
+    cluster: Cluster,
+    calls: Sequence[Call],
+    fence: Fence,
+    errors: list[str],
+    then: Callable[[], None],
+) -> Future[None]:
+    """``run_calls`` in this process's background pool, then ``then`` (in that thread:
+    the cycle's bookkeeping and its lease's release, so the lease is held until the
+    calls are done, as when they run in the caller's thread)."""
+    pool = _pool()  # first: a new pool (this process's first, or after a fork) starts afresh
+    keys = [(c.ref.kind, c.ref.namespace, c.ref.name) for c in calls]
+    with _in_flight_lock:
+        for key in keys:
+            _in_flight[key] = _in_flight.get(key, 0) + 1
+    try:
+        return pool.submit(_in_background, cluster, calls, fence, errors, then, keys)
+    except BaseException:
+        _forget(keys)
+        raise
+
+
+def _in_background(
+    cluster: Cluster,
+    calls: Sequence[Call],
+    fence: Fence,
+    errors: list[str],
+    then: Callable[[], None],
+    keys: list[tuple[str, str, str]],
+) -> None:
+    from django.db import connection
+
+    # This thread's own connection, kept between runs (the lease's release, a renewal).
+    connection.close_if_unusable_or_obsolete()
+    try:
+        run_calls(cluster, calls, fence, errors)
+    except Exception as exc:  # run_calls raises nothing but a bug; the sync repairs
+        log.exception("a cycle's cluster calls failed")
+        errors.append(f"cluster calls: {exc}")
+    finally:
+        _forget(keys)
+        then()
+
+
+def _forget(keys: list[tuple[str, str, str]]) -> None:
+    with _in_flight_lock:
+        for key in keys:
+            left = _in_flight.get(key, 0) - 1
+            if left > 0:
+                _in_flight[key] = left
+            else:
+                _in_flight.pop(key, None)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _background, _background_pid
+    if _background is None or _background_pid != os.getpid():  # a fork has no threads
+        _background = ThreadPoolExecutor(BACKGROUND_WIDTH, thread_name_prefix="kq-calls")
+        _background_pid = os.getpid()
+        with _in_flight_lock:
+            _in_flight.clear()
+    return _background

@@ -25,7 +25,9 @@ worker's cycle runs (``CycleRun``) give where the time goes.
 Knobs: KQ_BENCH_E2E_SCALE (fraction of each class's count per queue, default 1),
 KQ_BENCH_E2E_WORKERS (Celery worker processes, default 1), KQ_BENCH_E2E_INTERVAL_S
 (beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600),
-KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run).
+KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run),
+KQ_TRACE=1 (every process logs the steps of queueing.trace; the result gets ``trace``,
+the hand-off of each finish step by step, from tests/bench/trace_handoff.py).
 
 ``worker_cpu_s`` is the CPU time (user + system) the worker processes spent from the
 first creation to the last finish: on a shared machine, a steadier figure than the wall.
@@ -465,6 +467,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         since = time.time()
         spy = _start_pyspy(worker_procs[0].pid)
         cpu_before = sum(_cpu_s(p.pid) for p in worker_procs)
+        threads_before = _thread_cpu_s(worker_procs[0].pid)
         create_on_schedule(fake.url, plan)
         give_up = time.monotonic() + deadline_s
         while True:
@@ -473,6 +476,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
                 break
             time.sleep(1.0)
         worker_cpu_s = sum(_cpu_s(p.pid) for p in worker_procs) - cpu_before
+        threads_after = _thread_cpu_s(worker_procs[0].pid)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
@@ -491,6 +495,18 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             result["worker_cpu_ms_per_cycle"] = round(
                 1000 * worker_cpu_s / result["cycles"]["cycles"], 1
             )
+        if os.environ.get("KQ_TRACE"):
+            # The hand-off of each finish, step by step (queueing.trace, trace_handoff).
+            from tests.bench.trace_handoff import analyse, read_traces, thread_cpu
+
+            with (logs / "fake.jsonl").open("w") as out:
+                out.writelines(json.dumps(e) + "\n" for e in entries)
+            traces = read_traces(logs)
+            result["trace"] = analyse(traces, entries)
+            result["trace"]["worker_thread_cpu_s"] = thread_cpu(
+                traces, worker_procs[0].pid, threads_before, threads_after
+            )
+        result["load_avg"] = [round(x, 1) for x in os.getloadavg()]
         result["workers"] = workers
         result["cycle_interval_s"] = float(interval)
         result["database"] = urlsplit(db_url).scheme
@@ -510,6 +526,18 @@ def _cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_s(pid: int) -> dict[int, float]:
+    """Native thread id -> user + system CPU seconds (Linux /proc), for a live process."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def _start_pyspy(pid: int) -> subprocess.Popen[bytes] | None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from queueing import compat
+from queueing import compat, trace
 from queueing.cluster.base import JobKey
 from queueing.cluster.kubernetes.client import ApiCallError, Obj, Rest, dedicated_api
 from queueing.cluster.kubernetes.kinds import Kind, as_int, dig, node_info, occupying, revision
@@ -310,6 +310,8 @@ class ClusterWatcher:
                 before.suspended,
                 before.active,
             ):
+                if before is None or now.state != before.state:
+                    trace.mark("informer", job=f"{key[1]}/{key[2]}", state=now.state)
                 self.on_change(f"{kind.kind} {now.state.lower()}")
 
         return handle
