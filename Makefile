@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 BENCH  ?=
+PYTEST_ARGS ?=
 
 .PHONY: run test lint typecheck bench install install-dev chromium migrate clean
 
@@ -28,7 +29,7 @@ run: install
 	$(BIN)/python manage.py run_all
 
 test: install-dev chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

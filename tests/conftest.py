@@ -62,3 +62,45 @@ def django_db_modify_db_settings(
     if wants_server and db["ENGINE"].endswith("sqlite3"):
         folder = Path(tempfile.mkdtemp(prefix="kq-test-db-"))
         db.setdefault("TEST", {})["NAME"] = str(folder / "test.sqlite3")
+
+
+# --- db_independent: run in one of CI's two passes only -------------------------------------
+#
+# CI (.ci/run) runs the suite twice, on PostgreSQL + Redis and on SQLite + in-process layers,
+# and deselects `db_independent` tests in the second pass. A test is db_independent when
+# the pass's backends cannot change what it does: the pure engine (tests/engine; the
+# import contract keeps Django and Redis out of queueing.engine), plain-code modules
+# listed below (quantities, kinds, the adapter against the fake API server), and tests whose
+# processes bring their own database and broker (a fresh `make run` in an empty var/, a
+# scratch PostgreSQL, a supervised Redis). The check below refuses the marker on any test
+# that touches the suite's database, so it can never hide a backend's failure.
+
+# Paths under tests/ (a folder ends with /): no database, no Redis, no setting of either.
+DB_INDEPENDENT = (
+    "engine/",  # the pure engine
+    "kube/test_adapter.py",  # the adapter against the in-process fake API server
+    "kube/test_deploy_manifests.py",
+    "kube/test_fakekube.py",
+    "kube/test_fakekube_load.py",
+    "kube/test_kinds_unit.py",
+    "kube/test_rbac.py",
+    "kube/test_watch_cache.py",
+    "portal/test_units.py",
+    "queueing/test_quantities_grammar.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
+        if rel.startswith(DB_INDEPENDENT):
+            item.add_marker(pytest.mark.db_independent)
+        if item.get_closest_marker("db_independent") is None:
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("django_db") or "django_db_setup" in fixtures:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked db_independent but uses the suite's database: "
+                "it must run on both backends (remove the marker)"
+            )

@@ -20,7 +20,9 @@ from tests.fakekube import FakeKube, write_kubeconfig
 from tests.fakekube.__main__ import load
 from tests.services import wait_until
 
-pytestmark = [pytest.mark.slow]
+# Its product brings its own database and Redis (DATABASE_URL and REDIS_URL unset in
+# var/): the same in both of CI's passes, run in one (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.db_independent]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fake-cluster.yaml"
 EQ = "elasticquotas"

@@ -11,7 +11,9 @@ import requests
 
 from tests.bench.bench_soak import Product
 
-pytestmark = [pytest.mark.slow]
+# Its product brings its own database and Redis (DATABASE_URL and REDIS_URL unset in
+# var/): the same in both of CI's passes, run in one (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.db_independent]
 
 
 def test_a_fresh_make_run_answers_an_unknown_url_with_the_products_404() -> None:

@@ -381,6 +381,7 @@ import websockets  # noqa: E402  # for websockets.exceptions above
 
 
 @pytest.mark.skipif(shutil.which("initdb") is None, reason="needs PostgreSQL's initdb")
+@pytest.mark.db_independent  # its own scratch PostgreSQL and Redis, in either CI pass
 def test_postgres_restarted_mid_run(tmp_path: Path) -> None:
     pg = ScratchPostgres()
     redis = OwnedRedis()
@@ -485,6 +486,7 @@ def test_postgres_restarted_mid_run(tmp_path: Path) -> None:
 # --- the supervisor of make run's Redis ----------------------------------------------------
 
 
+@pytest.mark.db_independent  # a supervised Redis of its own; no database
 def test_keep_running_starts_a_dead_redis_again_on_its_port() -> None:
     import redis as redis_py
 
@@ -522,6 +524,7 @@ def test_keep_running_starts_a_dead_redis_again_on_its_port() -> None:
     assert not port_open(port)  # stopping the supervisor stopped its child
 
 
+@pytest.mark.db_independent  # a supervised Redis of its own; no database
 def test_keep_running_lets_its_redis_go_last() -> None:
     """Stopped as honcho stops it (SIGTERM to its process group), the supervisor keeps the
     Redis serving until its clients have left: the web process and the workers finish
