@@ -178,10 +178,20 @@ def holds_a_lease(pid: int) -> bool:
     ).exists()
 
 
-@pytest.mark.parametrize("cache", ["listing", "watch-cache"])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        pytest.param("listing", marks=pytest.mark.ci_pass_sqlite),
+        pytest.param("watch-cache", marks=pytest.mark.ci_pass_postgres),
+    ],
+)
 def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cache: str):
     """Both ways workers read the cluster: a fresh list per sync, and the watch cache
-    with its incremental syncs (what deploy/ and make run give workers)."""
+    with its incremental syncs (what deploy/ and make run give workers).
+
+    Each mode takes over two minutes; CI runs the watch cache (production's reader) in
+    its PostgreSQL pass and the listing reader in its SQLite pass, so both modes and both
+    databases are covered once each. A local ``make test`` runs both modes."""
     rng = random.Random(2026)
     started = time.monotonic()
     chaos = Chaos()
