@@ -682,8 +682,6 @@ class _Simulation:
     def _admit_round(self, t: float) -> None:
         qheap = self.qheap
         queues = self.queues
-        tree = self.tree
-        used = self.used
         nodes = self.nodes
         eta = self.eta
         cy = self.cy
@@ -728,16 +726,7 @@ class _Simulation:
                     if placed is None:
                         failed_shapes.add(shape)
             if placed is not None:
-                for node_q in tree.chains[qi]:
-                    u = used[node_q]
-                    for k, v in req.items():
-                        u[k] = u.get(k, 0) + v
-                    if not w.preemptible:
-                        npu = self.np_used[node_q]
-                        for k, v in req.items():
-                            npu[k] = npu.get(k, 0) + v
-                self.fair.admitted(qi, req)
-                nodes.commit(placed.per_node)
+                self._take(qi, w, req, placed.per_node)
                 eta[w.id] = t
                 self._start(t, qi, w, dict(placed.per_node))
                 self._admitted(sq, i, qi)
@@ -757,6 +746,27 @@ class _Simulation:
             for j in sq.behind.pop(qi, []):
                 heapq.heappush(sq.dirty, j)
         self._fill(sq)
+
+    def _take(
+        self,
+        qi: int,
+        w: WorkloadSpec,
+        req: Mapping[str, int],
+        per_node: Mapping[int, Mapping[str, int]],
+    ) -> None:
+        """Count an admission in virtual time: usage along its quota chain (and the
+        non-preemptible usage), fair share, and its place on the nodes."""
+        used = self.used
+        for node_q in self.tree.chains[qi]:
+            u = used[node_q]
+            for k, v in req.items():
+                u[k] = u.get(k, 0) + v
+            if not w.preemptible:
+                npu = self.np_used[node_q]
+                for k, v in req.items():
+                    npu[k] = npu.get(k, 0) + v
+        self.fair.admitted(qi, req)
+        self.nodes.commit(per_node)
 
     def _start(
         self, t: float, qi: int, w: WorkloadSpec, per_node: dict[int, dict[str, int]]
@@ -891,16 +901,7 @@ class _Simulation:
             del self.running[vq][v.id]
             self._release(vq, v, per_node, demand=True)
         self.preempt_failed.discard(memo)
-        for node_q in chain:
-            u = used[node_q]
-            for k, x in req.items():
-                u[k] = u.get(k, 0) + x
-            if not w.preemptible:
-                npu = self.np_used[node_q]
-                for k, x in req.items():
-                    npu[k] = npu.get(k, 0) + x
-        self.fair.admitted(qi, req)
-        self.nodes.commit(placed.per_node)
+        self._take(qi, w, req, placed.per_node)
         # The cycle at ``t`` (or, at the forecast's own instant, the next one) searches;
         # one search per queue and quota per cycle; the preemptor starts a cycle later.
         tick = self.tick
