@@ -158,6 +158,7 @@ class Cycle(CycleState):
         shape_of = self.shape
         may_fit = nodes.may_fit
         min_room = self.min_room
+        nodes_none = (F_NODES, None)  # (one tuple for the ~35k such failures at 60k)
 
         def advance(q: QueueState) -> WorkloadSpec | None:
             """Move ``q`` to its next candidate that may be tried, or None.
@@ -261,7 +262,7 @@ class Cycle(CycleState):
                     else:
                         fits = True
                     if not fits:
-                        fail[wid] = (F_NODES, None)
+                        fail[wid] = nodes_none
                     else:
                         shape = shape_of(w)
                         if shape not in failed_shapes:

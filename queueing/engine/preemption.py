@@ -100,7 +100,7 @@ class _Filtered:
     searches read a list and the filter passes over ``every`` at most once.
     """
 
-    __slots__ = ("_every", "_lowest", "_pos", "_useless", "items")
+    __slots__ = ("_every", "_gone", "_lowest", "_pos", "_useless", "items")
 
     def __init__(self, every: list[tuple[VKey, WorkloadSpec, int]], lowest: dict[int, int]):
         self.items: list[tuple[VKey, WorkloadSpec, int, int]] = []
@@ -109,6 +109,9 @@ class _Filtered:
         self._pos = 0
         self._useless: dict[
             tuple[frozenset[int], frozenset[str]], tuple[int, dict[int, int], dict[int, int]]
+        ] = {}
+        self._gone: dict[
+            tuple[frozenset[int], frozenset[str]], tuple[int, int, int, dict[int, int]]
         ] = {}
 
     def __iter__(self) -> Iterator[tuple[VKey, WorkloadSpec, int, int]]:
@@ -149,6 +152,36 @@ class _Filtered:
             got = (n, counts, ids)
             self._useless[ck] = got
         return got
+
+    def useless_gone(
+        self,
+        elig: frozenset[int],
+        keys: frozenset[str],
+        ids: Mapping[int, int],
+        skip: set[int],
+        awaited: set[int],
+    ) -> tuple[int, dict[int, int]]:
+        """Of :meth:`useless_prefix`'s ``ids``, those in ``skip`` and in ``awaited``.
+
+        Returns how many (an id in both counts twice) and how many per lowest over
+        quota. Both sets only grow within a cycle, so their sizes tell whether the
+        count cached for ``(elig, keys)`` is still right.
+        """
+        ck = (elig, keys)
+        got = self._gone.get(ck)
+        ns, na = len(skip), len(awaited)
+        if got is None or got[0] != ns or got[1] != na:
+            by_low: dict[int, int] = {}
+            total = 0
+            for ws in (skip, awaited):
+                for vid in ws:
+                    low = ids.get(vid)
+                    if low is not None:
+                        by_low[low] = by_low.get(low, 0) + 1
+                        total += 1
+            got = (ns, na, total, by_low)
+            self._gone[ck] = got
+        return got[2], got[3]
 
     def _more(self) -> bool:
         """Filter ``every`` up to its next candidate; False when none is left."""
@@ -492,18 +525,16 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     # first: it is the cheapest way out, and every way out before the greedy loop
     # returns None without changing anything.
     if not need and allow_reclaim:
-        flt = pre.reclaim_list(by_min, top, frozenset(req))
-        n, counts, ids = flt.useless_prefix(elig_nodes, frozenset(req), nindex)
+        keys = frozenset(req)
+        flt = pre.reclaim_list(by_min, top, keys)
+        n, counts, ids = flt.useless_prefix(elig_nodes, keys, nindex)
         if n >= MAX_EXAMINED_NODES_ONLY:
             n -= sum(counts.get(x, 0) for x in chain)
             if n >= MAX_EXAMINED_NODES_ONLY:
-                gone = 0
-                for ws in (skip, pre.awaited):
-                    for vid in ws:
-                        low = ids.get(vid)
-                        if low is not None and low not in chain_set:
-                            gone += 1
-                # (an id both chosen and awaited is counted twice: fewer, never more)
+                # Those chosen or awaited already, off the preemptor's chain. (An id
+                # both chosen and awaited is counted twice: fewer, never more.)
+                gone, by_low = flt.useless_gone(elig_nodes, keys, ids, skip, pre.awaited)
+                gone -= sum(by_low.get(x, 0) for x in chain_set)
                 if n - gone >= MAX_EXAMINED_NODES_ONLY:
                     return None
 
