@@ -65,7 +65,9 @@ def send_react(target: str, countdown_s: float) -> None:
 
     react.apply_async(
         args=[target],
-        countdown=max(0.0, countdown_s),
+        # No countdown at all for a wake due now: a message with an ETA waits in the
+        # worker's timer, one without goes straight to its pool.
+        countdown=countdown_s if countdown_s > 0 else None,
         queue=settings.KQ_CYCLE_QUEUE,
         # A react nobody picked up within a tick or two is overtaken by beat's tick.
         expires=countdown_s + max(settings.KQ_CYCLE_INTERVAL_S * 2, 5.0),
@@ -83,14 +85,28 @@ def set_sender(sender: Sender | None) -> None:
 
 @contextlib.contextmanager
 def suppressed() -> Iterator[None]:
-    """Inside, wakes are dropped: the caller cycles everything it changes itself (the
-    react task's own sync would otherwise wake the trees it is about to cycle)."""
+    """Inside, wakes are dropped: the caller cycles everything it changes itself (beat's
+    tick: its sync would otherwise wake the trees it is about to cycle)."""
     before = getattr(_local, "suppressed", False)
     _local.suppressed = True
     try:
         yield
     finally:
         _local.suppressed = before
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[set[str]]:
+    """Inside, wakes are collected instead of sent: the set yielded gets each tree woken
+    (``ALL`` for every tree; never ``SYNC``). A woken sync runs inside it, then wakes
+    exactly the trees its transitions and registrations touched (``react``)."""
+    before = getattr(_local, "collected", None)
+    touched: set[str] = set()
+    _local.collected = touched
+    try:
+        yield touched
+    finally:
+        _local.collected = before
 
 
 def wake(
@@ -106,6 +122,10 @@ def wake(
     if not enabled() or getattr(_local, "suppressed", False):
         return 0
     targets = [SYNC] if sync else ([ALL] if roots is None else sorted(set(roots)))
+    collected: set[str] | None = getattr(_local, "collected", None)
+    if collected is not None:
+        collected.update(target for target in targets if target != SYNC)
+        return 0
     sent = 0
     debounce = settings.KQ_WAKE_DEBOUNCE_MS / 1000 if delay_s is None else delay_s
     for target in targets:
@@ -124,6 +144,81 @@ def wake(
 def wake_on_commit(roots: Iterable[str] | None, *, reason: str = "") -> None:
     chosen = None if roots is None else list(roots)
     transaction.on_commit(lambda: wake(chosen, reason=reason))
+
+
+def wake_now(roots: Iterable[str], *, reason: str = "") -> int:
+    """Wake ``roots`` with no debounce: what woke them was debounced already (a sync's
+    transitions, a fan-out of every tree)."""
+    return wake(roots, reason=reason, delay_s=0.0)
+
+
+# --- what woken tasks just did, so beat's tick does not do it again -------------------------
+
+WOKEN_SYNC = "sync"
+
+
+def done_key(what: str) -> str:
+    return f"kq:woken-done:{what}"
+
+
+def woken_done(what: str) -> None:
+    """A woken task just ran the sync (``WOKEN_SYNC``) or a tree's cycle (its root)."""
+    try:
+        cache.set(done_key(what), time.time(), timeout=KEY_TTL_S + 60)
+    except Exception:
+        log.exception("could not note that %s ran", what)
+
+
+def done_within(whats: Iterable[str], seconds: float) -> set[str]:
+    """Those of ``whats`` a woken task ran less than ``seconds`` ago (beat's tick skips
+    them: its next tick finds them older, so nothing waits more than two ticks even if
+    every wake is lost). Empty with wakes off: then only ticks sync and cycle."""
+    wanted = list(whats)
+    if not wanted or not enabled() or seconds <= 0:
+        return set()
+    try:
+        found = cache.get_many([done_key(what) for what in wanted])
+    except Exception:
+        log.exception("could not read what woken tasks ran")
+        return set()
+    horizon = time.time() - seconds
+    return {what for what in wanted if float(found.get(done_key(what), 0.0)) > horizon}
+
+
+# --- trees waiting for room on the nodes, not for quota ------------------------------------
+
+NODE_BOUND_TTL_S = 600
+
+
+def node_bound_key(root: str) -> str:
+    return f"kq:nodebound:{root}"
+
+
+def note_node_bound(root: str, bound: bool) -> None:
+    """After a tree's cycle: whether some of its waiting wait for room on the nodes (their
+    quota would let them in). Room freed by any tree's finish may let those in, so every
+    sync that moved something wakes such a tree too (``node_bound``); a tree waiting for
+    quota only is woken by its own changes."""
+    try:
+        if bound:
+            cache.set(node_bound_key(root), 1, timeout=NODE_BOUND_TTL_S)
+        else:
+            cache.delete(node_bound_key(root))
+    except Exception:  # the cache is down: beat's tick still cycles every tree
+        log.exception("could not note whether %s waits for node room", root)
+
+
+def node_bound(roots: Iterable[str]) -> set[str]:
+    """Those of ``roots`` whose last cycle left work waiting for room on the nodes."""
+    wanted = list(roots)
+    if not wanted:
+        return set()
+    try:
+        found = cache.get_many([node_bound_key(root) for root in wanted])
+    except Exception:
+        log.exception("could not read which trees wait for node room")
+        return set(wanted)  # when in doubt, wake them: a wake too many costs a cycle
+    return {root for root in wanted if node_bound_key(root) in found}
 
 
 def taken(target: str) -> None:
@@ -165,17 +260,20 @@ def root_of_each(quota_ids: Iterable[int]) -> dict[int, str]:
 
 def wake_workloads(workload_ids: Iterable[int], *, reason: str = "changed") -> int:
     """After a commit that changed these workloads: journal them for their trees' worlds
-    (queueing.world) and wake the trees' cycles."""
+    (queueing.world) and wake the trees' cycles -- the trees of those now waiting, ended
+    or being evicted. A workload that still holds its quota (admitted, now running)
+    neither frees nor asks for any: its tree is journaled, not woken (the sync's
+    ADMITTED -> RUNNING of every job would otherwise cost its tree a cycle)."""
     from queueing import world
 
     if not (enabled() or world.enabled()):
         return 0
-    roots = _roots_of_workloads(workload_ids)
+    roots, deciding = _roots_of_workloads(workload_ids)
     if world.enabled():
         world.record(roots)
-    if not roots or not enabled() or getattr(_local, "suppressed", False):
+    if not deciding or not enabled() or getattr(_local, "suppressed", False):
         return 0
-    return wake(roots, reason=reason)
+    return wake(deciding, reason=reason)
 
 
 def journal_workloads(workload_ids: Iterable[int]) -> None:
@@ -183,22 +281,32 @@ def journal_workloads(workload_ids: Iterable[int]) -> None:
     from queueing import world
 
     if world.enabled():
-        world.record(_roots_of_workloads(workload_ids))
+        world.record(_roots_of_workloads(workload_ids)[0])
 
 
-def _roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
+def _roots_of_workloads(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]], set[str]]:
+    """root -> the ids of its workloads among ``workload_ids``; and the roots of those
+    whose phase can change a decision (not admitted or running)."""
+    from queueing.choices import Phase
     from queueing.models import Workload
 
     ids = list(workload_ids)
     if not ids:
-        return {}
+        return {}, set()
     by_quota: dict[int, list[int]] = {}
-    for workload_id, quota_id in Workload.objects.filter(id__in=ids).values_list("id", "quota_id"):
+    deciding_quotas: set[int] = set()
+    rows = Workload.objects.filter(id__in=ids).values_list("id", "quota_id", "phase")
+    for workload_id, quota_id, phase in rows:
         by_quota.setdefault(quota_id, []).append(workload_id)
+        if phase not in (Phase.ADMITTED, Phase.RUNNING):
+            deciding_quotas.add(quota_id)
     out: dict[str, list[int]] = {}
+    deciding: set[str] = set()
     for quota_id, root in root_of_each(by_quota).items():
         out.setdefault(root, []).extend(by_quota[quota_id])
-    return out
+        if quota_id in deciding_quotas:
+            deciding.add(root)
+    return out, deciding
 
 
 # --- timers: the simulated cluster's jobs finish at known instants ------------------------
