@@ -239,16 +239,16 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     """Sync with the cluster, then cycle every quota tree. What beat runs every few
     seconds: the periodic full reconciliation behind the event-driven ``react``.
 
-    What a woken task ran less than an interval ago (the sync, a tree's cycle) is not
-    run again: with wakes on, events drive the work and the tick only catches what a
-    lost wake left behind, within two intervals (wake.done_within)."""
+    What a woken task ran less than an interval ago or is about to run (the sync, a
+    tree's cycle) is not run here: with wakes on, events drive the work and the tick
+    only catches what a lost wake left behind, within two intervals (wake.covered)."""
     from django.conf import settings
 
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
     every = state.roots()
-    recent = wake.done_within([wake.WOKEN_SYNC, *every], settings.KQ_CYCLE_INTERVAL_S)
+    recent = wake.covered([wake.WOKEN_SYNC, *every], settings.KQ_CYCLE_INTERVAL_S)
     if wake.WOKEN_SYNC in recent:
         summary.sync = {"recent": True}
         trace.mark("tick_skips", what="sync")

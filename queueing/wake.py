@@ -169,20 +169,30 @@ def woken_done(what: str) -> None:
         log.exception("could not note that %s ran", what)
 
 
-def done_within(whats: Iterable[str], seconds: float) -> set[str]:
-    """Those of ``whats`` a woken task ran less than ``seconds`` ago (beat's tick skips
-    them: its next tick finds them older, so nothing waits more than two ticks even if
-    every wake is lost). Empty with wakes off: then only ticks sync and cycle."""
+def covered(whats: Iterable[str], seconds: float) -> set[str]:
+    """Those of ``whats`` (``WOKEN_SYNC``, roots) that woken tasks cover: one ran it less
+    than ``seconds`` ago, or one is on its way (its wake key is set; ``ALL``'s covers
+    every tree). Beat's tick skips them: its next tick finds them older, so even if every
+    wake is lost nothing waits more than two ticks (or a lost task's key, ``KEY_TTL_S``).
+    Empty with wakes off: then only ticks sync and cycle."""
     wanted = list(whats)
     if not wanted or not enabled() or seconds <= 0:
         return set()
+    keys = {what: (done_key(what), key(SYNC if what == WOKEN_SYNC else what)) for what in wanted}
     try:
-        found = cache.get_many([done_key(what) for what in wanted])
+        found = cache.get_many([k for pair in keys.values() for k in pair] + [key(ALL)])
     except Exception:
         log.exception("could not read what woken tasks ran")
         return set()
     horizon = time.time() - seconds
-    return {what for what in wanted if float(found.get(done_key(what), 0.0)) > horizon}
+    every_tree = key(ALL) in found
+    return {
+        what
+        for what, (done, pending) in keys.items()
+        if float(found.get(done, 0.0)) > horizon
+        or pending in found
+        or (every_tree and what != WOKEN_SYNC)
+    }
 
 
 # --- trees waiting for room on the nodes, not for quota ------------------------------------

@@ -302,3 +302,22 @@ def test_the_watch_wakes_a_sync_and_every_tree_only_for_a_node(world, sent):
     sent.clear()
     watch.wake_sync({"node added": 1, "Job created": 1})
     assert sent.targets() == [wake.SYNC, wake.ALL]  # any tree may place on a new node
+
+
+def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
+    from queueing import admission
+
+    second_tree()
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    wake.wake(["other"], reason="test")  # a react of "other" is queued, not yet started
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
+    assert summary.sync != {"recent": True}  # no sync was woken: the tick's own runs
+    # Control: once that react has started, the tick no longer leaves the tree to it...
+    wake.taken("other")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert sorted(summary.roots) == ["cluster", "other"]
+    # ... and a fan-out on its way covers every tree.
+    wake.wake(None, reason="test")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
