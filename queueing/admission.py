@@ -270,8 +270,9 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
 
 
 # A woken tree whose lease is busy (beat's tick or another worker cycles it) is woken
-# again this much later rather than dropped: the holder may have read before the change.
-BUSY_RETRY_S = 0.1
+# again a little later rather than dropped: the holder may have read before the change
+# (wake.wake_busy: 100 ms, doubling while it stays busy).
+BUSY_RETRY_S = wake.BUSY_RETRY_S
 
 
 def react(
@@ -293,8 +294,9 @@ def react(
         with wake.collecting() as touched:
             synced = _sync(cluster, now, summary, quiet=False)
         if not synced:
-            wake.wake(None, sync=True, reason="sync busy", delay_s=BUSY_RETRY_S)
+            wake.wake_busy([wake.SYNC], reason="sync busy")
         else:
+            wake.not_busy(wake.SYNC)
             wake.woken_done(wake.WOKEN_SYNC)
         every = state.roots()
         woken = set(every) if wake.ALL in touched else touched.intersection(every)
@@ -304,14 +306,13 @@ def react(
         wake.wake_now(summary.woken, reason="sync")
     elif target == wake.ALL:
         summary.woken = state.roots()
-        wake.wake_now(summary.woken, reason="every tree")
+        wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
     else:
         _cycle_roots(cluster, [target], now, summary)
         for root in summary.roots:
+            wake.not_busy(root)
             wake.woken_done(root)
-        busy = [root for root in summary.skipped if root != "sync"]
-        if busy:
-            wake.wake(busy, reason="lease busy", delay_s=BUSY_RETRY_S)
+        wake.wake_busy([root for root in summary.skipped if root != "sync"])
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary

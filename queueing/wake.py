@@ -115,10 +115,13 @@ def wake(
     sync: bool = False,
     reason: str = "",
     delay_s: float | None = None,
+    fresh: bool = False,
 ) -> int:
-    """Wake the cycle of each of ``roots`` (None: every tree); ``sync`` looks at the
-    cluster first (then every tree is cycled). ``delay_s`` replaces the debounce (a
-    retry after a busy lease). Returns how many tasks were sent."""
+    """Wake the cycle of each of ``roots`` (None: every tree, ``ALL``); ``sync`` wakes a
+    sync instead, which then wakes the trees it touches. ``delay_s`` replaces the
+    debounce (a retry after a busy lease, a wake already debounced). ``fresh``: send even
+    if a react seems on its way (its key may be a lost task's: a worker's start, a
+    fan-out). Returns how many tasks were sent."""
     if not enabled() or getattr(_local, "suppressed", False):
         return 0
     targets = [SYNC] if sync else ([ALL] if roots is None else sorted(set(roots)))
@@ -130,7 +133,9 @@ def wake(
     debounce = settings.KQ_WAKE_DEBOUNCE_MS / 1000 if delay_s is None else delay_s
     for target in targets:
         try:
-            if not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
+            if fresh:
+                cache.set(key(target), reason or "1", timeout=KEY_TTL_S)
+            elif not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
                 trace.mark("wake_rides", target=target, reason=reason)
                 continue  # a react is on its way and will see this change
             _sender(target, debounce)
@@ -229,6 +234,56 @@ def node_bound(roots: Iterable[str]) -> set[str]:
         log.exception("could not read which trees wait for node room")
         return set(wanted)  # when in doubt, wake them: a wake too many costs a cycle
     return {root for root in wanted if node_bound_key(root) in found}
+
+
+def on_worker_start(queues: Iterable[str] | None) -> int:
+    """A worker that consumes the cycle queue starts (or restarts after a crash): whatever
+    its predecessor had received and not finished is gone with it -- a react is
+    acknowledged as it starts, not kept for redelivery (portal.celery) -- so wake a sync
+    and every tree afresh, past any key a lost task left. Beat's tick would get there
+    too, a tick or two later."""
+    if not enabled() or (queues is not None and settings.KQ_CYCLE_QUEUE not in set(queues)):
+        return 0
+    return wake(None, sync=True, reason="worker start", fresh=True) + wake(
+        None, reason="worker start", fresh=True
+    )
+
+
+# A target whose lease is busy is woken again after BUSY_RETRY_S, doubled at each busy
+# retry in a row up to BUSY_RETRY_MAX_S: a holder cycling now releases within a cycle,
+# a killed holder's lease only at its TTL (KQ_CYCLE_LEASE_S), which a retry every 100 ms
+# would wait out as hundreds of tasks.
+BUSY_RETRY_S = 0.1
+BUSY_RETRY_MAX_S = 2.0
+
+
+def busy_key(target: str) -> str:
+    return f"kq:busy:{target}"
+
+
+def wake_busy(targets: Iterable[str], *, reason: str = "lease busy") -> int:
+    """Wake ``targets`` (roots, or ``SYNC``) again: their lease was held by another."""
+    sent = 0
+    for target in targets:
+        try:
+            streak = int(cache.get(busy_key(target)) or 0)
+            cache.set(busy_key(target), streak + 1, timeout=int(BUSY_RETRY_MAX_S * 10))
+        except Exception:
+            streak = 0
+        delay = min(BUSY_RETRY_S * 2**streak, BUSY_RETRY_MAX_S)
+        if target == SYNC:
+            sent += wake(None, sync=True, reason=reason, delay_s=delay)
+        else:
+            sent += wake([target], reason=reason, delay_s=delay)
+    return sent
+
+
+def not_busy(target: str) -> None:
+    """``target`` got its lease: the next busy retry starts short again."""
+    try:
+        cache.delete(busy_key(target))
+    except Exception:
+        log.exception("could not reset the busy retries of %s", target)
 
 
 def taken(target: str) -> None:

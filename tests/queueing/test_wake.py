@@ -242,10 +242,22 @@ def test_a_tree_whose_lease_is_busy_is_woken_again(world, sent):
     summary = react("cluster", cluster=world.cluster, now=world.clock())
     assert summary.skipped == ["cluster"]
     assert sent == [("cluster", 0.1)]
+    # Still busy (a killed holder's lease lasts its TTL): the retries space out.
+    for _ in range(6):
+        wake.taken("cluster")
+        react("cluster", cluster=world.cluster, now=world.clock())
+    assert [delay for _, delay in sent] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     lease.release(held)
     wake.taken("cluster")
     summary = react("cluster", cluster=world.cluster, now=world.clock())
     assert summary.admitted == 1
+    # Once it got its lease, the next busy retry starts short again.
+    held = lease.acquire("cycle:cluster", holder="someone-else")
+    sent.clear()
+    wake.taken("cluster")
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert [item for item in sent if item[0] == "cluster"] == [("cluster", 0.1)]
+    lease.release(held)
 
 
 def test_roots_of_quotas_walks_up_the_tree(world):
@@ -321,3 +333,33 @@ def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings)
     wake.wake(None, reason="test")
     summary = admission.tick(cluster=world.cluster, now=world.clock())
     assert summary.roots == []
+
+
+def test_a_cycle_worker_that_starts_wakes_a_sync_and_every_tree_past_lost_keys(world, sent):
+    from types import SimpleNamespace
+
+    from portal.celery import _wake_on_start
+
+    # A killed worker's reacts left their keys: wakes would ride along with dead tasks.
+    wake.wake(None, sync=True, reason="before the crash")
+    wake.wake(None, reason="before the crash")
+    sent.clear()
+    assert wake.wake(None, sync=True) == 0  # the lost task's key swallows a wake
+    consumer = SimpleNamespace(
+        task_consumer=SimpleNamespace(queues=[SimpleNamespace(name="celery")])
+    )
+    _wake_on_start(sender=consumer)
+    assert sent == []  # a worker that does not consume the cycle queue wakes nothing
+    consumer.task_consumer.queues.append(SimpleNamespace(name="cycle"))
+    _wake_on_start(sender=consumer)
+    assert sent == [(wake.SYNC, 0.02), (wake.ALL, 0.02)]
+
+
+def test_a_react_is_acknowledged_as_it_starts():
+    from portal.celery import app
+    from queueing.tasks import react as react_task
+    from queueing.tasks import tick as tick_task
+
+    assert react_task.acks_late is False
+    assert tick_task.acks_late is True  # beat's tick: redelivered if a pool child dies
+    assert app.conf.worker_prefetch_multiplier == 1
