@@ -3,19 +3,20 @@
 Whatever can change a decision wakes the cycle of the quota tree it touches:
 
 - the product's own changes, once their transaction commits: a submission, a
-  cancellation, a phase the sync moved (a job finished, started, vanished; a new Job
-  registered) — ``events.notify_changes`` calls ``wake_workloads``; a quota or a queue
-  saved or deleted — the model signals below;
+  cancellation, a phase the sync moved (a job finished, vanished, was evicted; a new
+  Job registered; not a job that merely started) — ``events.notify_changes`` calls
+  ``wake_workloads``; a quota or a queue saved or deleted — the model signals below;
 - the cluster: in Kubernetes mode ``watch_cluster`` turns watch events into
   ``wake(None, sync=True)``; the simulated cluster says when its next job will finish
-  (``Timed``) and the cycle worker sets a timer for it.
+  (``Timed``) and the cycle worker sets a timer for it. A woken sync collects the
+  wakes of its own changes (``collecting``) and sends one react per tree it touched.
 
 A wake is debounced: the first one for a tree sends a ``queueing.react`` task on the
 cycle queue (``KQ_CYCLE_QUEUE``) to run ``KQ_WAKE_DEBOUNCE_MS`` later, and every wake
 until that task starts rides along with it (a cache key marks the task as on its way;
 the task drops the key as it starts, so a change made while it runs wakes it again).
-Nothing here is needed for correctness: beat's tick still reconciles everything
-periodically, so a lost wake costs latency, never a decision.
+Nothing here is needed for correctness: beat's tick still reconciles what woken tasks
+did not cover (``covered``), so a lost wake costs latency, never a decision.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from queueing import trace
 log = logging.getLogger(__name__)
 
 ALL = "*"  # every tree
-SYNC = "sync"  # a look at the cluster first, then every tree
+SYNC = "sync"  # a look at the cluster, which then wakes the trees it touched
 # A wake key outlives a task that was lost (a killed worker, an expired message) only
 # this long; then wakes send tasks again.
 KEY_TTL_S = 5
