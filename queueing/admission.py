@@ -113,8 +113,9 @@ def cycle_root(
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
+        quotas = state.read_quotas()  # one read: the world's tree and the snapshot's
         if tree is not None:
-            tree.refresh(state.tree_quota_ids(root))
+            tree.refresh(state.tree_quota_ids(root, quotas))
         refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
             root,
@@ -123,6 +124,7 @@ def cycle_root(
             head=None if full else state.HEAD_ROWS,
             world=tree,
             forecast=forecast,
+            quotas=quotas,
         )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
@@ -143,6 +145,7 @@ def cycle_root(
             full=full,
             annotate=forecast,
             then=release if background else None,
+            started=started,
         )
         if forecast:
             state.forecast_done(root)
@@ -173,9 +176,8 @@ def cycle_root(
         if broken:
             log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
             report.errors.extend(f"invariant: {problem}" for problem in broken)
-        CycleRun.objects.filter(id=report.cycle_id).update(
-            duration_ms=elapsed * 1000, **({"errors": report.errors[:50]} if broken else {})
-        )
+        if broken:  # the record carries the duration (apply's ``started``); and these
+            CycleRun.objects.filter(id=report.cycle_id).update(errors=report.errors[:50])
         return report
     except BaseException:
         # A lost lease, a database error: whatever this world believed, the next cycle

@@ -228,11 +228,25 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
     if cycle_id is None:
         # Not the cycle's own writes (it journals those itself): the trees' worlds hear
         # of them, and what changed may change a decision (docs/realtime.md).
-        from queueing import wake
+        _journal_and_wake([int(workload_id) for _, _, workload_id in items])
 
-        ids = [int(workload_id) for _, _, workload_id in items]
-        wake.journal_workloads(ids)
-        transaction.on_commit(lambda: wake.wake_workloads(ids))
+
+def _journal_and_wake(ids: list[int]) -> None:
+    """The trees of changed workloads, read once (one query): their worlds' journal now
+    and again after the commit (world.record_now_and_on_commit), and a wake of their
+    cycles after the commit."""
+    from queueing import wake, world
+
+    if not (wake.enabled() or world.enabled()):
+        return
+    roots = world.roots_of_workloads(ids)
+    if not roots:
+        return
+    if world.enabled():
+        world.record_now_and_on_commit(roots)
+    if wake.enabled():
+        chosen = sorted(roots)
+        transaction.on_commit(lambda: wake.wake(chosen, reason="changed"))
 
 
 # --- configuration messages: the rows actions changed ---------------------------------
