@@ -233,19 +233,22 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
 
 def _journal_and_wake(ids: list[int]) -> None:
     """The trees of changed workloads, read once (one query): their worlds' journal now
-    and again after the commit (world.record_now_and_on_commit), and a wake of their
-    cycles after the commit."""
+    and again after the commit (world.record_now_and_on_commit), and after the commit a
+    wake of the cycles of those trees whose workloads now wait, ended or are being
+    evicted. A workload that still holds its quota (admitted, now running) neither frees
+    nor asks for any: its tree is journaled, not woken (the sync's ADMITTED -> RUNNING of
+    every job would otherwise cost its tree a cycle)."""
     from queueing import wake, world
 
     if not (wake.enabled() or world.enabled()):
         return
-    roots = world.roots_of_workloads(ids)
+    roots, deciding = world.roots_and_deciding(ids)
     if not roots:
         return
     if world.enabled():
         world.record_now_and_on_commit(roots)
-    if wake.enabled():
-        chosen = sorted(roots)
+    if wake.enabled() and deciding:
+        chosen = sorted(deciding)
         transaction.on_commit(lambda: wake.wake(chosen, reason="changed"))
 
 

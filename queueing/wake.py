@@ -4,8 +4,8 @@ Whatever can change a decision wakes the cycle of the quota tree it touches:
 
 - the product's own changes, once their transaction commits: a submission, a
   cancellation, a phase the sync moved (a job finished, vanished, was evicted; a new
-  Job registered; not a job that merely started) — ``events.notify_changes`` calls
-  ``wake_workloads``; a quota or a queue saved or deleted — the model signals below;
+  Job registered; not a job that merely started) — ``events.notify_changes``; a
+  quota or a queue saved or deleted — the model signals below;
 - the cluster: in Kubernetes mode ``watch_cluster`` turns watch events into
   ``wake(None, sync=True)``; the simulated cluster says when its next job will finish
   (``Timed``) and the cycle worker sets a timer for it. A woken sync collects the
@@ -322,57 +322,6 @@ def root_of_each(quota_ids: Iterable[int]) -> dict[int, str]:
                 found[quota_id] = name
             current = parent
     return found
-
-
-def wake_workloads(workload_ids: Iterable[int], *, reason: str = "changed") -> int:
-    """After a commit that changed these workloads: journal them for their trees' worlds
-    (queueing.world) and wake the trees' cycles -- the trees of those now waiting, ended
-    or being evicted. A workload that still holds its quota (admitted, now running)
-    neither frees nor asks for any: its tree is journaled, not woken (the sync's
-    ADMITTED -> RUNNING of every job would otherwise cost its tree a cycle)."""
-    from queueing import world
-
-    if not (enabled() or world.enabled()):
-        return 0
-    roots, deciding = _roots_of_workloads(workload_ids)
-    if world.enabled():
-        world.record(roots)
-    if not deciding or not enabled() or getattr(_local, "suppressed", False):
-        return 0
-    return wake(deciding, reason=reason)
-
-
-def journal_workloads(workload_ids: Iterable[int]) -> None:
-    """Inside the writing transaction (see world.record_now_and_on_commit)."""
-    from queueing import world
-
-    if world.enabled():
-        world.record(_roots_of_workloads(workload_ids)[0])
-
-
-def _roots_of_workloads(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]], set[str]]:
-    """root -> the ids of its workloads among ``workload_ids``; and the roots of those
-    whose phase can change a decision (not admitted or running)."""
-    from queueing.choices import Phase
-    from queueing.models import Workload
-
-    ids = list(workload_ids)
-    if not ids:
-        return {}, set()
-    by_quota: dict[int, list[int]] = {}
-    deciding_quotas: set[int] = set()
-    rows = Workload.objects.filter(id__in=ids).values_list("id", "quota_id", "phase")
-    for workload_id, quota_id, phase in rows:
-        by_quota.setdefault(quota_id, []).append(workload_id)
-        if phase not in (Phase.ADMITTED, Phase.RUNNING):
-            deciding_quotas.add(quota_id)
-    out: dict[str, list[int]] = {}
-    deciding: set[str] = set()
-    for quota_id, root in root_of_each(by_quota).items():
-        out.setdefault(root, []).extend(by_quota[quota_id])
-        if quota_id in deciding_quotas:
-            deciding.add(root)
-    return out, deciding
 
 
 # --- timers: the simulated cluster's jobs finish at known instants ------------------------

@@ -234,36 +234,48 @@ def roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
     """The workloads' ids per the root of their quota's tree, in one query (a recursive
     walk up the quota tree in the database): what the journal and the wakes of a commit
     need. Workloads (or quotas) no longer there are left out."""
+    return roots_and_deciding(workload_ids)[0]
+
+
+def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]], set[str]]:
+    """``roots_of_workloads``, and the roots of those whose phase can change a decision
+    (neither admitted nor running: waiting, ended, being evicted), in the same query."""
     from django.db import connection
 
+    from queueing.choices import Phase
     from queueing.models import Quota, Workload
 
     ids = sorted({int(i) for i in workload_ids})
     if not ids:
-        return {}
+        return {}, set()
     q = connection.ops.quote_name
     workloads = q(Workload._meta.db_table)
     quotas = q(Quota._meta.db_table)
+    holding = {str(Phase.ADMITTED), str(Phase.RUNNING)}
     out: dict[str, list[int]] = {}
+    deciding: set[str] = set()
     with connection.cursor() as cursor:
         for start in range(0, len(ids), 10_000):
             chunk = ids[start : start + 10_000]
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
                 # Identifiers from the models' meta, quoted; every value is a parameter.
-                f"WITH RECURSIVE up(wid, parent, name, depth) AS ("  # noqa: S608
-                f" SELECT w.{q('id')}, t.{q('parent_id')}, t.{q('name')}, 0"
+                f"WITH RECURSIVE up(wid, phase, parent, name, depth) AS ("  # noqa: S608
+                f" SELECT w.{q('id')}, w.{q('phase')}, t.{q('parent_id')}, t.{q('name')}, 0"
                 f" FROM {workloads} w JOIN {quotas} t ON t.{q('id')} = w.{q('quota_id')}"
                 f" WHERE w.{q('id')} IN ({marks})"
-                f" UNION ALL SELECT up.wid, t.{q('parent_id')}, t.{q('name')}, up.depth + 1"
+                f" UNION ALL SELECT up.wid, up.phase, t.{q('parent_id')}, t.{q('name')},"
+                f" up.depth + 1"
                 f" FROM up JOIN {quotas} t ON t.{q('id')} = up.parent"
                 f" WHERE up.depth < %s)"
-                " SELECT wid, name FROM up WHERE parent IS NULL",
+                " SELECT wid, phase, name FROM up WHERE parent IS NULL",
                 [*chunk, MAX_TREE_DEPTH],
             )
-            for workload_id, root in cursor.fetchall():
+            for workload_id, phase, root in cursor.fetchall():
                 out.setdefault(str(root), []).append(int(workload_id))
-    return out
+                if str(phase) not in holding:
+                    deciding.add(str(root))
+    return out, deciding
 
 
 #: The annotation fields a world keeps (state.snapshot.WORKLOAD_FIELDS): what a cycle's
