@@ -100,6 +100,16 @@ class RedisJournal:
         last = self.client.xrevrange(self.key(root), count=1)
         return str(last[0][0]) if last else "0-0"
 
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes was recorded after ``cursor`` (True
+        when the stream cannot tell: trimmed past it, or gone)."""
+        key = self.key(root)
+        first = self.client.xrange(key, count=1)
+        if not first or (cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor)):
+            return cursor != "0-0" or bool(first)
+        batch = self.client.xrange(key, min=f"({cursor}", count=5000)
+        return len(batch) >= 5000 or any(not fields.get("by") for _, fields in batch)
+
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int]]:
@@ -151,6 +161,13 @@ class LocalJournal:
     def head(self, root: str) -> Cursor:
         with self.lock:
             return f"{self.seq}-{self.generation}"
+
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        after, generation = _seq(cursor)
+        with self.lock:
+            if generation != self.generation or after < self.dropped.get(root, 0):
+                return True
+            return any(seq > after and not by for seq, _, by in self.entries.get(root, ()))
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
