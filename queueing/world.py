@@ -107,8 +107,14 @@ class RedisJournal:
         first = self.client.xrange(key, count=1)
         if not first or (cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor)):
             return cursor != "0-0" or bool(first)
-        batch = self.client.xrange(key, min=f"({cursor}", count=5000)
-        return len(batch) >= 5000 or any(not fields.get("by") for _, fields in batch)
+        last = cursor
+        while True:  # most often the first batch answers
+            batch = self.client.xrange(key, min=f"({last}", count=200)
+            if any(not fields.get("by") for _, fields in batch):
+                return True
+            if len(batch) < 200:
+                return False
+            last = str(batch[-1][0])
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
