@@ -270,12 +270,6 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     return summary
 
 
-# A woken tree whose lease is busy (beat's tick or another worker cycles it) is woken
-# again a little later rather than dropped: the holder may have read before the change
-# (wake.wake_busy: 100 ms, doubling while it stays busy).
-BUSY_RETRY_S = wake.BUSY_RETRY_S
-
-
 def react(
     target: str, *, cluster: Cluster | None = None, now: datetime | None = None
 ) -> CycleSummary:
@@ -292,19 +286,23 @@ def react(
     started = time.perf_counter()
     summary = CycleSummary()
     if target == wake.SYNC:
-        with wake.collecting() as touched:
-            synced = _sync(cluster, now, summary, quiet=False)
+        touched: set[str] = set()
+        try:
+            with wake.collecting() as touched:
+                synced = _sync(cluster, now, summary, quiet=False)
+        finally:
+            # Whatever it committed before any error wakes its trees all the same.
+            every = state.roots()
+            woken = set(every) if wake.ALL in touched else touched.intersection(every)
+            if touched:
+                woken |= wake.node_bound(set(every) - woken)
+            summary.woken = sorted(woken)
+            wake.wake_now(summary.woken, reason="sync")
         if not synced:
             wake.wake_busy([wake.SYNC], reason="sync busy")
         else:
             wake.not_busy(wake.SYNC)
             wake.woken_done(wake.WOKEN_SYNC)
-        every = state.roots()
-        woken = set(every) if wake.ALL in touched else touched.intersection(every)
-        if touched:
-            woken |= wake.node_bound(set(every) - woken)
-        summary.woken = sorted(woken)
-        wake.wake_now(summary.woken, reason="sync")
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -312,6 +310,9 @@ def react(
         _cycle_roots(cluster, [target], now, summary)
         for root in summary.roots:
             wake.not_busy(root)
+        # A tree whose lease is busy (beat's tick or another worker cycles it) is woken
+        # again a little later rather than dropped: the holder may have read before the
+        # change (100 ms, doubling while it stays busy).
         wake.wake_busy([root for root in summary.skipped if root != "sync"])
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000

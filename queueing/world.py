@@ -62,6 +62,11 @@ class Journal(Protocol):
         """A cursor after everything recorded so far."""
         ...
 
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes (``by`` set) was recorded after
+        ``cursor``; True when that cannot be told (trimmed past it, or lost)."""
+        ...
+
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int]]:

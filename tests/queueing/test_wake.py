@@ -378,3 +378,26 @@ def test_a_react_is_acknowledged_as_it_starts():
     assert react_task.acks_late is False
     assert tick_task.acks_late is True  # beat's tick: redelivered if a pool child dies
     assert app.conf.worker_prefetch_multiplier == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_fails_after_committing_still_wakes_the_trees_it_touched(
+    world, sent, monkeypatch
+):
+    from queueing import admission
+
+    submit(world, "w", cpu="1", runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    world.clock.advance(30)
+    real_sync = admission.sync_cluster
+
+    def fails_after(*args, **kwargs):
+        real_sync(*args, **kwargs)  # commits the finish
+        raise RuntimeError("the API server went away")
+
+    monkeypatch.setattr(admission, "sync_cluster", fails_after)
+    sent.clear()
+    cache.clear()
+    with pytest.raises(RuntimeError):
+        react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert sent == [("cluster", 0.0)]
