@@ -100,9 +100,7 @@ def test_a_cycle_costs_the_same_statements_whatever_it_admits(
         assert product(many) <= WOKEN_CYCLE_AT_MOST, dict(many.sql_rows)
 
 
-def test_a_sync_costs_the_same_statements_whatever_it_moves(
-    db, django_capture_on_commit_callbacks
-):
+def test_a_sync_costs_the_same_statements_whatever_it_moves(db, django_capture_on_commit_callbacks):
     w = _small_world()
     submit(w, "one", cpu="1", runtime=10)
     for i in range(9):
