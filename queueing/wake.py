@@ -134,9 +134,11 @@ def wake(
     debounce = settings.KQ_WAKE_DEBOUNCE_MS / 1000 if delay_s is None else delay_s
     for target in targets:
         try:
+            # The key holds when it was set: beat's tick trusts a react on its way only
+            # for an interval (``covered``), a lost one's key lives KEY_TTL_S.
             if fresh:
-                cache.set(key(target), reason or "1", timeout=KEY_TTL_S)
-            elif not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
+                cache.set(key(target), time.time(), timeout=KEY_TTL_S)
+            elif not cache.add(key(target), time.time(), timeout=KEY_TTL_S):
                 trace.mark("wake_rides", target=target, reason=reason)
                 continue  # a react is on its way and will see this change
             _sender(target, debounce)
@@ -211,15 +213,17 @@ def covered(whats: Iterable[str], seconds: float) -> set[str]:
     """Those of ``whats`` (``WOKEN_SYNC``, roots) that beat's tick (every ``seconds``)
     leaves to woken tasks. Empty with wakes off: then only ticks sync and cycle.
 
-    - the sync: a woken one ran less than an interval ago, or one is on its way;
-    - a tree: a react of it is on its way (its wake key is set; ``ALL``'s covers every
-      tree); or nothing but cycles' own writes reached its journal since its last
-      cycle began, and that cycle is less than ``UNCHANGED_TICKS`` intervals old (with
-      worlds off, which keep no journal: its last cycle is less than an interval old).
+    - the sync: a woken one ran less than an interval ago, or one was woken less than
+      an interval ago and has not started;
+    - a tree: a react of it was woken less than an interval ago and has not started
+      (``ALL``'s covers every tree); or nothing but cycles' own writes reached its
+      journal since its last cycle began, and that cycle is less than
+      ``UNCHANGED_TICKS`` intervals old (with worlds off, which keep no journal: its
+      last cycle is less than an interval old).
 
-    So a tick does what a lost wake left undone: within one interval for a change whose
-    wake was lost (two while its lost task's key lives, ``KEY_TTL_S``), and what time
-    alone changes within ``UNCHANGED_TICKS``."""
+    So a tick does what a lost wake left undone (a react still waiting after an interval
+    is lost or stuck behind a backlog: the tick does its work) within two intervals,
+    and what time alone changes within ``UNCHANGED_TICKS``."""
     from queueing import world
 
     wanted = list(whats)
@@ -234,14 +238,19 @@ def covered(whats: Iterable[str], seconds: float) -> set[str]:
         log.exception("could not read what woken tasks ran")
         return set()
     now = time.time()
+
+    def recent(name: str) -> bool:
+        try:
+            return float(found.get(name, 0.0)) > now - seconds
+        except (TypeError, ValueError):  # a key of an older version: not trusted
+            return False
+
     out: set[str] = set()
-    if WOKEN_SYNC in wanted and (
-        key(SYNC) in found or float(found.get(done_key(WOKEN_SYNC), 0.0)) > now - seconds
-    ):
+    if WOKEN_SYNC in wanted and (recent(key(SYNC)) or recent(done_key(WOKEN_SYNC))):
         out.add(WOKEN_SYNC)
     journaled = world.enabled()
     for root in roots:
-        if key(ALL) in found or key(root) in found:
+        if recent(key(ALL)) or recent(key(root)):
             out.add(root)
             continue
         at, head = found.get(cycled_key(root)) or (0.0, None)
