@@ -176,7 +176,9 @@ def cycle_root(
         if broken:
             log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
             report.errors.extend(f"invariant: {problem}" for problem in broken)
-        if broken:  # the record carries the duration (apply's ``started``); and these
+        # The record carries its duration (apply's ``started``): only broken invariants
+        # add a write, their errors.
+        if broken:
             CycleRun.objects.filter(id=report.cycle_id).update(errors=report.errors[:50])
         return report
     except BaseException:

@@ -252,3 +252,53 @@ def test_usage_is_sampled_once_a_minute_and_a_sample_taken_elsewhere_counts(
     latest = UsageSample.objects.filter(quota=world.quota).latest("at")
     assert latest.decayed == UsageLedger.objects.get(quota=world.quota).usage
     assert latest.decayed.get("cpu", 0) > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_upserted_placement_lock_still_serialises_two_applies():
+    """Two transactions take the lock: the second waits for the first's commit (a row
+    lock on PostgreSQL, the write lock on SQLite), the row made by whichever came first."""
+    import threading
+
+    from django.db import OperationalError, connections, transaction
+
+    CycleLease.objects.filter(name=placement.LOCK_NAME).delete()
+    held = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                placement.lock()
+                held.set()
+                release.wait(30)
+                order.append("first commits")
+        finally:
+            connections.close_all()
+
+    def second() -> None:
+        held.wait(30)
+        try:
+            for _ in range(100):  # SQLite answers "locked" after its timeout: try again
+                try:
+                    with transaction.atomic():
+                        placement.lock()
+                        order.append("second locked")
+                    return
+                except OperationalError:
+                    continue
+        finally:
+            connections.close_all()
+
+    one, two = threading.Thread(target=first), threading.Thread(target=second)
+    one.start()
+    two.start()
+    two.join(0.5)  # it cannot get the lock while the first holds it
+    assert two.is_alive()
+    assert order == []
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert order == ["first commits", "second locked"]
+    assert CycleLease.objects.get(name=placement.LOCK_NAME).token == 2
