@@ -47,6 +47,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     order_key,
 )
+from queueing.engine.eta import typical_bound
 from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.nodes import elig_key
@@ -439,7 +440,8 @@ class Cycle(CycleState):
         etas: dict[int, Any] = {}
         if forecast:
             positions, etas = run_forecast(self)
-            bound_etas(explanations, etas)  # never after the aging bound stated
+            # never after the aging bound stated; a typical p50 below it
+            bound_etas(explanations, etas, typical_bound(self))
         t2 = perf_counter()
         tree = self.tree
         names = tree.names

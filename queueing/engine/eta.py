@@ -46,13 +46,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from queueing.engine.aging import claim_full_at
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, banded, eta_classes
+from queueing.engine.forecast_sim import runtime_of
 from queueing.engine.types import Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["finish_etas"]
+__all__ = ["finish_etas", "typical_bound"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
@@ -189,6 +191,53 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
+    """Aging's bound with typical runtimes, per waiting workload id: a p50 beside it.
+
+    The bound (:mod:`.explain`, "starts by T at the latest") is when the head's claim is
+    whole and every workload now holding capacity in its tree has reached its declared
+    limit. Work uses a share of its limit (``Snapshot.runtime_ratio``): with the median
+    share, as the forward simulation runs it (one past its typical share ends half way
+    to its limit), the same argument gives a time that is typical rather than
+    guaranteed -- equal to the bound when runtimes equal their limits, earlier when
+    they vary. None for a workload the cycle does not know.
+    """
+    now = cy.now
+    tree = cy.tree
+    ends: dict[int, float] = {}
+    by_id: dict[int, WorkloadSpec] = {}
+
+    def end_of(root: int) -> float:
+        got = ends.get(root)
+        if got is None:
+            got = now
+            for c in tree.subtree(root):
+                for w in cy.holding[c]:
+                    start = w.started_at if w.started_at is not None else now
+                    end = start + runtime_of(cy, w, 0)
+                    if end < now:
+                        limit = w.expected_runtime_s or 0.0
+                        end = now + max(0.0, start + limit - now) * 0.5
+                    got = max(got, end)
+            ends[root] = got
+        return got
+
+    def typical(wid: int) -> float | None:
+        if not by_id:
+            by_id.update((w.id, w) for w in cy.snapshot.workloads)
+        w = by_id.get(wid)
+        qi = cy.quota_of.get(wid)
+        spec = cy.queue_specs.get(w.queue) if w is not None else None
+        if w is None or qi is None or spec is None:
+            return None
+        full = claim_full_at(spec, w)
+        if full is None:
+            return None
+        return max(full, end_of(tree.chains[qi][-1]), now)
+
+    return typical
 
 
 def _load_above(

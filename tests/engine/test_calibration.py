@@ -144,6 +144,41 @@ def test_calibration_turns_the_measured_error_into_p50_and_p90() -> None:
     assert (aged.etas[2].p50, aged.etas[2].p90) == pytest.approx((NOW + 100, NOW + 100))
 
 
+def aged(snap: Snapshot) -> Snapshot:
+    """``snap`` with workload 2 queued long ago: aged, its claim whole."""
+    return dataclasses.replace(
+        snap,
+        workloads=tuple(
+            dataclasses.replace(w, queue_order_at=1.0) if w.id == 2 else w for w in snap.workloads
+        ),
+    )
+
+
+def test_a_p50_capped_at_agings_bound_is_the_typical_start_not_the_bound() -> None:
+    # The aged head of a strict-order queue starts by +100 s at the latest (the running
+    # job's declared limit). Work of q uses half its limit at the median, so it
+    # typically starts at +50 s; arrivals of priority 10 stretch the simulated wait to
+    # +100 s and the measured error puts the p50 at +120 s, past the bound. Capped, the
+    # p90 is the bound and the p50 the typical start -- not the bound too (p50 = p90
+    # was what a tenant saw wherever both were capped).
+    snap = aged(
+        world(
+            queues=[QueueSpec("q", policy="Block")],
+            runtime_ratio={"q": (0.5, 0.9)},
+            arrival_load={"q": {10: {"cpu": 0.5}}},
+            eta_residuals={"": (0.2, 0.9)},
+        )
+    )
+    got = run_cycle(snap)
+    assert got.explanations[2].starts_by == pytest.approx(NOW + 100)
+    assert got.etas[2].forecast == pytest.approx(NOW + 100)
+    assert (got.etas[2].p50, got.etas[2].p90) == pytest.approx((NOW + 50, NOW + 100))
+    # Runtimes that use their whole limit: the typical start is the bound itself.
+    whole = run_cycle(dataclasses.replace(snap, runtime_ratio={"q": (1.0, 1.0)}))
+    assert whole.explanations[2].starts_by == pytest.approx(NOW + 100)
+    assert (whole.etas[2].p50, whole.etas[2].p90) == pytest.approx((NOW + 100, NOW + 100))
+
+
 def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:
     # q's work uses half its declared runtime at the median, 90 % at the p90.
     eta = run_cycle(world(runtime_ratio={"q": (0.5, 0.9)})).etas[2]
