@@ -360,7 +360,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     hint = victims_hint(qi, w.priority, e.shortfall)
                     if hint:
                         e = e._replace(victims=hint[0], victim_names=hint[1], victims_free=hint[2])
-                if is_head and aging and e.kind == EXPLAIN_QUOTA:
+                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.blocks(w):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
@@ -379,7 +379,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 else:
                     tmpl = nodes_expl(arg, cy.reqs(w))
                 e = with_id(tmpl, wid, ahead, idx)
-                if is_head and aging and e.kind == EXPLAIN_NODES:
+                if is_head and aging and e.kind == EXPLAIN_NODES and q.blocks(w):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
