@@ -384,6 +384,7 @@ class Simulation:
 
     def run(self) -> dict[int, float]:
         if perf_counter() > self.deadline:
+            self.out_of_time = True
             return self.eta
         self.setup()
         for sq in self.queues:
@@ -396,7 +397,11 @@ class Simulation:
         tree = self.tree
         while True:
             self._admit_round(t)
-            if self.out_of_time or not self.events or perf_counter() > self.deadline:
+            if self.out_of_time or not self.events:
+                break
+            if perf_counter() > self.deadline:
+                # Stopped by its budget, not its horizon: the reason must say which.
+                self.out_of_time = True
                 break
             t = self.events[0][0]
             if t > self.end:
