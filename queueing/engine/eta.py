@@ -49,12 +49,12 @@ from typing import TYPE_CHECKING
 from queueing.engine.aging import claim_full_at
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, banded, eta_classes
 from queueing.engine.forecast_sim import runtime_of
-from queueing.engine.types import Eta, Position, WorkloadSpec
+from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["finish_etas", "typical_bound"]
+__all__ = ["awaited_bound", "finish_etas", "typical_bound"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
@@ -238,6 +238,58 @@ def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
         return max(full, end_of(tree.chains[qi][-1]), now)
 
     return typical
+
+
+def awaited_bound(cy: Cycle) -> Callable[[Explanation], tuple[float, float] | None]:
+    """When a waiting preemptor starts, from what its explanation says it waits for.
+
+    The capacity its victims release is reserved for it (the sentence says so): victims
+    being evicted (``limit="evicting"``) release it by the next cycle, as the forward
+    simulation assumes too -- which yet forecast some such preemptors minutes away
+    (gpu-heavy: 102-770 s for starts within one cycle); work awaited instead of
+    evicted (``limit="finishing"``) ends by its declared limit, within the preemption
+    grace period, and typically after its queue's median share of it, as the
+    simulation runs it. Returns (typical start, latest start) at the cycle after
+    those ends, or None when the explanation names nothing it waits for.
+    """
+    now = cy.now
+    tick = max(0.0, cy.config.cycle_interval_s)
+    held: dict[int, WorkloadSpec] = {}
+
+    def next_cycle(t: float) -> float:
+        if tick <= 0:
+            return t
+        return now + math.ceil(max(0.0, t - now) / tick - 1e-9) * tick
+
+    def bound(e: Explanation) -> tuple[float, float] | None:
+        if e.kind != EXPLAIN_PREEMPTING or not e.victims:
+            return None
+        if e.limit == "evicting":
+            at = now + tick
+            return at, at
+        if e.limit != "finishing":
+            return None
+        if not held:
+            for ws in (*cy.holding, cy.orphans):
+                for h in ws:
+                    held[h.id] = h
+        typical = latest = now
+        for vid in e.victims:
+            v = held.get(vid)
+            if v is None or not v.expected_runtime_s:
+                return None  # not known, or no limit: when it ends is not known
+            start = v.started_at if v.started_at is not None else now
+            limit_end = start + v.expected_runtime_s
+            if limit_end < now:
+                return None  # past its limit: not known
+            end = start + runtime_of(cy, v, 0)
+            if end < now:
+                end = now + (limit_end - now) * 0.5
+            typical = max(typical, end)
+            latest = max(latest, limit_end)
+        return next_cycle(typical), next_cycle(latest)
+
+    return bound
 
 
 def _load_above(

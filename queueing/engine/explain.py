@@ -491,6 +491,7 @@ def bound_etas(
     explanations: Mapping[int, Explanation],
     etas: dict[int, Eta],
     typical: Callable[[int], float | None] | None = None,
+    awaited: Callable[[Explanation], tuple[float, float] | None] | None = None,
 ) -> int:
     """No ETA after the aging bound its explanation states (``starts_by``).
 
@@ -506,11 +507,23 @@ def bound_etas(
     of declared limits (:func:`.eta.typical_bound`) -- below the bound when runtimes
     vary, so the p50 is not the p90 (it was, in 8 % of gpu-heavy's bounded
     observations); else the bound itself.
+
+    Likewise a waiting preemptor's ETA is never after the start its sentence implies
+    (``awaited(explanation)``: typical and latest, see :func:`.eta.awaited_bound`).
     """
     capped = 0
     for wid, e in explanations.items():
         bound = e.starts_by
         if bound is None:
+            got = awaited(e) if awaited is not None else None
+            eta = etas.get(wid) if got is not None else None
+            if got is None or eta is None or eta.p50 is None or eta.p90 is None:
+                continue
+            lo = min(eta.p50, got[0])
+            hi = max(lo, min(eta.p90, got[1]))
+            if (lo, hi) != (eta.p50, eta.p90):
+                etas[wid] = dataclasses.replace(eta, p50=lo, p90=hi)
+                capped += 1
             continue
         eta = etas.get(wid)
         if eta is None or eta.p90 is None or eta.p90 <= bound:
