@@ -47,7 +47,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     order_key,
 )
-from queueing.engine.eta import awaited_bound, typical_bound
+from queueing.engine.eta import awaited_starts, typical_bound
 from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.nodes import elig_key
@@ -442,7 +442,7 @@ class Cycle(CycleState):
             positions, etas = run_forecast(self)
             # never after the aging bound stated (a typical p50 below it), nor after
             # the start a preemptor's sentence implies
-            bound_etas(explanations, etas, typical_bound(self), awaited_bound(self))
+            bound_etas(explanations, etas, typical_bound(self), awaited_starts(self, explanations))
         t2 = perf_counter()
         tree = self.tree
         names = tree.names

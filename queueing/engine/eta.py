@@ -54,7 +54,7 @@ from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["awaited_bound", "finish_etas", "typical_bound"]
+__all__ = ["awaited_starts", "finish_etas", "typical_bound"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
@@ -240,8 +240,10 @@ def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
     return typical
 
 
-def awaited_bound(cy: Cycle) -> Callable[[Explanation], tuple[float, float] | None]:
-    """When a waiting preemptor starts, from what its explanation says it waits for.
+def awaited_starts(
+    cy: Cycle, explanations: Mapping[int, Explanation]
+) -> dict[int, tuple[float, float]]:
+    """When each waiting preemptor starts, from what its explanation says it waits for.
 
     The capacity its victims release is reserved for it (the sentence says so): victims
     being evicted (``limit="evicting"``) release it by the next cycle, as the forward
@@ -249,47 +251,66 @@ def awaited_bound(cy: Cycle) -> Callable[[Explanation], tuple[float, float] | No
     (gpu-heavy: 102-770 s for starts within one cycle); work awaited instead of
     evicted (``limit="finishing"``) ends by its declared limit, within the preemption
     grace period, and typically after its queue's median share of it, as the
-    simulation runs it. Returns (typical start, latest start) at the cycle after
-    those ends, or None when the explanation names nothing it waits for.
+    simulation runs it. Per preemptor id: (typical start, latest start), at the cycle
+    after those ends; none for one whose explanation names nothing it waits for, or
+    work whose end is not known (no limit, or past it).
     """
     now = cy.now
     tick = max(0.0, cy.config.cycle_interval_s)
-    held: dict[int, WorkloadSpec] = {}
 
     def next_cycle(t: float) -> float:
         if tick <= 0:
             return t
         return now + math.ceil(max(0.0, t - now) / tick - 1e-9) * tick
 
-    def bound(e: Explanation) -> tuple[float, float] | None:
-        if e.kind != EXPLAIN_PREEMPTING or not e.victims:
-            return None
+    out: dict[int, tuple[float, float]] = {}
+    finishing: list[Explanation] = []
+    # The waiting preemptors (a handful, not every explanation): those with victims in
+    # flight, and those awaiting work that finishes instead.
+    for wid in {**cy.waiting, **cy.awaiting}:
+        e = explanations.get(wid)
+        if e is None or e.kind != EXPLAIN_PREEMPTING or not e.victims:
+            continue
         if e.limit == "evicting":
-            at = now + tick
-            return at, at
-        if e.limit != "finishing":
-            return None
-        if not held:
-            for ws in (*cy.holding, cy.orphans):
-                for h in ws:
+            out[wid] = (now + tick, now + tick)
+        elif e.limit == "finishing":
+            finishing.append(e)
+    if not finishing:
+        return out
+    # The awaited work holds capacity in the preemptor's own quota (in-quota) or, rarely,
+    # elsewhere in its tree (reclaim): look there first, the whole cluster (tens of
+    # thousands running) only for what is still missing.
+    wanted = {v for e in finishing for v in e.victims}
+    held: dict[int, WorkloadSpec] = {}
+    for e in finishing:
+        qi = cy.quota_of.get(e.workload_id)
+        if qi is not None:
+            for h in cy.holding[qi]:
+                if h.id in wanted:
                     held[h.id] = h
+    if len(held) < len(wanted):
+        for ws in cy.holding:
+            for h in ws:
+                if h.id in wanted:
+                    held[h.id] = h
+    for e in finishing:
         typical = latest = now
         for vid in e.victims:
             v = held.get(vid)
             if v is None or not v.expected_runtime_s:
-                return None  # not known, or no limit: when it ends is not known
+                break  # not known, or no limit: when it ends is not known
             start = v.started_at if v.started_at is not None else now
             limit_end = start + v.expected_runtime_s
             if limit_end < now:
-                return None  # past its limit: not known
+                break  # past its limit: not known
             end = start + runtime_of(cy, v, 0)
             if end < now:
                 end = now + (limit_end - now) * 0.5
             typical = max(typical, end)
             latest = max(latest, limit_end)
-        return next_cycle(typical), next_cycle(latest)
-
-    return bound
+        else:
+            out[e.workload_id] = (next_cycle(typical), next_cycle(latest))
+    return out
 
 
 def _load_above(

@@ -491,7 +491,7 @@ def bound_etas(
     explanations: Mapping[int, Explanation],
     etas: dict[int, Eta],
     typical: Callable[[int], float | None] | None = None,
-    awaited: Callable[[Explanation], tuple[float, float] | None] | None = None,
+    awaited: Mapping[int, tuple[float, float]] | None = None,
 ) -> int:
     """No ETA after the aging bound its explanation states (``starts_by``).
 
@@ -509,21 +509,12 @@ def bound_etas(
     observations); else the bound itself.
 
     Likewise a waiting preemptor's ETA is never after the start its sentence implies
-    (``awaited(explanation)``: typical and latest, see :func:`.eta.awaited_bound`).
+    (``awaited``: per preemptor id, typical and latest, see :func:`.eta.awaited_starts`).
     """
     capped = 0
     for wid, e in explanations.items():
         bound = e.starts_by
         if bound is None:
-            got = awaited(e) if awaited is not None else None
-            eta = etas.get(wid) if got is not None else None
-            if got is None or eta is None or eta.p50 is None or eta.p90 is None:
-                continue
-            lo = min(eta.p50, got[0])
-            hi = max(lo, min(eta.p90, got[1]))
-            if (lo, hi) != (eta.p50, eta.p90):
-                etas[wid] = dataclasses.replace(eta, p50=lo, p90=hi)
-                capped += 1
             continue
         eta = etas.get(wid)
         if eta is None or eta.p90 is None or eta.p90 <= bound:
@@ -542,4 +533,13 @@ def bound_etas(
                 p50 = bound
         etas[wid] = dataclasses.replace(eta, p50=p50, p90=bound)
         capped += 1
+    for wid, (typ, latest) in (awaited or {}).items():
+        eta = etas.get(wid)
+        if eta is None or eta.p50 is None or eta.p90 is None:
+            continue
+        lo = min(eta.p50, typ)
+        hi = max(lo, min(eta.p90, latest))
+        if (lo, hi) != (eta.p50, eta.p90):
+            etas[wid] = dataclasses.replace(eta, p50=lo, p90=hi)
+            capped += 1
     return capped
