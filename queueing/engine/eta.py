@@ -246,13 +246,13 @@ def awaited_starts(
     """When each waiting preemptor starts, from what its explanation says it waits for.
 
     The capacity its victims release is reserved for it (the sentence says so): victims
-    being evicted (``limit="evicting"``) release it by the next cycle, as the forward
-    simulation assumes too -- which yet forecast some such preemptors minutes away
+    being evicted (``limit="evicting"``) typically release it by the next cycle, as the
+    forward simulation assumes too -- which yet forecast some such preemptors minutes away
     (gpu-heavy: 102-770 s for starts within one cycle); work awaited instead of
     evicted (``limit="finishing"``) ends by its declared limit, within the preemption
     grace period, and typically after its queue's median share of it, as the
-    simulation runs it. Per preemptor id: (typical start, latest start), at the cycle
-    after those ends; none for one whose explanation names nothing it waits for, or
+    simulation runs it. Per preemptor id: (typical start, latest start -- infinite for
+    an eviction, whose duration is the cluster's), at the cycle after those ends; none for one whose explanation names nothing it waits for, or
     work whose end is not known (no limit, or past it).
     """
     now = cy.now
@@ -272,7 +272,9 @@ def awaited_starts(
         if e is None or e.kind != EXPLAIN_PREEMPTING or not e.victims:
             continue
         if e.limit == "evicting":
-            out[wid] = (now + tick, now + tick)
+            # Typically by the next cycle; how long an eviction takes is the cluster's
+            # (pods' termination grace): the p90 stays what the calibration says.
+            out[wid] = (now + tick, math.inf)
         elif e.limit == "finishing":
             finishing.append(e)
     if not finishing:

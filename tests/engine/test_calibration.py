@@ -234,12 +234,13 @@ def test_a_preemptors_eta_agrees_with_what_its_sentence_says_it_waits_for() -> N
     eta = finishing.etas[2]
     assert eta.forecast == pytest.approx(NOW + 20)
     assert (eta.p50, eta.p90) == pytest.approx((NOW + 20, NOW + 40))
-    # Started just now (ends by +100 s): evicted; its capacity is back by the next
-    # cycle, when the preemptor starts -- not +10 s / +20 s as the errors would say.
+    # Started just now (ends by +100 s): evicted; its capacity is typically back by the
+    # next cycle, when the preemptor starts -- not +10 s as the errors would say. How
+    # long an eviction takes is the cluster's: the p90 stays the calibrated +20 s.
     evicting = run_cycle(preemptor_world(NOW, eta_residuals=residuals))
     e = evicting.explanations[2]
     assert (e.kind, e.limit, e.victims) == ("preempting", "evicting", (1,))
-    assert (evicting.etas[2].p50, evicting.etas[2].p90) == pytest.approx((NOW + 2, NOW + 2))
+    assert (evicting.etas[2].p50, evicting.etas[2].p90) == pytest.approx((NOW + 2, NOW + 20))
 
 
 def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:
