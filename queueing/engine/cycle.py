@@ -47,6 +47,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     order_key,
 )
+from queueing.engine.eta import awaited_starts, typical_bound
 from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.nodes import elig_key
@@ -468,7 +469,9 @@ class Cycle(CycleState):
         etas: dict[int, Any] = {}
         if forecast:
             positions, etas = run_forecast(self)
-            bound_etas(explanations, etas)  # never after the aging bound stated
+            # never after the aging bound stated (a typical p50 below it), nor after
+            # the start a preemptor's sentence implies
+            bound_etas(explanations, etas, typical_bound(self), awaited_starts(self, explanations))
         t2 = perf_counter()
         tree = self.tree
         names = tree.names
