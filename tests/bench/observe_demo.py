@@ -2,7 +2,9 @@
 against what then happened: ETA presence, p50 vs p90, the first p90's and p50's coverage of
 the actual admission, the median relative p50 error, large ETA moves, "N workloads ahead"
 against the true position, millicores printed as cores, queues that kept work waiting
-under their quota's guaranteed minimum, and the longest waits.
+under their quota's guaranteed minimum, the longest waits, and the quota invariants
+every cycle of the watch checked (``queueing.admission`` records a break as an error of
+its cycle).
 
 "Min unused" (issue 11: no queue waits with its quota's min unused while the head fits
 within min): a queue and quota whose head -- in a strict-order queue the first waiting
@@ -136,8 +138,10 @@ no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an
 kind_samples: dict[str, str] = {}
 bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
 bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
+loads: list[float] = []  # the machine's 1-minute load average at each poll
 while time.time() < deadline:
     polls += 1
+    loads.append(os.getloadavg()[0])
     now = time.time()
     cyc = CycleRun.objects.order_by("-id").values_list("id", flat=True).first() or 0
     if cyc != last_cycle:
@@ -320,8 +324,20 @@ for w in Workload.objects.filter(phase__in=WAITING).values(
     since = since or w["queue_order_at"].timestamp()
     oldest.append((round(end - since, 1), w["name"], w["quota__name"], (w["reason"] or "")[:200]))
 oldest.sort(reverse=True)
+# Quota invariants (issue 11, item 7): every cluster-facing cycle -- full, heads-only or
+# fed by the in-memory world -- checks them (``queueing.admission``) and records a break
+# among its errors as "invariant: ...".
+watched = CycleRun.objects.filter(started_at__gte=datetime.fromtimestamp(started, UTC))
+cycles_run = watched.count()
+invariant_breaks: dict[str, int] = defaultdict(int)
+for errors in watched.exclude(errors=[]).values_list("errors", flat=True):
+    for err in errors or ():
+        if isinstance(err, str) and err.startswith("invariant:"):
+            invariant_breaks[err[:200]] += 1
 report = {
     "minutes": minutes,
+    "load_1m_median": round(statistics.median(loads), 1) if loads else None,
+    "load_1m_max": round(max(loads), 1) if loads else None,
     "polls": polls,
     "cycles_seen": cycles_seen,
     "waiting_observations": obs,
@@ -344,6 +360,8 @@ report = {
     "admitted_during_watch": len(waits),
     "oldest_waiting_feasible_s": oldest[0][0] if oldest else None,
     "distinct_reasons": len(reasons),
+    "cycles_run": cycles_run,
+    "invariant_breaks": sum(invariant_breaks.values()),
     "contradictions": sum(contradicted.values()),
     "contradictions_by_kind": dict(contradicted),
     "no_eta_no_reason": no_eta_no_reason,
@@ -367,6 +385,7 @@ with open(out_path, "w") as out:
             "oldest_waiting": oldest[:10],
             "sample_reasons": sorted(r for r in reasons if r)[:60],
             "contradicted_samples": contradicted_texts,
+            "invariant_breaks": dict(invariant_breaks),
             "kind_samples": kind_samples,
         },
         out,
