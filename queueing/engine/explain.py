@@ -346,6 +346,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             text = "it waits for room on nodes for all its pods at once"
         elif e.kind == EXPLAIN_PREEMPTING and e.limit == "finishing":
             text = "it waits for the workloads it would preempt to finish"
+            if e.awaited_until is not None:
+                text += f" (evicted if still running at {fmt_time(e.awaited_until)})"
         elif e.kind == EXPLAIN_PREEMPTING:
             text = "it waits for the workloads it preempted to release their capacity"
         else:

@@ -190,3 +190,27 @@ def test_an_eta_is_never_later_than_the_aging_bound_its_explanation_states() -> 
     assert (etas[3].p50, etas[3].p90) == (60.0, 90.0)
     assert (etas[5].p50, etas[5].p90) == (95.0, 100.0)
     assert (etas[4].p50, etas[4].p90) == (200.0, 300.0)
+
+
+def test_work_blocked_behind_an_awaiting_head_reads_until_when() -> None:
+    snap = snapshot(
+        quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+        nodes=[node("n", one(4))],
+        queues=[QueueSpec("q0", policy="Block", preempt_within_quota="LowerPriority")],
+        workloads=[
+            running(
+                1, "q0", "n", req=one(3), priority=1, started_at=995.0, expected_runtime_s=30.0
+            ),
+            workload(2, "q0", req=one(4), priority=9, ts=1.0),
+            workload(3, "q0", req=one(1), priority=1, ts=2.0),
+        ],
+        config=GRACE,
+    )
+    result = run_cycle(snap, forecast=False)
+    assert result.explanations[2].limit == "finishing"
+    behind = result.explanations[3]
+    assert behind.kind == "policy-blocked"
+    assert (
+        "it waits for the workloads it would preempt to finish (evicted if still running at "
+        "1970-01-01 00:18:05 UTC)"
+    ) in behind.sentence()
