@@ -138,6 +138,8 @@ no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an
 kind_samples: dict[str, str] = {}
 bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
 bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
+flips_by: dict[str, int] = defaultdict(int)  # explanation kind / Eta.moved -> flips
+flip_samples: dict[str, str] = {}
 loads: list[float] = []  # the machine's 1-minute load average at each poll
 while time.time() < deadline:
     polls += 1
@@ -163,6 +165,7 @@ while time.time() < deadline:
             "priority",
             "nominated",
             "explanation",
+            "eta",
         )
     )
     names = dict(Workload.objects.filter(phase__in=HOLDING).values_list("id", "name"))
@@ -214,6 +217,12 @@ while time.time() < deadline:
                 remaining = max(old[0] - now, 1.0)
                 if abs(p50 - old[0]) > 2 * remaining + 5:
                     flips += 1
+                    moved = (r["eta"] or {}).get("moved") if isinstance(r["eta"], dict) else None
+                    flips_by[f"{kind}/{moved}"] += 1
+                    flip_samples.setdefault(
+                        f"{kind}/{moved}",
+                        f"{r['name']}: p50 {old[0] - now:+.0f}s -> {p50 - now:+.0f}s; {r['reason']}",
+                    )
             prev[r["id"]] = (p50, p90)
         elif r["reason"]:
             with_reason_no_eta += 1
@@ -349,6 +358,7 @@ report = {
     "p50_coverage_pct": round(100 * covered50 / max(n, 1), 1),
     "p50_median_rel_err": round(statistics.median(errs), 3) if errs else None,
     "flips_pct": round(100 * flips / max(eta_obs, 1), 2),
+    "flips_by_kind": dict(flips_by),
     "ahead_wrong": ahead_wrong,
     "ahead_checked": ahead_checked,
     "millicores_as_cores": raw_cores,
@@ -387,6 +397,7 @@ with open(out_path, "w") as out:
             "contradicted_samples": contradicted_texts,
             "invariant_breaks": dict(invariant_breaks),
             "kind_samples": kind_samples,
+            "flip_samples": flip_samples,
         },
         out,
     )
