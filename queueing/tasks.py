@@ -27,9 +27,18 @@ def tick() -> dict[str, Any]:
     return summary
 
 
-@shared_task(name="queueing.react", ignore_result=True)
+# Acknowledged as it starts, not after (acks_late off, unlike the other tasks): a react
+# is a hint, its work is redone from the database by any later one, and its lease and
+# fence keep a cycle single whoever runs it. Kept unacknowledged, a react whose solo-pool
+# worker is SIGKILLed would sit in Redis's unacked set for the visibility timeout (an
+# hour), come back long expired and be dropped -- or, with a short timeout, come back as
+# a duplicate of the retry that already ran. A crash loses at most the react running
+# and those received with a countdown; the restarted worker wakes a sync and every tree
+# (wake.on_worker_start) and beat's tick catches the rest.
+@shared_task(name="queueing.react", ignore_result=True, acks_late=False)
 def react(target: str) -> dict[str, Any]:
-    """A woken cycle (queueing.wake): a tree's root, "*" for every tree, or "sync"."""
+    """A woken task (queueing.wake): a tree's cycle, "sync" (the sync, which wakes the
+    trees it touched) or "*" (a wake of every tree)."""
     from queueing import trace
     from queueing.admission import react as run_react
 

@@ -69,7 +69,7 @@ def test_a_job_finishing_seen_by_the_process_own_informers_wakes_a_sync(
     wait_until(lambda: job(cached, "short").state == "Succeeded", timeout=20, interval=0.05)
     wait_until(lambda: any("Job succeeded" in batch for batch in heard), timeout=10)
     wait_until(lambda: sent, timeout=10, interval=0.02)
-    assert sent == [wake.SYNC]  # one sync (then every tree), however many events
+    assert sent == [wake.SYNC]  # one sync (then the trees it touches), however many events
 
 
 def test_without_the_hook_the_informers_wake_nothing(
