@@ -138,6 +138,9 @@ no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an
 kind_samples: dict[str, str] = {}
 bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
 bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
+no_eta_beside_bound = 0
+no_eta_bound_samples: dict[str, str] = {}  # the ETA's reason -> the sentence
+flips_before_p50 = 0  # flips of an ETA whose p50 had not passed yet
 flips_by: dict[str, int] = defaultdict(int)  # explanation kind / Eta.moved -> flips
 flip_samples: dict[str, str] = {}
 loads: list[float] = []  # the machine's 1-minute load average at each poll
@@ -196,6 +199,12 @@ while time.time() < deadline:
                 p90_after_bound += 1
             if now > bound + 5:
                 bound_passed_obs += 1
+            if r["eta_p90"] is None:
+                no_eta_beside_bound += 1  # "starts by T" beside "no ETA": they disagree
+                no_eta_bound_samples.setdefault(
+                    str((r["eta"] or {}).get("reason") if isinstance(r["eta"], dict) else ""),
+                    r["reason"],
+                )
         why = stored_contradiction(r["explanation"], names)
         if why:
             contradicted[why] += 1
@@ -217,6 +226,9 @@ while time.time() < deadline:
                 remaining = max(old[0] - now, 1.0)
                 if abs(p50 - old[0]) > 2 * remaining + 5:
                     flips += 1
+                    # A p50 that has passed is re-forecast by definition (half of the
+                    # starts come after their median): counted apart.
+                    flips_before_p50 += old[0] > now
                     moved = (r["eta"] or {}).get("moved") if isinstance(r["eta"], dict) else None
                     flips_by[f"{kind}/{moved}"] += 1
                     flip_samples.setdefault(
@@ -358,6 +370,7 @@ report = {
     "p50_coverage_pct": round(100 * covered50 / max(n, 1), 1),
     "p50_median_rel_err": round(statistics.median(errs), 3) if errs else None,
     "flips_pct": round(100 * flips / max(eta_obs, 1), 2),
+    "flips_before_p50_pct": round(100 * flips_before_p50 / max(eta_obs, 1), 2),
     "flips_by_kind": dict(flips_by),
     "ahead_wrong": ahead_wrong,
     "ahead_checked": ahead_checked,
@@ -379,6 +392,7 @@ report = {
     "starts_by_moved_later": bound_moved_later,
     "starts_by_passed_observations": bound_passed_obs,
     "p90_after_starts_by": p90_after_bound,
+    "no_eta_beside_starts_by": no_eta_beside_bound,
     "starts_by_workloads_admitted": bound_admitted,
     "admitted_after_first_starts_by": bound_after_first,
     "admitted_after_last_starts_by": bound_after_last,
@@ -398,6 +412,7 @@ with open(out_path, "w") as out:
             "invariant_breaks": dict(invariant_breaks),
             "kind_samples": kind_samples,
             "flip_samples": flip_samples,
+            "no_eta_beside_starts_by": no_eta_bound_samples,
         },
         out,
     )
