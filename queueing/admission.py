@@ -241,9 +241,10 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     """Sync with the cluster, then cycle every quota tree. What beat runs every few
     seconds: the periodic full reconciliation behind the event-driven ``react``.
 
-    What a woken task ran less than an interval ago or is about to run (the sync, a
-    tree's cycle) is not run here: with wakes on, events drive the work and the tick
-    only catches what a lost wake left behind, within two intervals (wake.covered)."""
+    With wakes on, what woken tasks cover is not run here (wake.covered): the sync a
+    woken one ran less than an interval ago or is about to run, a tree whose react is
+    on its way or in which nothing changed since its last cycle. Events drive the work;
+    the tick catches what a lost wake left undone and what time alone changes."""
     from django.conf import settings
 
     cluster = cluster or get_cluster()
@@ -271,12 +272,6 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     return summary
 
 
-# A woken tree whose lease is busy (beat's tick or another worker cycles it) is woken
-# again a little later rather than dropped: the holder may have read before the change
-# (wake.wake_busy: 100 ms, doubling while it stays busy).
-BUSY_RETRY_S = wake.BUSY_RETRY_S
-
-
 def react(
     target: str, *, cluster: Cluster | None = None, now: datetime | None = None
 ) -> CycleSummary:
@@ -293,19 +288,23 @@ def react(
     started = time.perf_counter()
     summary = CycleSummary()
     if target == wake.SYNC:
-        with wake.collecting() as touched:
-            synced = _sync(cluster, now, summary, quiet=False)
+        touched: set[str] = set()
+        try:
+            with wake.collecting() as touched:
+                synced = _sync(cluster, now, summary, quiet=False)
+        finally:
+            # Whatever it committed before any error wakes its trees all the same.
+            every = state.roots()
+            woken = set(every) if wake.ALL in touched else touched.intersection(every)
+            if touched:
+                woken |= wake.node_bound(set(every) - woken)
+            summary.woken = sorted(woken)
+            wake.wake_now(summary.woken, reason="sync")
         if not synced:
             wake.wake_busy([wake.SYNC], reason="sync busy")
         else:
             wake.not_busy(wake.SYNC)
             wake.woken_done(wake.WOKEN_SYNC)
-        every = state.roots()
-        woken = set(every) if wake.ALL in touched else touched.intersection(every)
-        if touched:
-            woken |= wake.node_bound(set(every) - woken)
-        summary.woken = sorted(woken)
-        wake.wake_now(summary.woken, reason="sync")
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -313,7 +312,9 @@ def react(
         _cycle_roots(cluster, [target], now, summary)
         for root in summary.roots:
             wake.not_busy(root)
-            wake.woken_done(root)
+        # A tree whose lease is busy (beat's tick or another worker cycles it) is woken
+        # again a little later rather than dropped: the holder may have read before the
+        # change (100 ms, doubling while it stays busy).
         wake.wake_busy([root for root in summary.skipped if root != "sync"])
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
@@ -360,10 +361,18 @@ def _cycle_roots(
 ) -> None:
     if not roots:
         return
+    read = time.perf_counter()
     nodes = cluster.nodes()
+    listed = time.perf_counter()
     nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
+    trace.mark(
+        "nodes",
+        read_ms=round((listed - read) * 1000, 1),
+        persist_ms=round((time.perf_counter() - listed) * 1000, 1),
+    )
     # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
+        head = wake.journal_head(root)
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
         except leases.LeaseLost as exc:
@@ -374,6 +383,7 @@ def _cycle_roots(
             trace.mark("cycle_busy", root=root)
             summary.skipped.append(root)
             continue
+        wake.cycled(root, head)
         summary.roots.append(root)
         summary.admitted += len(applied.admitted)
         summary.preempted += len(applied.preempted)

@@ -21,7 +21,13 @@ def tick() -> dict[str, Any]:
 
     trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
     summary = run_tick().as_dict()
-    trace.mark("task_done", kind="tick", ms=summary["duration_ms"], threads=_threads())
+    trace.mark(
+        "task_done",
+        kind="tick",
+        ms=summary["duration_ms"],
+        cycled=len(summary["roots"]),
+        threads=_threads(),
+    )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("cycle: %s", summary)
     return summary
@@ -45,7 +51,13 @@ def react(target: str) -> dict[str, Any]:
     trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
     summary = run_react(target).as_dict()
     trace.mark(
-        "task_done", kind="react", target=target, ms=summary["duration_ms"], threads=_threads()
+        "task_done",
+        kind="react",
+        target=target,
+        ms=summary["duration_ms"],
+        woken=len(summary["woken"]),
+        cycled=len(summary["roots"]),
+        threads=_threads(),
     )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("react %s: %s", target, summary)

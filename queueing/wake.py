@@ -158,47 +158,105 @@ def wake_now(roots: Iterable[str], *, reason: str = "") -> int:
     return wake(roots, reason=reason, delay_s=0.0)
 
 
-# --- what woken tasks just did, so beat's tick does not do it again -------------------------
+# --- what woken tasks did or will do, so beat's tick does not do it again ----------------
 
 WOKEN_SYNC = "sync"
+# A tree that nothing changed in is still cycled by the tick this many intervals after
+# its last cycle: time alone moves some decisions (a backoff ending, an admission
+# timeout, aging, the forecast's ETAs).
+UNCHANGED_TICKS = 2
 
 
 def done_key(what: str) -> str:
     return f"kq:woken-done:{what}"
 
 
+def cycled_key(root: str) -> str:
+    return f"kq:cycled:{root}"
+
+
 def woken_done(what: str) -> None:
-    """A woken task just ran the sync (``WOKEN_SYNC``) or a tree's cycle (its root)."""
+    """A woken task just ran the sync (``WOKEN_SYNC``)."""
     try:
         cache.set(done_key(what), time.time(), timeout=KEY_TTL_S + 60)
     except Exception:
         log.exception("could not note that %s ran", what)
 
 
+def journal_head(root: str) -> str | None:
+    """The tree's journal cursor now (queueing.world): taken before a cycle reads, so
+    that ``covered`` can tell whether anything changed after it. None without worlds."""
+    from queueing import world
+
+    if not enabled() or not world.enabled():
+        return None
+    try:
+        return world.journal().head(root)
+    except Exception:
+        log.exception("could not read the journal of %s", root)
+        return None
+
+
+def cycled(root: str, head: str | None) -> None:
+    """A cycle of ``root`` (woken or beat's) succeeded, having read after ``head``."""
+    if not enabled():
+        return
+    try:
+        cache.set(cycled_key(root), [time.time(), head], timeout=3600)
+    except Exception:
+        log.exception("could not note the cycle of %s", root)
+
+
 def covered(whats: Iterable[str], seconds: float) -> set[str]:
-    """Those of ``whats`` (``WOKEN_SYNC``, roots) that woken tasks cover: one ran it less
-    than ``seconds`` ago, or one is on its way (its wake key is set; ``ALL``'s covers
-    every tree). Beat's tick skips them: its next tick finds them older, so even if every
-    wake is lost nothing waits more than two ticks (or a lost task's key, ``KEY_TTL_S``).
-    Empty with wakes off: then only ticks sync and cycle."""
+    """Those of ``whats`` (``WOKEN_SYNC``, roots) that beat's tick (every ``seconds``)
+    leaves to woken tasks. Empty with wakes off: then only ticks sync and cycle.
+
+    - the sync: a woken one ran less than an interval ago, or one is on its way;
+    - a tree: a react of it is on its way (its wake key is set; ``ALL``'s covers every
+      tree); or nothing but cycles' own writes reached its journal since its last
+      cycle began, and that cycle is less than ``UNCHANGED_TICKS`` intervals old (with
+      worlds off, which keep no journal: its last cycle is less than an interval old).
+
+    So a tick does what a lost wake left undone: within one interval for a change whose
+    wake was lost (two while its lost task's key lives, ``KEY_TTL_S``), and what time
+    alone changes within ``UNCHANGED_TICKS``."""
+    from queueing import world
+
     wanted = list(whats)
     if not wanted or not enabled() or seconds <= 0:
         return set()
-    keys = {what: (done_key(what), key(SYNC if what == WOKEN_SYNC else what)) for what in wanted}
+    roots = [what for what in wanted if what != WOKEN_SYNC]
+    keys = [key(ALL), key(SYNC), done_key(WOKEN_SYNC)]
+    keys += [key(root) for root in roots] + [cycled_key(root) for root in roots]
     try:
-        found = cache.get_many([k for pair in keys.values() for k in pair] + [key(ALL)])
+        found = cache.get_many(keys)
     except Exception:
         log.exception("could not read what woken tasks ran")
         return set()
-    horizon = time.time() - seconds
-    every_tree = key(ALL) in found
-    return {
-        what
-        for what, (done, pending) in keys.items()
-        if float(found.get(done, 0.0)) > horizon
-        or pending in found
-        or (every_tree and what != WOKEN_SYNC)
-    }
+    now = time.time()
+    out: set[str] = set()
+    if WOKEN_SYNC in wanted and (
+        key(SYNC) in found or float(found.get(done_key(WOKEN_SYNC), 0.0)) > now - seconds
+    ):
+        out.add(WOKEN_SYNC)
+    journaled = world.enabled()
+    for root in roots:
+        if key(ALL) in found or key(root) in found:
+            out.add(root)
+            continue
+        at, head = found.get(cycled_key(root)) or (0.0, None)
+        if not journaled:
+            if float(at) > now - seconds:
+                out.add(root)
+            continue
+        if head is None or float(at) <= now - seconds * UNCHANGED_TICKS:
+            continue
+        try:
+            if not world.journal().changed_since(root, str(head)):
+                out.add(root)
+        except Exception:
+            log.exception("could not read the journal of %s", root)
+    return out
 
 
 # --- trees waiting for room on the nodes, not for quota ------------------------------------

@@ -62,6 +62,11 @@ class Journal(Protocol):
         """A cursor after everything recorded so far."""
         ...
 
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes (``by`` set) was recorded after
+        ``cursor``; True when that cannot be told (trimmed past it, or lost)."""
+        ...
+
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int]]:
@@ -101,6 +106,22 @@ class RedisJournal:
     def head(self, root: str) -> Cursor:
         last = self.client.xrevrange(self.key(root), count=1)
         return str(last[0][0]) if last else "0-0"
+
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes was recorded after ``cursor`` (True
+        when the stream cannot tell: trimmed past it, or gone)."""
+        key = self.key(root)
+        first = self.client.xrange(key, count=1)
+        if not first or (cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor)):
+            return cursor != "0-0" or bool(first)
+        last = cursor
+        while True:  # most often the first batch answers
+            batch = self.client.xrange(key, min=f"({last}", count=200)
+            if any(not fields.get("by") for _, fields in batch):
+                return True
+            if len(batch) < 200:
+                return False
+            last = str(batch[-1][0])
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
@@ -158,6 +179,13 @@ class LocalJournal:
     def head(self, root: str) -> Cursor:
         with self.lock:
             return f"{self.seq}-{self.generation}"
+
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        after, generation = _seq(cursor)
+        with self.lock:
+            if generation != self.generation or after < self.dropped.get(root, 0):
+                return True
+            return any(seq > after and not by for seq, _, by in self.entries.get(root, ()))
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""

@@ -100,9 +100,7 @@ def test_a_cycle_costs_the_same_statements_whatever_it_admits(
         assert product(many) <= WOKEN_CYCLE_AT_MOST, dict(many.sql_rows)
 
 
-def test_a_sync_costs_the_same_statements_whatever_it_moves(
-    db, django_capture_on_commit_callbacks
-):
+def test_a_sync_costs_the_same_statements_whatever_it_moves(db, django_capture_on_commit_callbacks):
     w = _small_world()
     submit(w, "one", cpu="1", runtime=10)
     for i in range(9):
@@ -225,3 +223,32 @@ def test_the_trees_of_changed_workloads_are_one_query(world):
         "other": [b.pk],
     }
     assert connection.vendor in ("postgresql", "sqlite")
+
+
+def test_usage_is_sampled_once_a_minute_and_a_sample_taken_elsewhere_counts(
+    world, django_capture_on_commit_callbacks
+):
+    from queueing.models import UsageLedger, UsageSample
+
+    submit(world, "w", cpu="4", runtime=3600)
+    start = world.clock()
+
+    def cycle(at: float) -> Count:
+        with counting() as count, django_capture_on_commit_callbacks(execute=True):
+            cycle_root("cluster", cluster=world.cluster, now=start + timedelta(seconds=at))
+        return count
+
+    cycle(0)
+    assert UsageSample.objects.count() == 2  # the root and the leaf
+    quiet = cycle(30)
+    assert "state.quotas.sample_usage" not in quiet.sql  # the process remembers the last one
+    assert UsageSample.objects.count() == 2
+    # Another worker sampled at 61 s: due here by memory, but the database says not yet.
+    UsageSample.objects.create(quota=world.quota, at=start + timedelta(seconds=61))
+    cycle(62)
+    assert UsageSample.objects.count() == 3
+    cycle(125)
+    assert UsageSample.objects.count() == 5
+    latest = UsageSample.objects.filter(quota=world.quota).latest("at")
+    assert latest.decayed == UsageLedger.objects.get(quota=world.quota).usage
+    assert latest.decayed.get("cpu", 0) > 0

@@ -199,9 +199,12 @@ def test_a_fan_out_wakes_each_tree_as_its_own_task(world, sent):
 
 
 def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, monkeypatch):
-    from queueing import admission
+    import time
 
-    second_tree()
+    from queueing import admission
+    from queueing import world as worlds
+
+    other = second_tree()
     settings.KQ_CYCLE_INTERVAL_S = 3.0
     syncs: list[int] = []
     real_sync = admission.sync_cluster
@@ -215,24 +218,55 @@ def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, 
     react("cluster", cluster=world.cluster, now=world.clock())
     assert len(syncs) == 1
     summary = admission.tick(cluster=world.cluster, now=world.clock())
-    # The woken sync and the woken tree ran just now: the tick does the rest only.
+    # The woken sync and the woken tree ran just now: the tick cycles the tree nobody did.
     assert len(syncs) == 1
     assert summary.sync == {"recent": True}
     assert summary.roots == ["other"]
-    # An interval later (or with wakes off) the tick does everything again.
-    settings.KQ_CYCLE_INTERVAL_S = 0.1
-    import time as _time
-
-    _time.sleep(0.15)
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []  # nothing changed in either tree since its cycle
+    # A change in "other" whose wake was lost (its task gone, its key expired): the
+    # tick finds it in the tree's journal.
+    waiting = submit(world, "lost", cpu="1", quota=other)
+    worlds.record({"other": [waiting.pk]})
+    cache.delete(wake.key("other"))
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["other"]
+    assert summary.admitted == 1
+    # Two intervals after their last cycles the tick cycles unchanged trees too (time
+    # alone moves some decisions), and syncs an interval after the woken sync.
+    settings.KQ_CYCLE_INTERVAL_S = 0.05
+    time.sleep(0.12)
     summary = admission.tick(cluster=world.cluster, now=world.clock())
     assert len(syncs) == 2
     assert sorted(summary.roots) == ["cluster", "other"]
+    # With wakes off the tick does everything, every time.
     settings.KQ_CYCLE_INTERVAL_S = 3.0
     react(wake.SYNC, cluster=world.cluster, now=world.clock())
     settings.KQ_WAKE = False
     summary = admission.tick(cluster=world.cluster, now=world.clock())
     assert len(syncs) == 4
     assert sorted(summary.roots) == ["cluster", "other"]
+
+
+def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
+    from queueing import admission
+    from queueing import world as worlds
+
+    second_tree()
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    wake.wake(["other"], reason="test")  # a react of "other" is queued, not yet started
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
+    assert summary.sync != {"recent": True}  # no sync was woken: the tick's own runs
+    # Control: once that react has started, the tick no longer leaves the tree to it.
+    wake.taken("other")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["other"]
+    # A fan-out on its way covers every tree, changed or not.
+    worlds.record({"cluster": [1], "other": [2]})
+    wake.wake(None, reason="test")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
 
 
 def test_a_tree_whose_lease_is_busy_is_woken_again(world, sent):
@@ -316,25 +350,6 @@ def test_the_watch_wakes_a_sync_and_every_tree_only_for_a_node(world, sent):
     assert sent.targets() == [wake.SYNC, wake.ALL]  # any tree may place on a new node
 
 
-def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
-    from queueing import admission
-
-    second_tree()
-    settings.KQ_CYCLE_INTERVAL_S = 3.0
-    wake.wake(["other"], reason="test")  # a react of "other" is queued, not yet started
-    summary = admission.tick(cluster=world.cluster, now=world.clock())
-    assert summary.roots == ["cluster"]
-    assert summary.sync != {"recent": True}  # no sync was woken: the tick's own runs
-    # Control: once that react has started, the tick no longer leaves the tree to it...
-    wake.taken("other")
-    summary = admission.tick(cluster=world.cluster, now=world.clock())
-    assert sorted(summary.roots) == ["cluster", "other"]
-    # ... and a fan-out on its way covers every tree.
-    wake.wake(None, reason="test")
-    summary = admission.tick(cluster=world.cluster, now=world.clock())
-    assert summary.roots == []
-
-
 def test_a_cycle_worker_that_starts_wakes_a_sync_and_every_tree_past_lost_keys(world, sent):
     from types import SimpleNamespace
 
@@ -363,3 +378,26 @@ def test_a_react_is_acknowledged_as_it_starts():
     assert react_task.acks_late is False
     assert tick_task.acks_late is True  # beat's tick: redelivered if a pool child dies
     assert app.conf.worker_prefetch_multiplier == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_fails_after_committing_still_wakes_the_trees_it_touched(
+    world, sent, monkeypatch
+):
+    from queueing import admission
+
+    submit(world, "w", cpu="1", runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    world.clock.advance(30)
+    real_sync = admission.sync_cluster
+
+    def fails_after(*args, **kwargs):
+        real_sync(*args, **kwargs)  # commits the finish
+        raise RuntimeError("the API server went away")
+
+    monkeypatch.setattr(admission, "sync_cluster", fails_after)
+    sent.clear()
+    cache.clear()
+    with pytest.raises(RuntimeError):
+        react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert sent == [("cluster", 0.0)]
