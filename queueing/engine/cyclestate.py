@@ -342,6 +342,8 @@ class CycleState:
         #: Preemptors waiting instead for work that ends within the grace period
         #: (nothing evicted): id -> the ids of that work (for their explanation).
         self.awaiting: dict[int, tuple[int, ...]] = {}
+        #: ... and until when at the latest (then what still runs may be evicted).
+        self.awaited_until: dict[int, float] = {}
         self.fail: dict[int, tuple[int, Any]] = {}
         self.failed_shapes: set[ShapeKey] = set()
         #: (queue index, quota index, kind): one victim search each per cycle.

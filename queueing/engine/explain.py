@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import claim_full_at
+from queueing.engine.aging import admitted_by_age_ahead, claim_full_at
 from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NEVER,
@@ -58,6 +58,7 @@ from queueing.engine.types import (
     Eta,
     Explanation,
     WorkloadSpec,
+    covers,
     fmt,
     fmt_amount,
     fmt_time,
@@ -65,6 +66,7 @@ from queueing.engine.types import (
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
+    from queueing.engine.cyclestate import QueueState
 
 __all__ = ["bound_etas", "explain_all"]
 
@@ -228,9 +230,12 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:14], n, *tmpl[15:]))
 
     victims_cache: dict[tuple[int, int], list[WorkloadSpec]] = {}
-    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources]
+    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...]]
     hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
-    skip_victims = cy.victim_ids
+    # Never candidates of a search: chosen as victims, or awaited by another preemptor.
+    skip_victims = set(cy.victim_ids)
+    for vids in awaiting.values():
+        skip_victims.update(vids)
 
     def victims_hint(qi: int, priority: int, short: Resources) -> Hint | None:
         """Lower-priority workloads of the quota (victim order) as the victims fields.
@@ -275,9 +280,31 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 tuple(v.id for v in chosen),
                 tuple(v.name for v in chosen),
                 Resources.from_raw(freed),
+                tuple(chosen),
             )
         hint_cache[hkey] = got
         return got
+
+    preemption_on = cfg.preemption
+    specs = cy.queue_specs
+    failed = cy.preempt_failed
+    tried = cy.preempt_tried
+
+    def no_preempt(q: QueueState, w: WorkloadSpec, qi: int, hint: Hint) -> str:
+        """Why the hint's victims were not preempted for ``w`` this cycle (a key of
+        ``types.NO_PREEMPT``), or "" when that is not known (then no hint is offered:
+        "preempting them would free it" alone reads as a promise the cycle broke)."""
+        if not preemption_on:
+            return "off"
+        w_aged = w.queue_order_at <= q.aged_before
+        if any(admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged) for v in hint[3]):
+            return "aged"
+        shape = cy.shape(w)
+        if (qi, w.priority, shape) in failed or (-1, w.priority, shape) in failed:
+            return "failed"
+        if any((q.index, qi, kind) in tried for kind in (0, 1, 2)):
+            return "turn"
+        return ""
 
     latest_end: dict[int, float | None] = {}
 
@@ -319,6 +346,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             text = "it waits for room on nodes for all its pods at once"
         elif e.kind == EXPLAIN_PREEMPTING and e.limit == "finishing":
             text = "it waits for the workloads it would preempt to finish"
+            if e.awaited_until is not None:
+                text += f" (evicted if still running at {fmt_time(e.awaited_until)})"
         elif e.kind == EXPLAIN_PREEMPTING:
             text = "it waits for the workloads it preempted to release their capacity"
         else:
@@ -359,7 +388,18 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
                     hint = victims_hint(qi, w.priority, e.shortfall)
                     if hint:
-                        e = e._replace(victims=hint[0], victim_names=hint[1], victims_free=hint[2])
+                        why = ""
+                        if covers(hint[2], e.shortfall):
+                            why = no_preempt(q, w, qi, hint)
+                            if not why:
+                                hint = None
+                        if hint:
+                            e = e._replace(
+                                victims=hint[0],
+                                victim_names=hint[1],
+                                victims_free=hint[2],
+                                no_preempt=why,
+                            )
                 if is_head and aging and e.kind == EXPLAIN_QUOTA and q.blocks(w):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
@@ -426,6 +466,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     to_free=EMPTY,
                     waiting_ahead=idx,
                     victim_names=names_of(vids),
+                    awaited_until=cy.awaited_until.get(wid) if how == "finishing" else None,
                 )
                 head_names[wid] = w.name
             else:

@@ -23,7 +23,8 @@ Candidate victims, in the order they are tried:
 Within each group: lower priority first, then the most recently admitted (least work
 lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
 (declared runtime, else its queue's p50) is not evicted: waiting for it costs less
-than the work its eviction would throw away. It is *awaited* instead: when the set
+than the work its eviction would throw away -- until it has overrun its expected end
+by ``preempt_grace_s`` too, after which it is a candidate like any other. It is *awaited* instead: when the set
 that lets the preemptor fit includes such a workload, nothing is evicted this cycle
 and the preemptor reserves what it needs, so that lower-priority work cannot take
 the capacity as it frees up (with cycles woken at every completion, small jobs would
@@ -51,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import aged_before
+from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.nodes import EligKey
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
@@ -429,20 +430,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     w_aged = w.queue_order_at <= aged_before(spec, now_)
 
     def ahead(v: WorkloadSpec) -> bool:
-        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.queue_order_key`).
-
-        An aged workload goes ahead of every one that has not aged, the aged in the
-        order they queued; evicting it for a fresher one of higher priority would
-        undo that (the live demo admitted an aged 128-cpu gang and evicted it a second
-        later for a fresh one, past ten minutes). Only a workload that had aged when it
-        was admitted is spared: one admitted at once keeps its priority's terms.
-        """
-        vs = specs.get(v.queue)
-        if vs is None or v.admitted_at is None:
-            return False
-        if v.queue_order_at > aged_before(vs, v.admitted_at):
-            return False  # it was not admitted by age: priority decides, as before
-        return not w_aged or v.queue_order_at <= w.queue_order_at
+        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.admitted_by_age_ahead`)."""
+        return admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged)
 
     if qi in need:
         # Only the quota's own workloads lower its own usage.
@@ -488,18 +477,27 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     now = cy.now
     history = cy.snapshot.runtime_history
 
-    def finishing_soon(v: WorkloadSpec) -> bool:
-        """Expected to end within the grace period: better wait than evict."""
+    def awaited_until(v: WorkloadSpec) -> float | None:
+        """Until when ``v`` is awaited rather than evicted, or None: not finishing soon.
+
+        Expected to end within the grace period: better wait than evict. A workload
+        past its expected end is still about to end only while it has overrun by less
+        than the grace period too: past that, when it ends is not known, and waiting
+        for it could last for ever (it was awaited, cycle after cycle, while it ran on).
+        """
         if grace <= 0:
-            return False
+            return None
         total = v.expected_runtime_s
         if total is None or total <= 0:
             hist = history.get(v.queue)
             total = hist[0] if hist else None
         if total is None or total <= 0:
-            return False
+            return None
         start = v.started_at if v.started_at is not None else now
-        return start + total - now <= grace
+        end = start + total
+        if end - now > grace or now - end > grace:
+            return None
+        return end + grace
 
     nodes = cy.nodes
     reqs = cy.reqs(w)
@@ -710,12 +708,15 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             else:
                 add(v, vq, 1)
 
-    awaited = [v for v, _ in chosen if finishing_soon(v)]
-    if awaited:
+    until = [(v, t) for v, _ in chosen if (t := awaited_until(v)) is not None]
+    if until:
         # Wait for all of them rather than evict some now: the next cycle, woken by
-        # their completion, searches again and evicts only if still needed.
+        # their completion, searches again and evicts only if still needed (and, past
+        # the latest of their deadlines, evicts what still runs).
+        awaited = [v for v, _ in until]
         pre.awaited.update(v.id for v in awaited)
         cy.awaiting[w.id] = tuple(v.id for v in awaited)
+        cy.awaited_until[w.id] = max(t for _, t in until)
         pre.chosen(awaited)
         pre.arriving(qi, req)
         return [], [], placed, freed, extra
