@@ -117,10 +117,16 @@ class Cycle(CycleState):
             for w in q.cands:
                 if w.id in ids:
                     cands.append(w)
-        cands.sort(key=order_key)
+        # Those whose victims are all gone first: each kept its room reserved in the cycles
+        # its victims took to leave, and the preemptors still waiting chose their own
+        # victims around that reservation. Taking it back in plain priority order let a
+        # waiting preemptor's reservation land on that room, the ready one fail, its
+        # victim be admitted again into the room, and be evicted again next cycle.
+        inflight = self.inflight
+        cands.sort(key=lambda w: (bool(inflight.get(w.id)), order_key(w)))
         for w in cands:
             qi = self.quota_of[w.id]
-            victims = self.inflight.get(w.id, [])
+            victims = inflight.get(w.id, [])
             req = w._request._d
             if not victims:
                 # Everything it preempted is gone: admit now if it fits, else compete.

@@ -483,6 +483,14 @@ def test_a_preemptor_that_only_waits_for_evictions_under_way_takes_no_victim() -
     repeated_cycles_never_ping_pong(world_from_seed(64100))
 
 
+def test_a_preemptor_whose_victims_are_gone_keeps_its_room_from_one_still_waiting() -> None:
+    """Found by the property test: w6 evicted w1 and reserved the rest of its room; w4 then
+    evicted w2 around that reservation. Once w1 was gone, w4 (higher priority, still
+    waiting for w2) placed its reservation on w1's room first, w6 no longer fitted, w1 was
+    admitted again into its own room and w6 evicted it a second time."""
+    repeated_cycles_never_ping_pong(world_from_seed(17779))
+
+
 def repeated_cycles_never_ping_pong(snap: Snapshot) -> None:
     pairs: list[tuple[int, int]] = []
     quota_pairs: list[tuple[str, str]] = []
