@@ -90,10 +90,16 @@ DB_INDEPENDENT = (
 )
 
 
+# tryfirst: the xdist_group marks below must be on the items before pytest-xdist's worker
+# reads them (its own hook of this name files each item under its group).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_dir = Path(__file__).resolve().parent
     for item in items:
         rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
+        group = xdist_group(rel, item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         if rel.startswith(DB_INDEPENDENT):
             item.add_marker(pytest.mark.db_independent)
         if item.get_closest_marker("db_independent") is None:
@@ -104,3 +110,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} is marked db_independent but uses the suite's database: "
                 "it must run on both backends (remove the marker)"
             )
+
+
+# --- pytest-xdist: what may run beside what ------------------------------------------------
+#
+# CI (.ci/run) runs each pass on two xdist workers with `--dist loadgroup`. Each worker has
+# its own test database (pytest-django suffixes its name with the worker id) and its own
+# Redis database (tests/parallel.py, which .ci/run loads; the check at the end refuses a
+# parallel run with REDIS_URL without it). Two kinds of tests are kept together on one worker:
+#
+# - tests/e2e/: each starts several product processes (Celery workers, beat, servers) and
+#   waits on what they do; one at a time, never two such swarms on two cores at once;
+# - a module whose tests share a module-scoped live server (``server_url``): one server,
+#   one worker, instead of one per worker the module would be spread over.
+
+SERIAL_DIRS = ("e2e/",)
+
+
+def xdist_group(rel: str, item: pytest.Item) -> str:
+    """The xdist group of a test (its path relative to tests/), "" for none."""
+    if rel.startswith(SERIAL_DIRS):
+        return "processes"
+    if "server_url" in getattr(item, "fixturenames", ()):
+        return f"server:{rel}"
+    return ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run with REDIS_URL needs tests/parallel.py (a Redis database per worker)."""
+    import os
+
+    workers = len(config.getoption("tx", None) or ())
+    if (
+        workers > 1
+        and os.environ.get("REDIS_URL")
+        and not config.pluginmanager.has_plugin("tests.parallel")
+    ):
+        raise pytest.UsageError(
+            f"{workers} xdist workers would share the Redis database of REDIS_URL: "
+            "add -p tests.parallel (each worker gets a database of its own; see .ci/run)"
+        )
