@@ -87,6 +87,8 @@ DB_INDEPENDENT = (
     "kube/test_watch_cache.py",
     "portal/test_units.py",
     "queueing/test_quantities_grammar.py",
+    "test_parallel.py",  # the suite's own helpers
+    "test_polling.py",
 )
 
 
