@@ -121,8 +121,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # Redis database (tests/parallel.py, which .ci/run loads; the check at the end refuses a
 # parallel run with REDIS_URL without it). Two kinds of tests are kept together on one worker:
 #
-# - tests/e2e/: each starts several product processes (Celery workers, beat, servers) and
-#   waits on what they do; one at a time, never two such swarms on two cores at once;
+# - the cases of one module of tests/e2e/: each case starts several product processes
+#   (Celery workers, beat, servers) and waits on what they do; a module's cases run one
+#   after another (two modules' cases may run side by side: their waits follow the work
+#   or leave it minutes where it takes seconds);
 # - a module whose tests share a module-scoped live server (``server_url``): one server,
 #   one worker, instead of one per worker the module would be spread over.
 
@@ -132,7 +134,7 @@ SERIAL_DIRS = ("e2e/",)
 def xdist_group(rel: str, item: pytest.Item) -> str:
     """The xdist group of a test (its path relative to tests/), "" for none."""
     if rel.startswith(SERIAL_DIRS):
-        return "processes"
+        return f"processes:{rel}"
     if "server_url" in getattr(item, "fixturenames", ()):
         return f"server:{rel}"
     return ""
