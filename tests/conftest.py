@@ -92,16 +92,12 @@ DB_INDEPENDENT = (
 )
 
 
-# tryfirst: the xdist_group marks below must be on the items before pytest-xdist's worker
-# reads them (its own hook of this name files each item under its group).
-@pytest.hookimpl(tryfirst=True)
+TESTS_DIR = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests_dir = Path(__file__).resolve().parent
     for item in items:
-        rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
-        group = xdist_group(rel, item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        rel = Path(str(item.path)).resolve().relative_to(TESTS_DIR).as_posix()
         if rel.startswith(DB_INDEPENDENT):
             item.add_marker(pytest.mark.db_independent)
         if item.get_closest_marker("db_independent") is None:
@@ -114,30 +110,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
-# --- pytest-xdist: what may run beside what ------------------------------------------------
+# --- pytest-xdist --------------------------------------------------------------------------
 #
-# CI (.ci/run) runs each pass on two xdist workers with `--dist loadgroup`. Each worker has
-# its own test database (pytest-django suffixes its name with the worker id) and its own
-# Redis database (tests/parallel.py, which .ci/run loads; the check at the end refuses a
-# parallel run with REDIS_URL without it). Two kinds of tests are kept together on one worker:
-#
-# - the cases of one module of tests/e2e/: each case starts several product processes
-#   (Celery workers, beat, servers) and waits on what they do; a module's cases run one
-#   after another (two modules' cases may run side by side: their waits follow the work
-#   or leave it minutes where it takes seconds);
-# - a module whose tests share a module-scoped live server (``server_url``): one server,
-#   one worker, instead of one per worker the module would be spread over.
-
-SERIAL_DIRS = ("e2e/",)
-
-
-def xdist_group(rel: str, item: pytest.Item) -> str:
-    """The xdist group of a test (its path relative to tests/), "" for none."""
-    if rel.startswith(SERIAL_DIRS):
-        return f"processes:{rel}"
-    if "server_url" in getattr(item, "fixturenames", ()):
-        return f"server:{rel}"
-    return ""
+# CI (.ci/run) runs each pass on two xdist workers with `--dist loadfile`: a module's tests
+# run one after another on one worker. The cases of an e2e module (each starts several
+# product processes: Celery workers, beat, servers) never run side by side, and a module's
+# module-scoped live server (``server_url``) is started once. (Not `--dist loadgroup`:
+# pytest-xdist 3.8 files grouped tests by rewriting ``item._nodeid``, which pytest 9 no
+# longer reads, so its xdist_group marks have no effect here.) Each worker has its own test
+# database (pytest-django suffixes its name with the worker id) and its own Redis database
+# (tests/parallel.py, which .ci/run loads; the check below refuses a parallel run with
+# REDIS_URL without it).
 
 
 def pytest_configure(config: pytest.Config) -> None:
