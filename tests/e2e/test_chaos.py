@@ -78,12 +78,17 @@ class Worker:
         self.starts += 1
         log = (self.logs / f"worker-{self.index}-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(
-            [PYTHON, *celery_worker_argv(f"chaos{self.index}-{self.starts}")],
+            # INFO: its " ready." line says when it consumes tasks.
+            [PYTHON, *celery_worker_argv(f"chaos{self.index}-{self.starts}", loglevel="INFO")],
             cwd=ROOT,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+    def ready(self) -> bool:
+        log = self.logs / f"worker-{self.index}-{self.starts}.log"
+        return " ready." in log.read_text(errors="replace")
 
     def kill(self) -> int:
         assert self.process is not None
@@ -260,7 +265,12 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cach
                     for i in range(chaos.submitted, min(JOBS, chaos.submitted + 10)):
                         submit(rng, quotas, i)
                     chaos.submitted = min(JOBS, chaos.submitted + 10)
-                if time.monotonic() >= next_kill:
+                # Only once every worker is up (then at most every 1-2.5 s): under load a
+                # worker takes many seconds to start, and kills on the clock alone came
+                # faster than starts and than the dead holders' leases (5 s) ran out: no
+                # job finished for 60 s at load ~20. Killing only workers that are up, on
+                # the clock, did the same at load ~8.
+                if time.monotonic() >= next_kill and all(w.ready() for w in workers):
                     victim = rng.choice(workers)
                     pid = victim.process.pid if victim.process else 0
                     holding = holds_a_lease(pid)
