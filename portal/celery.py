@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -70,6 +71,21 @@ app.autodiscover_tasks(["queueing"])
 # Woken cycles go to a queue of their own, consumed by the cycle worker (run_all's
 # "cycler", a solo pool: one long-lived process keeps its state between tasks).
 app.conf.task_routes = {"queueing.react": {"queue": settings.KQ_CYCLE_QUEUE}}
+
+
+@worker_ready.connect
+def _wake_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """A cycle worker that starts wakes a sync and every tree (queueing.wake)."""
+    from queueing import wake
+
+    consumer = getattr(sender, "task_consumer", None)
+    queues = getattr(consumer, "queues", None)
+    names = None if queues is None else [queue.name for queue in queues]
+    try:
+        wake.on_worker_start(names)
+    except Exception:  # the broker or the cache is not there yet: beat's tick comes
+        log.exception("could not wake the cycle at the worker's start")
+
 
 app.conf.beat_schedule = {
     "tick": {

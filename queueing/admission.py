@@ -7,6 +7,7 @@ are thin wrappers around ``tick()``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import Future
@@ -23,6 +24,7 @@ from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
 from queueing.engine import run_cycle as engine_cycle
 from queueing.engine.invariants import check_cycle
+from queueing.engine.types import EXPLAIN_NODES
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster
 
@@ -43,6 +45,8 @@ class CycleSummary:
     engine_ms: float = 0.0
     roots: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: The trees a woken sync (or a fan-out) woke, each to its own task.
+    woken: list[str] = field(default_factory=list)
     sync: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -58,6 +62,7 @@ class CycleSummary:
             "engine_ms": round(self.engine_ms, 1),
             "roots": self.roots,
             "skipped": self.skipped,
+            "woken": self.woken,
             "sync": self.sync,
             "errors": self.errors[:10],
         }
@@ -108,8 +113,9 @@ def cycle_root(
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
+        quotas = state.read_quotas()  # one read: the world's tree and the snapshot's
         if tree is not None:
-            tree.refresh(state.tree_quota_ids(root))
+            tree.refresh(state.tree_quota_ids(root, quotas))
         refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
             root,
@@ -118,10 +124,13 @@ def cycle_root(
             head=None if full else state.HEAD_ROWS,
             world=tree,
             forecast=forecast,
+            quotas=quotas,
         )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000
+        if wake.enabled():
+            wake.note_node_bound(root, waits_for_nodes(result))
         # The quota invariants, checked on what this very cycle decided (head-only and
         # world-fed snapshots included): a break is an error of the cycle, not silence.
         broken = check_cycle(snapshot, result)
@@ -136,6 +145,7 @@ def cycle_root(
             full=full,
             annotate=forecast,
             then=release if background else None,
+            started=started,
         )
         if forecast:
             state.forecast_done(root)
@@ -166,9 +176,10 @@ def cycle_root(
         if broken:
             log.error("cycle of %s broke quota invariants: %s", root, "; ".join(broken[:5]))
             report.errors.extend(f"invariant: {problem}" for problem in broken)
-        CycleRun.objects.filter(id=report.cycle_id).update(
-            duration_ms=elapsed * 1000, **({"errors": report.errors[:50]} if broken else {})
-        )
+        # The record carries its duration (apply's ``started``): only broken invariants
+        # add a write, their errors.
+        if broken:
+            CycleRun.objects.filter(id=report.cycle_id).update(errors=report.errors[:50])
         return report
     except BaseException:
         # A lost lease, a database error: whatever this world believed, the next cycle
@@ -230,13 +241,28 @@ def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> b
 
 def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> CycleSummary:
     """Sync with the cluster, then cycle every quota tree. What beat runs every few
-    seconds: the periodic full reconciliation behind the event-driven ``react``."""
+    seconds: the periodic full reconciliation behind the event-driven ``react``.
+
+    With wakes on, what woken tasks cover is not run here (wake.covered): the sync a
+    woken one ran less than an interval ago or is about to run, a tree whose react is
+    on its way or in which nothing changed since its last cycle. Events drive the work;
+    the tick catches what a lost wake left undone and what time alone changes."""
+    from django.conf import settings
+
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
-    if not _sync(cluster, now, summary):
+    every = state.roots()
+    recent = wake.covered([wake.WOKEN_SYNC, *every], settings.KQ_CYCLE_INTERVAL_S)
+    if wake.WOKEN_SYNC in recent:
+        summary.sync = {"recent": True}
+        trace.mark("tick_skips", what="sync")
+    elif not _sync(cluster, now, summary):
         summary.skipped.append("sync")
-    _cycle_roots(cluster, state.roots(), now, summary)
+    roots = [root for root in every if root not in recent]
+    if len(roots) < len(every):
+        trace.mark("tick_skips", what="cycles", n=len(every) - len(roots))
+    _cycle_roots(cluster, roots, now, summary)
     _arm_timer(cluster, now)
     counts = Workload.objects.aggregate(
         pending=Count("id", filter=Q(phase__in=WAITING_PHASES)),
@@ -248,42 +274,76 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     return summary
 
 
-# A woken tree whose lease is busy (beat's tick or another worker cycles it) is woken
-# again this much later rather than dropped: the holder may have read before the change.
-BUSY_RETRY_S = 0.1
-
-
 def react(
     target: str, *, cluster: Cluster | None = None, now: datetime | None = None
 ) -> CycleSummary:
-    """What a wake runs (queueing.wake): ``target`` is a root, ``wake.ALL`` or
-    ``wake.SYNC`` (look at the cluster, then cycle every tree). See docs/realtime.md."""
+    """What a wake runs (queueing.wake), one task per woken thing. See docs/realtime.md.
+
+    - a tree's root: that tree's cycle, nothing else;
+    - ``wake.SYNC``: the sync alone; then it wakes the trees it touched (its transitions,
+      registrations, configuration), each its own task at once, plus the trees waiting
+      for room on the nodes when it moved something (``summary.woken``);
+    - ``wake.ALL``: a wake of each tree, at once."""
     wake.taken(target)
     faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
-    if target == wake.SYNC and not _sync(cluster, now, summary):
-        wake.wake(None, sync=True, reason="sync busy", delay_s=BUSY_RETRY_S)
-    roots = state.roots() if target in (wake.SYNC, wake.ALL) else [target]
-    _cycle_roots(cluster, roots, now, summary)
-    busy = [root for root in summary.skipped if root != "sync"]
-    if busy:
-        wake.wake(busy, reason="lease busy", delay_s=BUSY_RETRY_S)
+    if target == wake.SYNC:
+        touched: set[str] = set()
+        try:
+            with wake.collecting() as touched:
+                synced = _sync(cluster, now, summary, quiet=False)
+        finally:
+            # Whatever it committed before any error wakes its trees all the same.
+            every = state.roots()
+            woken = set(every) if wake.ALL in touched else touched.intersection(every)
+            if touched:
+                woken |= wake.node_bound(set(every) - woken)
+            summary.woken = sorted(woken)
+            wake.wake_now(summary.woken, reason="sync")
+        if not synced:
+            wake.wake_busy([wake.SYNC], reason="sync busy")
+        else:
+            wake.not_busy(wake.SYNC)
+            wake.woken_done(wake.WOKEN_SYNC)
+    elif target == wake.ALL:
+        summary.woken = state.roots()
+        wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
+    else:
+        _cycle_roots(cluster, [target], now, summary)
+        for root in summary.roots:
+            wake.not_busy(root)
+        # A tree whose lease is busy (beat's tick or another worker cycles it) is woken
+        # again a little later rather than dropped: the holder may have read before the
+        # change (100 ms, doubling while it stays busy).
+        wake.wake_busy([root for root in summary.skipped if root != "sync"])
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
 
 
-def _sync(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
-    """The sync under its lease; False when another worker holds it. Its own changes
-    wake nothing: the caller cycles every tree next."""
+def waits_for_nodes(result: Any) -> bool:
+    """Whether a cycle left work waiting for room on the nodes rather than for quota: no
+    placement on the nodes, or short of what the schedulable cluster has left (the
+    engine says ``never-fits`` with ``limit="cluster"`` when other trees hold it all)."""
+    return any(
+        e.kind == EXPLAIN_NODES or e.limit == "cluster" for e in result.explanations.values()
+    )
+
+
+def _sync(
+    cluster: Cluster, now: datetime | None, summary: CycleSummary, *, quiet: bool = True
+) -> bool:
+    """The sync under its lease; False when another worker holds it. ``quiet``: its own
+    changes wake nothing (beat's tick cycles every tree next); else they wake as any
+    change does (a woken sync collects them: ``react``)."""
     sync_lease = leases.acquire("sync")
     if sync_lease is None:
         return False
     meter = trace.Meter().start()
     try:
-        with wake.suppressed():
+        with wake.suppressed() if quiet else contextlib.nullcontext():
             report: SyncReport = sync_cluster(cluster, now=now, lease=sync_lease)
         trace.mark("sync_cost", **meter.stop())
         summary.sync = report.as_dict()
@@ -303,10 +363,18 @@ def _cycle_roots(
 ) -> None:
     if not roots:
         return
+    read = time.perf_counter()
     nodes = cluster.nodes()
+    listed = time.perf_counter()
     nodeview.persist(nodes)  # what pages, the API and previews read (nodes' room)
+    trace.mark(
+        "nodes",
+        read_ms=round((listed - read) * 1000, 1),
+        persist_ms=round((time.perf_counter() - listed) * 1000, 1),
+    )
     # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
+        head = wake.journal_head(root)
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
         except leases.LeaseLost as exc:
@@ -317,6 +385,7 @@ def _cycle_roots(
             trace.mark("cycle_busy", root=root)
             summary.skipped.append(root)
             continue
+        wake.cycled(root, head)
         summary.roots.append(root)
         summary.admitted += len(applied.admitted)
         summary.preempted += len(applied.preempted)

@@ -228,11 +228,28 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
     if cycle_id is None:
         # Not the cycle's own writes (it journals those itself): the trees' worlds hear
         # of them, and what changed may change a decision (docs/realtime.md).
-        from queueing import wake
+        _journal_and_wake([int(workload_id) for _, _, workload_id in items])
 
-        ids = [int(workload_id) for _, _, workload_id in items]
-        wake.journal_workloads(ids)
-        transaction.on_commit(lambda: wake.wake_workloads(ids))
+
+def _journal_and_wake(ids: list[int]) -> None:
+    """The trees of changed workloads, read once (one query): their worlds' journal now
+    and again after the commit (world.record_now_and_on_commit), and after the commit a
+    wake of the cycles of those trees whose workloads now wait, ended or are being
+    evicted. A workload that still holds its quota (admitted, now running) neither frees
+    nor asks for any: its tree is journaled, not woken (the sync's ADMITTED -> RUNNING of
+    every job would otherwise cost its tree a cycle)."""
+    from queueing import wake, world
+
+    if not (wake.enabled() or world.enabled()):
+        return
+    roots, deciding = world.roots_and_deciding(ids)
+    if not roots:
+        return
+    if world.enabled():
+        world.record_now_and_on_commit(roots)
+    if wake.enabled() and deciding:
+        chosen = sorted(deciding)
+        transaction.on_commit(lambda: wake.wake(chosen, reason="changed"))
 
 
 # --- configuration messages: the rows actions changed ---------------------------------

@@ -21,22 +21,43 @@ def tick() -> dict[str, Any]:
 
     trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
     summary = run_tick().as_dict()
-    trace.mark("task_done", kind="tick", ms=summary["duration_ms"], threads=_threads())
+    trace.mark(
+        "task_done",
+        kind="tick",
+        ms=summary["duration_ms"],
+        cycled=len(summary["roots"]),
+        threads=_threads(),
+    )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("cycle: %s", summary)
     return summary
 
 
-@shared_task(name="queueing.react", ignore_result=True)
+# Acknowledged as it starts, not after (acks_late off, unlike the other tasks): a react
+# is a hint, its work is redone from the database by any later one, and its lease and
+# fence keep a cycle single whoever runs it. Kept unacknowledged, a react whose solo-pool
+# worker is SIGKILLed would sit in Redis's unacked set for the visibility timeout (an
+# hour), come back long expired and be dropped -- or, with a short timeout, come back as
+# a duplicate of the retry that already ran. A crash loses at most the react running
+# and those received with a countdown; the restarted worker wakes a sync and every tree
+# (wake.on_worker_start) and beat's tick catches the rest.
+@shared_task(name="queueing.react", ignore_result=True, acks_late=False)
 def react(target: str) -> dict[str, Any]:
-    """A woken cycle (queueing.wake): a tree's root, "*" for every tree, or "sync"."""
+    """A woken task (queueing.wake): a tree's cycle, "sync" (the sync, which wakes the
+    trees it touched) or "*" (a wake of every tree)."""
     from queueing import trace
     from queueing.admission import react as run_react
 
     trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
     summary = run_react(target).as_dict()
     trace.mark(
-        "task_done", kind="react", target=target, ms=summary["duration_ms"], threads=_threads()
+        "task_done",
+        kind="react",
+        target=target,
+        ms=summary["duration_ms"],
+        woken=len(summary["woken"]),
+        cycled=len(summary["roots"]),
+        threads=_threads(),
     )
     if summary["admitted"] or summary["preempted"] or summary["errors"]:
         log.info("react %s: %s", target, summary)

@@ -3,19 +3,20 @@
 Whatever can change a decision wakes the cycle of the quota tree it touches:
 
 - the product's own changes, once their transaction commits: a submission, a
-  cancellation, a phase the sync moved (a job finished, started, vanished; a new Job
-  registered) — ``events.notify_changes`` calls ``wake_workloads``; a quota or a queue
-  saved or deleted — the model signals below;
+  cancellation, a phase the sync moved (a job finished, vanished, was evicted; a new
+  Job registered; not a job that merely started) — ``events.notify_changes``; a
+  quota or a queue saved or deleted — the model signals below;
 - the cluster: in Kubernetes mode ``watch_cluster`` turns watch events into
   ``wake(None, sync=True)``; the simulated cluster says when its next job will finish
-  (``Timed``) and the cycle worker sets a timer for it.
+  (``Timed``) and the cycle worker sets a timer for it. A woken sync collects the
+  wakes of its own changes (``collecting``) and sends one react per tree it touched.
 
 A wake is debounced: the first one for a tree sends a ``queueing.react`` task on the
 cycle queue (``KQ_CYCLE_QUEUE``) to run ``KQ_WAKE_DEBOUNCE_MS`` later, and every wake
 until that task starts rides along with it (a cache key marks the task as on its way;
 the task drops the key as it starts, so a change made while it runs wakes it again).
-Nothing here is needed for correctness: beat's tick still reconciles everything
-periodically, so a lost wake costs latency, never a decision.
+Nothing here is needed for correctness: beat's tick still reconciles what woken tasks
+did not cover (``covered``), so a lost wake costs latency, never a decision.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from queueing import trace
 log = logging.getLogger(__name__)
 
 ALL = "*"  # every tree
-SYNC = "sync"  # a look at the cluster first, then every tree
+SYNC = "sync"  # a look at the cluster, which then wakes the trees it touched
 # A wake key outlives a task that was lost (a killed worker, an expired message) only
 # this long; then wakes send tasks again.
 KEY_TTL_S = 5
@@ -65,7 +66,9 @@ def send_react(target: str, countdown_s: float) -> None:
 
     react.apply_async(
         args=[target],
-        countdown=max(0.0, countdown_s),
+        # No countdown at all for a wake due now: a message with an ETA waits in the
+        # worker's timer, one without goes straight to its pool.
+        countdown=countdown_s if countdown_s > 0 else None,
         queue=settings.KQ_CYCLE_QUEUE,
         # A react nobody picked up within a tick or two is overtaken by beat's tick.
         expires=countdown_s + max(settings.KQ_CYCLE_INTERVAL_S * 2, 5.0),
@@ -83,8 +86,8 @@ def set_sender(sender: Sender | None) -> None:
 
 @contextlib.contextmanager
 def suppressed() -> Iterator[None]:
-    """Inside, wakes are dropped: the caller cycles everything it changes itself (the
-    react task's own sync would otherwise wake the trees it is about to cycle)."""
+    """Inside, wakes are dropped: the caller cycles everything it changes itself (beat's
+    tick: its sync would otherwise wake the trees it is about to cycle)."""
     before = getattr(_local, "suppressed", False)
     _local.suppressed = True
     try:
@@ -93,24 +96,49 @@ def suppressed() -> Iterator[None]:
         _local.suppressed = before
 
 
+@contextlib.contextmanager
+def collecting() -> Iterator[set[str]]:
+    """Inside, wakes are collected instead of sent: the set yielded gets each tree woken
+    (``ALL`` for every tree; never ``SYNC``). A woken sync runs inside it, then wakes
+    exactly the trees its transitions and registrations touched (``react``)."""
+    before = getattr(_local, "collected", None)
+    touched: set[str] = set()
+    _local.collected = touched
+    try:
+        yield touched
+    finally:
+        _local.collected = before
+
+
 def wake(
     roots: Iterable[str] | None,
     *,
     sync: bool = False,
     reason: str = "",
     delay_s: float | None = None,
+    fresh: bool = False,
 ) -> int:
-    """Wake the cycle of each of ``roots`` (None: every tree); ``sync`` looks at the
-    cluster first (then every tree is cycled). ``delay_s`` replaces the debounce (a
-    retry after a busy lease). Returns how many tasks were sent."""
+    """Wake the cycle of each of ``roots`` (None: every tree, ``ALL``); ``sync`` wakes a
+    sync instead, which then wakes the trees it touches. ``delay_s`` replaces the
+    debounce (a retry after a busy lease, a wake already debounced). ``fresh``: send even
+    if a react seems on its way (its key may be a lost task's: a worker's start, a
+    fan-out). Returns how many tasks were sent."""
     if not enabled() or getattr(_local, "suppressed", False):
         return 0
     targets = [SYNC] if sync else ([ALL] if roots is None else sorted(set(roots)))
+    collected: set[str] | None = getattr(_local, "collected", None)
+    if collected is not None:
+        collected.update(target for target in targets if target != SYNC)
+        return 0
     sent = 0
     debounce = settings.KQ_WAKE_DEBOUNCE_MS / 1000 if delay_s is None else delay_s
     for target in targets:
         try:
-            if not cache.add(key(target), reason or "1", timeout=KEY_TTL_S):
+            # The key holds when it was set: beat's tick trusts a react on its way only
+            # for an interval (``covered``), a lost one's key lives KEY_TTL_S.
+            if fresh:
+                cache.set(key(target), time.time(), timeout=KEY_TTL_S)
+            elif not cache.add(key(target), time.time(), timeout=KEY_TTL_S):
                 trace.mark("wake_rides", target=target, reason=reason)
                 continue  # a react is on its way and will see this change
             _sender(target, debounce)
@@ -124,6 +152,206 @@ def wake(
 def wake_on_commit(roots: Iterable[str] | None, *, reason: str = "") -> None:
     chosen = None if roots is None else list(roots)
     transaction.on_commit(lambda: wake(chosen, reason=reason))
+
+
+def wake_now(roots: Iterable[str], *, reason: str = "") -> int:
+    """Wake ``roots`` with no debounce: what woke them was debounced already (a sync's
+    transitions, a fan-out of every tree)."""
+    return wake(roots, reason=reason, delay_s=0.0)
+
+
+# --- what woken tasks did or will do, so beat's tick does not do it again ----------------
+
+WOKEN_SYNC = "sync"
+# A tree that nothing changed in is still cycled by the tick this many intervals after
+# its last cycle: time alone moves some decisions (a backoff ending, an admission
+# timeout, aging, the forecast's ETAs).
+UNCHANGED_TICKS = 2
+
+
+def done_key(what: str) -> str:
+    return f"kq:woken-done:{what}"
+
+
+def cycled_key(root: str) -> str:
+    return f"kq:cycled:{root}"
+
+
+def woken_done(what: str) -> None:
+    """A woken task just ran the sync (``WOKEN_SYNC``)."""
+    try:
+        cache.set(done_key(what), time.time(), timeout=KEY_TTL_S + 60)
+    except Exception:
+        log.exception("could not note that %s ran", what)
+
+
+def journal_head(root: str) -> str | None:
+    """The tree's journal cursor now (queueing.world): taken before a cycle reads, so
+    that ``covered`` can tell whether anything changed after it. None without worlds."""
+    from queueing import world
+
+    if not enabled() or not world.enabled():
+        return None
+    try:
+        return world.journal().head(root)
+    except Exception:
+        log.exception("could not read the journal of %s", root)
+        return None
+
+
+def cycled(root: str, head: str | None) -> None:
+    """A cycle of ``root`` (woken or beat's) succeeded, having read after ``head``."""
+    if not enabled():
+        return
+    try:
+        cache.set(cycled_key(root), [time.time(), head], timeout=3600)
+    except Exception:
+        log.exception("could not note the cycle of %s", root)
+
+
+def covered(whats: Iterable[str], seconds: float) -> set[str]:
+    """Those of ``whats`` (``WOKEN_SYNC``, roots) that beat's tick (every ``seconds``)
+    leaves to woken tasks. Empty with wakes off: then only ticks sync and cycle.
+
+    - the sync: a woken one ran less than an interval ago, or one was woken less than
+      an interval ago and has not started;
+    - a tree: a react of it was woken less than an interval ago and has not started
+      (``ALL``'s covers every tree); or nothing but cycles' own writes reached its
+      journal since its last cycle began, and that cycle is less than
+      ``UNCHANGED_TICKS`` intervals old (with worlds off, which keep no journal: its
+      last cycle is less than an interval old).
+
+    So a tick does what a lost wake left undone (a react still waiting after an interval
+    is lost or stuck behind a backlog: the tick does its work) within two intervals,
+    and what time alone changes within ``UNCHANGED_TICKS``."""
+    from queueing import world
+
+    wanted = list(whats)
+    if not wanted or not enabled() or seconds <= 0:
+        return set()
+    roots = [what for what in wanted if what != WOKEN_SYNC]
+    keys = [key(ALL), key(SYNC), done_key(WOKEN_SYNC)]
+    keys += [key(root) for root in roots] + [cycled_key(root) for root in roots]
+    try:
+        found = cache.get_many(keys)
+    except Exception:
+        log.exception("could not read what woken tasks ran")
+        return set()
+    now = time.time()
+
+    def recent(name: str) -> bool:
+        try:
+            return float(found.get(name, 0.0)) > now - seconds
+        except (TypeError, ValueError):  # a key of an older version: not trusted
+            return False
+
+    out: set[str] = set()
+    if WOKEN_SYNC in wanted and (recent(key(SYNC)) or recent(done_key(WOKEN_SYNC))):
+        out.add(WOKEN_SYNC)
+    journaled = world.enabled()
+    for root in roots:
+        if recent(key(ALL)) or recent(key(root)):
+            out.add(root)
+            continue
+        at, head = found.get(cycled_key(root)) or (0.0, None)
+        if not journaled:
+            if float(at) > now - seconds:
+                out.add(root)
+            continue
+        if head is None or float(at) <= now - seconds * UNCHANGED_TICKS:
+            continue
+        try:
+            if not world.journal().changed_since(root, str(head)):
+                out.add(root)
+        except Exception:
+            log.exception("could not read the journal of %s", root)
+    return out
+
+
+# --- trees waiting for room on the nodes, not for quota ------------------------------------
+
+NODE_BOUND_TTL_S = 600
+
+
+def node_bound_key(root: str) -> str:
+    return f"kq:nodebound:{root}"
+
+
+def note_node_bound(root: str, bound: bool) -> None:
+    """After a tree's cycle: whether some of its waiting wait for room on the nodes (their
+    quota would let them in). Room freed by any tree's finish may let those in, so every
+    sync that moved something wakes such a tree too (``node_bound``); a tree waiting for
+    quota only is woken by its own changes."""
+    try:
+        if bound:
+            cache.set(node_bound_key(root), 1, timeout=NODE_BOUND_TTL_S)
+        else:
+            cache.delete(node_bound_key(root))
+    except Exception:  # the cache is down: beat's tick still cycles every tree
+        log.exception("could not note whether %s waits for node room", root)
+
+
+def node_bound(roots: Iterable[str]) -> set[str]:
+    """Those of ``roots`` whose last cycle left work waiting for room on the nodes."""
+    wanted = list(roots)
+    if not wanted:
+        return set()
+    try:
+        found = cache.get_many([node_bound_key(root) for root in wanted])
+    except Exception:
+        log.exception("could not read which trees wait for node room")
+        return set(wanted)  # when in doubt, wake them: a wake too many costs a cycle
+    return {root for root in wanted if node_bound_key(root) in found}
+
+
+def on_worker_start(queues: Iterable[str] | None) -> int:
+    """A worker that consumes the cycle queue starts (or restarts after a crash): whatever
+    its predecessor had received and not finished is gone with it -- a react is
+    acknowledged as it starts, not kept for redelivery (portal.celery) -- so wake a sync
+    and every tree afresh, past any key a lost task left. Beat's tick would get there
+    too, a tick or two later."""
+    if not enabled() or (queues is not None and settings.KQ_CYCLE_QUEUE not in set(queues)):
+        return 0
+    return wake(None, sync=True, reason="worker start", fresh=True) + wake(
+        None, reason="worker start", fresh=True
+    )
+
+
+# A target whose lease is busy is woken again after BUSY_RETRY_S, doubled at each busy
+# retry in a row up to BUSY_RETRY_MAX_S: a holder cycling now releases within a cycle,
+# a killed holder's lease only at its TTL (KQ_CYCLE_LEASE_S), which a retry every 100 ms
+# would wait out as hundreds of tasks.
+BUSY_RETRY_S = 0.1
+BUSY_RETRY_MAX_S = 2.0
+
+
+def busy_key(target: str) -> str:
+    return f"kq:busy:{target}"
+
+
+def wake_busy(targets: Iterable[str], *, reason: str = "lease busy") -> int:
+    """Wake ``targets`` (roots, or ``SYNC``) again: their lease was held by another."""
+    sent = 0
+    for target in targets:
+        try:
+            streak = int(cache.get(busy_key(target)) or 0)
+            cache.set(busy_key(target), streak + 1, timeout=int(BUSY_RETRY_MAX_S * 10))
+        except Exception:
+            streak = 0
+        delay = min(BUSY_RETRY_S * 2**streak, BUSY_RETRY_MAX_S)
+        if target == SYNC:
+            sent += wake(None, sync=True, reason=reason, delay_s=delay)
+        else:
+            sent += wake([target], reason=reason, delay_s=delay)
+    return sent
+
+
+def not_busy(target: str) -> None:
+    """``target`` got its lease: the next busy retry starts short again."""
+    try:
+        cache.delete(busy_key(target))
+    except Exception:
+        log.exception("could not reset the busy retries of %s", target)
 
 
 def taken(target: str) -> None:
@@ -161,44 +389,6 @@ def root_of_each(quota_ids: Iterable[int]) -> dict[int, str]:
                 found[quota_id] = name
             current = parent
     return found
-
-
-def wake_workloads(workload_ids: Iterable[int], *, reason: str = "changed") -> int:
-    """After a commit that changed these workloads: journal them for their trees' worlds
-    (queueing.world) and wake the trees' cycles."""
-    from queueing import world
-
-    if not (enabled() or world.enabled()):
-        return 0
-    roots = _roots_of_workloads(workload_ids)
-    if world.enabled():
-        world.record(roots)
-    if not roots or not enabled() or getattr(_local, "suppressed", False):
-        return 0
-    return wake(roots, reason=reason)
-
-
-def journal_workloads(workload_ids: Iterable[int]) -> None:
-    """Inside the writing transaction (see world.record_now_and_on_commit)."""
-    from queueing import world
-
-    if world.enabled():
-        world.record(_roots_of_workloads(workload_ids))
-
-
-def _roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
-    from queueing.models import Workload
-
-    ids = list(workload_ids)
-    if not ids:
-        return {}
-    by_quota: dict[int, list[int]] = {}
-    for workload_id, quota_id in Workload.objects.filter(id__in=ids).values_list("id", "quota_id"):
-        by_quota.setdefault(quota_id, []).append(workload_id)
-    out: dict[str, list[int]] = {}
-    for quota_id, root in root_of_each(by_quota).items():
-        out.setdefault(root, []).extend(by_quota[quota_id])
-    return out
 
 
 # --- timers: the simulated cluster's jobs finish at known instants ------------------------

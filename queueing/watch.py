@@ -3,7 +3,8 @@
 The sync and the cycle run in Celery workers; beat's timer reconciles periodically. The
 watch makes them react: informers follow jobs, nodes and bound pods, and a change that
 can alter a decision (a job finished, appeared, vanished or changed state; a node or
-free capacity changed) wakes the cycle worker for a sync and a cycle (queueing.wake).
+free capacity changed) wakes the cycle worker for a sync, which wakes the cycles of the
+trees it touched (queueing.wake; a node's change wakes every tree).
 Bursts are coalesced: at most one trigger per ``debounce_s``, and wakes are debounced
 again on their way. With ``KQ_KUBE_LIVE_CONFIG`` it also watches the configuration
 objects (ElasticQuotas, ElasticQuotaTrees, Queues; ``ConfigWatcher``): an edit marks the
@@ -27,15 +28,15 @@ Trigger = Callable[[Mapping[str, int]], None]
 
 
 def enqueue_tick(reasons: Mapping[str, int]) -> None:
-    """Wake the cycle worker for a sync and every tree's cycle (queueing.wake); with
-    wakes off, ask for a tick (one nobody picks up soon is useless, so it expires)."""
+    """Wake the cycle worker for a sync, which wakes the trees it touches (``wake_sync``);
+    with wakes off, ask for a tick (one nobody picks up soon is useless, so it expires)."""
     from django.conf import settings
 
     from queueing import wake
     from queueing.tasks import tick
 
     if wake.enabled():
-        wake.wake(None, sync=True, reason=",".join(sorted(reasons))[:100])
+        wake_sync(reasons)
     else:
         tick.apply_async(expires=max(settings.KQ_CYCLE_INTERVAL_S * 2, 2.0))
     log.debug("cycle requested after %s", dict(reasons))
@@ -82,11 +83,15 @@ class Coalescer:
 
 
 def wake_sync(reasons: Mapping[str, int]) -> None:
-    """Wake a sync and every tree's cycle (queueing.wake); nothing when wakes are off
-    (beat's tick follows the change then)."""
+    """Wake a sync (queueing.wake), which wakes the trees whose workloads it moves; a
+    node that came, went or changed also wakes every tree (no workload moves for it, and
+    any tree may place on it). Nothing when wakes are off (beat's tick follows then)."""
     from queueing import wake
 
-    wake.wake(None, sync=True, reason=",".join(sorted(reasons))[:100])
+    said = ",".join(sorted(reasons))[:100]
+    wake.wake(None, sync=True, reason=said)
+    if any(reason.startswith("node ") for reason in reasons):
+        wake.wake(None, reason=said)
 
 
 def wake_on_own_informers(cluster: KubernetesCluster) -> None:

@@ -62,6 +62,11 @@ class Journal(Protocol):
         """A cursor after everything recorded so far."""
         ...
 
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes (``by`` set) was recorded after
+        ``cursor``; True when that cannot be told (trimmed past it, or lost)."""
+        ...
+
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int]]:
@@ -77,6 +82,8 @@ def _seq(cursor: Cursor) -> tuple[int, int]:
 
 class RedisJournal:
     """A capped Redis stream per tree; each reader keeps its own cursor."""
+
+    BATCH = 5000  # entries read per round trip
 
     def __init__(self, url: str) -> None:
         import redis
@@ -100,11 +107,32 @@ class RedisJournal:
         last = self.client.xrevrange(self.key(root), count=1)
         return str(last[0][0]) if last else "0-0"
 
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        """Whether anything but a cycle's own writes was recorded after ``cursor`` (True
+        when the stream cannot tell: trimmed past it, or gone)."""
+        key = self.key(root)
+        first = self.client.xrange(key, count=1)
+        if not first or (cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor)):
+            return cursor != "0-0" or bool(first)
+        last = cursor
+        while True:  # most often the first batch answers
+            batch = self.client.xrange(key, min=f"({last}", count=200)
+            if any(not fields.get("by") for _, fields in batch):
+                return True
+            if len(batch) < 200:
+                return False
+            last = str(batch[-1][0])
+
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int]]:
         key = self.key(root)
-        first = self.client.xrange(key, count=1)
+        # One round trip: the stream's first entry (was our cursor trimmed away?) and the
+        # entries after the cursor, read atomically (MULTI); more only past BATCH.
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xrange(key, count=1)
+        pipe.xrange(key, min=f"({cursor}" if cursor != "0-0" else "-", count=self.BATCH)
+        first, batch = pipe.execute()
         if not first:
             # Nothing recorded, ever, or the stream is gone (a Redis restart): only the
             # first is safe to believe.
@@ -114,14 +142,14 @@ class RedisJournal:
         ids: set[int] = set()
         own: set[int] = set()
         last = cursor
-        while True:
-            batch = self.client.xrange(key, min=f"({last}", count=5000)
-            if not batch:
-                break
+        while batch:
             for entry_id, fields in batch:
                 last = str(entry_id)
                 got = (int(i) for i in str(fields["ids"]).split(",") if i)
                 (own if reader and fields.get("by") == reader else ids).update(got)
+            if len(batch) < self.BATCH:
+                break
+            batch = self.client.xrange(key, min=f"({last}", count=self.BATCH)
         return last, ids, own - ids
 
 
@@ -151,6 +179,13 @@ class LocalJournal:
     def head(self, root: str) -> Cursor:
         with self.lock:
             return f"{self.seq}-{self.generation}"
+
+    def changed_since(self, root: str, cursor: Cursor) -> bool:
+        after, generation = _seq(cursor)
+        with self.lock:
+            if generation != self.generation or after < self.dropped.get(root, 0):
+                return True
+            return any(seq > after and not by for seq, _, by in self.entries.get(root, ()))
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
@@ -217,6 +252,58 @@ def record_now_and_on_commit(changes: Mapping[str, Iterable[int]], *, by: str = 
     record(chosen, by=by)
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(lambda: record(chosen, by=by))
+
+
+# Quota trees are shallow; a deeper chain (or a cycle a bad edit left) is cut here.
+MAX_TREE_DEPTH = 64
+
+
+def roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
+    """The workloads' ids per the root of their quota's tree, in one query (a recursive
+    walk up the quota tree in the database): what the journal and the wakes of a commit
+    need. Workloads (or quotas) no longer there are left out."""
+    return roots_and_deciding(workload_ids)[0]
+
+
+def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]], set[str]]:
+    """``roots_of_workloads``, and the roots of those whose phase can change a decision
+    (neither admitted nor running: waiting, ended, being evicted), in the same query."""
+    from django.db import connection
+
+    from queueing.choices import Phase
+    from queueing.models import Quota, Workload
+
+    ids = sorted({int(i) for i in workload_ids})
+    if not ids:
+        return {}, set()
+    q = connection.ops.quote_name
+    workloads = q(Workload._meta.db_table)
+    quotas = q(Quota._meta.db_table)
+    holding = {str(Phase.ADMITTED), str(Phase.RUNNING)}
+    out: dict[str, list[int]] = {}
+    deciding: set[str] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), 10_000):
+            chunk = ids[start : start + 10_000]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                # Identifiers from the models' meta, quoted; every value is a parameter.
+                f"WITH RECURSIVE up(wid, phase, parent, name, depth) AS ("  # noqa: S608
+                f" SELECT w.{q('id')}, w.{q('phase')}, t.{q('parent_id')}, t.{q('name')}, 0"
+                f" FROM {workloads} w JOIN {quotas} t ON t.{q('id')} = w.{q('quota_id')}"
+                f" WHERE w.{q('id')} IN ({marks})"
+                f" UNION ALL SELECT up.wid, up.phase, t.{q('parent_id')}, t.{q('name')},"
+                f" up.depth + 1"
+                f" FROM up JOIN {quotas} t ON t.{q('id')} = up.parent"
+                f" WHERE up.depth < %s)"
+                " SELECT wid, phase, name FROM up WHERE parent IS NULL",
+                [*chunk, MAX_TREE_DEPTH],
+            )
+            for workload_id, phase, root in cursor.fetchall():
+                out.setdefault(str(root), []).append(int(workload_id))
+                if str(phase) not in holding:
+                    deciding.add(str(root))
+    return out, deciding
 
 
 #: The annotation fields a world keeps (state.snapshot.WORKLOAD_FIELDS): what a cycle's
@@ -536,6 +623,9 @@ class TreeWorld:
 
 
 _worlds: dict[str, TreeWorld] = {}
+#: Per tree root, what this process remembers of it beside its world (state.quotas: the
+#: time of the last usage sample); forgotten with the worlds.
+notes: defaultdict[str, dict[str, Any]] = defaultdict(dict)
 
 
 def enabled() -> bool:
@@ -564,3 +654,4 @@ def _invalidate_all() -> None:
 def forget() -> None:
     """Tests: drop every world of this process (as a restarted worker would)."""
     _worlds.clear()
+    notes.clear()

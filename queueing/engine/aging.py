@@ -45,6 +45,7 @@ from queueing.engine.types import QueueSpec, WorkloadSpec
 
 __all__ = [
     "Queued",
+    "admitted_by_age_ahead",
     "aged_before",
     "aged_claims",
     "aged_cutoff",
@@ -118,6 +119,25 @@ def order_key(aging_bound_s: float | None, now: float) -> Callable[[Queued], Ord
 def aged_before(spec: QueueSpec, now: float) -> float:
     """Workloads of ``spec``'s queue queued at or before this are aged at ``now``."""
     return aged_cutoff(spec.aging_bound_s, now)
+
+
+def admitted_by_age_ahead(
+    vspec: QueueSpec | None, v: WorkloadSpec, w: WorkloadSpec, w_aged: bool
+) -> bool:
+    """Whether running ``v`` was admitted by age ahead of waiting ``w`` (``w_aged``:
+    whether ``w`` has aged now), so that preemption never takes it for ``w``.
+
+    An aged workload goes ahead of every one that has not aged, the aged in the order
+    they queued; evicting it for a fresher one of higher priority would undo that (the
+    live demo admitted an aged 128-cpu gang and evicted it a second later for a fresh
+    one, past ten minutes). Only a workload that had aged when it was admitted is
+    spared: one admitted at once keeps its priority's terms.
+    """
+    if vspec is None or v.admitted_at is None:
+        return False
+    if v.queue_order_at > aged_before(vspec, v.admitted_at):
+        return False  # it was not admitted by age: priority decides
+    return not w_aged or v.queue_order_at <= w.queue_order_at
 
 
 def aged_cutoff(aging_bound_s: float | None, now: float) -> float:

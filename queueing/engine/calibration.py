@@ -37,12 +37,14 @@ from queueing.engine.types import (
     EXPLAIN_POLICY,
     EXPLAIN_PREEMPTING,
     EXPLAIN_QUOTA,
+    NO_PREEMPT,
     CycleResult,
     Eta,
     Explanation,
     Snapshot,
     covers,
     fmt,
+    fmt_time,
 )
 
 __all__ = [
@@ -531,6 +533,10 @@ def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult
                 return "workloads it waits for miscounted"
             if ("to finish" in text) != (e.limit == "finishing"):
                 return "finishing work said to be evicted (or the reverse)"
+            if e.limit == "finishing" and (
+                e.awaited_until is None or fmt_time(e.awaited_until) not in text
+            ):
+                return "finishing work awaited without saying until when"
         elif "Waiting for" in text:
             return "waits for workloads it does not name"
     if e.kind == EXPLAIN_QUOTA:
@@ -543,6 +549,10 @@ def contradictions(e: Explanation, names: Mapping[int, str], result: CycleResult
             enough = covers(e.victims_free, short)
             if enough != ("would free it" in text):
                 return "victims said to free the shortfall but do not (or the reverse)"
+            if enough and (
+                e.no_preempt not in NO_PREEMPT or f"but {NO_PREEMPT[e.no_preempt]}" not in text
+            ):
+                return "victims that would free it, not preempted, without saying why"
         if fmt(short) not in text:
             return "shortfall not printed in people's units"
     return ""

@@ -47,6 +47,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     order_key,
 )
+from queueing.engine.eta import awaited_starts, typical_bound
 from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.nodes import elig_key
@@ -157,7 +158,8 @@ class Cycle(CycleState):
         preempt_tried = self.preempt_tried
         shape_of = self.shape
         may_fit = nodes.may_fit
-        within_min = self.within_min
+        min_room = self.min_room
+        nodes_none = (F_NODES, None)  # (one tuple for the ~35k such failures at 60k)
 
         def advance(q: QueueState) -> WorkloadSpec | None:
             """Move ``q`` to its next candidate that may be tried, or None.
@@ -176,8 +178,18 @@ class Cycle(CycleState):
             intelligent = q.intelligent
             threshold = q.threshold
             headroom = self._headroom
+            load_version = self._load_version  # (no admission while a queue advances)
+            chain_headroom = self._chain_headroom
             pos = q.pos
             limit = q.limit
+            # Per quota, refreshed when the candidates' quota changes (they mostly
+            # share one): which of its three searches this queue has tried
+            # (preempt_tried does not change while a queue advances), its room under
+            # its min (for within_min) and its chain's cached headroom.
+            tq = -1
+            tried0 = tried1 = tried2 = False
+            room: dict[str, int] | None = None
+            head: dict[str, tuple[int, int]] = {}
             while pos < limit:
                 w = cands[pos]
                 wid = w.id
@@ -193,56 +205,74 @@ class Cycle(CycleState):
                         fail[wid] = (F_POLICY, b)
                         pos += 1
                         continue
+                if qi != tq:
+                    tq = qi
+                    tried0 = (qidx, qi, 0) in preempt_tried
+                    tried1 = (qidx, qi, 1) in preempt_tried
+                    tried2 = (qidx, qi, 2) in preempt_tried
+                    room = None
+                    cached = headroom[qi]
+                    if cached is None or cached[0] != load_version:
+                        cached = headroom[qi] = (load_version, {})
+                    head = cached[1]
+                req = w._request._d
                 if may_preempt:
                     # Untried search_key: the candidate gets its turn. Which kind it is
                     # (within min or not) is only worked out when just one is tried.
-                    aged = (qidx, qi, 1 if w.queue_order_at <= aged_cut else 0)
-                    untried_aged = aged not in preempt_tried
-                    if untried_aged == ((qidx, qi, 2) not in preempt_tried):
+                    untried_aged = not (tried1 if w.queue_order_at <= aged_cut else tried0)
+                    if untried_aged != tried2:
                         if untried_aged:
                             break
-                    elif untried_aged != within_min(qi, w._request._d):
-                        break
-                # Fast fail: the quota chain's cached headroom, then the nodes' largest
-                # free slot (single pod set), then the memo of failed gang shapes.
-                req = w._request._d
+                    else:
+                        # within_min(qi, req), from the quota's room under its min.
+                        if room is None:
+                            room = min_room(qi)
+                        wm = False
+                        for k, v in req.items():
+                            r = room.get(k)
+                            if r is not None:
+                                if v > r:
+                                    wm = False
+                                    break
+                                wm = True
+                        if untried_aged != wm:
+                            break
+                # Fast fail: the quota chain's headroom (quota_fail, from its cache),
+                # then the nodes' largest free slot (single pod set), then the memo of
+                # failed gang shapes.
                 c = -1
-                cached = headroom[qi]
-                if cached is not None and cached[0] == self._load_version:
-                    head = cached[1]
-                    for k, v in req.items():
-                        hk = head.get(k)
-                        if hk is None:
-                            c = quota_fail(qi, req)
-                            break
-                        if v > hk[0]:
-                            c = hk[1]
-                            break
-                else:
-                    c = quota_fail(qi, req)
+                for k, v in req.items():
+                    hk = head.get(k)
+                    if hk is None:
+                        hk = head[k] = chain_headroom(qi, k)
+                    if v > hk[0]:
+                        c = hk[1]
+                        break
                 # (np_short: only a non-preemptible workload can be short of its min.)
                 np_c = not w.preemptible and bool(self.np_short(w, qi))
                 if np_c:
                     c = qi
+                blocks = block_all or (intelligent and w.priority >= threshold)
                 if c >= 0:
                     fail[wid] = (F_NPMIN, qi) if np_c else (F_QUOTA, c)
                 else:
                     pod_sets = w.pod_sets
-                    if len(pod_sets) == 1 and not may_fit(
-                        elig_key(pod_sets[0]), pod_sets[0].requests._d
-                    ):
-                        fail[wid] = (F_NODES, None)
+                    if len(pod_sets) == 1:
+                        ps0 = pod_sets[0]
+                        fits = may_fit(elig_key(ps0), ps0.requests._d)
+                    else:
+                        fits = True
+                    if not fits:
+                        fail[wid] = nodes_none
                     else:
                         shape = shape_of(w)
                         if shape not in failed_shapes:
                             break
                         fail[wid] = (F_NODES, shape)
-                    if (
-                        block_all or (intelligent and w.priority >= threshold)
-                    ) and self.set_aside_on_nodes(w):
+                    if blocks and self.set_aside_on_nodes(w):
                         pos += 1
                         continue
-                if block_all or (intelligent and w.priority >= threshold):
+                if blocks:
                     blocked.setdefault(qi, wid)
                     self.starving(q, w, qi, c)
                 pos += 1
@@ -439,7 +469,9 @@ class Cycle(CycleState):
         etas: dict[int, Any] = {}
         if forecast:
             positions, etas = run_forecast(self)
-            bound_etas(explanations, etas)  # never after the aging bound stated
+            # never after the aging bound stated (a typical p50 below it), nor after
+            # the start a preemptor's sentence implies
+            bound_etas(explanations, etas, typical_bound(self), awaited_starts(self, explanations))
         t2 = perf_counter()
         tree = self.tree
         names = tree.names

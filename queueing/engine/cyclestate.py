@@ -173,9 +173,15 @@ class CycleState:
         quota_of = self.quota_of
         caps: list[dict[str, int] | None] = [None] * nq
         capacity = nodes.capacity
+        holding = self.holding
+        nominated_in = self.nominated_in
+        inflight = self.inflight
+        held: list[WorkloadSpec] = []  # every holding workload, for the nodes
+        # (Hot: ~80k workloads at 60k pending. Module constants are bound locally.)
+        pending_, backoff_, holding_, preempted_ = PENDING, BACKOFF, HOLDING_PHASES, PREEMPTED
         for w in snapshot.workloads:
             ph = w.phase
-            if ph == PENDING or (ph == BACKOFF and (w.requeue_at is None or w.requeue_at <= now)):
+            if ph == pending_ or (ph == backoff_ and (w.requeue_at is None or w.requeue_at <= now)):
                 qi = qindex.get(w.quota)
                 if qi is None or w.queue not in queue_specs:
                     what = (
@@ -186,44 +192,52 @@ class CycleState:
                 ccap = caps[qi]
                 if ccap is None:
                     ccap = caps[qi] = self._chain_cap(qi, capacity)
-                for k, v in w._request._d.items():
+                # The chain-cap check and the quota's pending sum in one pass; a
+                # workload set aside (rare) has its part taken back out again.
+                req = w._request._d
+                d = own_pend[qi]
+                for k, v in req.items():
                     if v > ccap.get(k, 0):
                         self._set_aside(w, qi, k, capacity)
+                        for k2, v2 in req.items():
+                            if k2 == k:
+                                break
+                            left = d[k2] - v2
+                            if left:
+                                d[k2] = left
+                            else:
+                                del d[k2]  # (requests are positive: it was absent)
                         break
-                else:
-                    k = ""
-                if k:
-                    continue
-                quota_of[w.id] = qi
-                lst = per_queue.get(w.queue)
-                if lst is None:
-                    per_queue[w.queue] = [w]
-                else:
-                    lst.append(w)
-                d = own_pend[qi]
-                for k, v in w._request._d.items():
                     d[k] = d.get(k, 0) + v
-                if w.nominated:
-                    self.nominated_in.add(w.id)
-            elif ph in HOLDING_PHASES:
-                for node_name, amount in w.assignment.items():
-                    nodes.hold(node_name, amount.raw)
+                else:
+                    quota_of[w.id] = qi
+                    lst = per_queue.get(w.queue)
+                    if lst is None:
+                        per_queue[w.queue] = [w]
+                    else:
+                        lst.append(w)
+                    if w.nominated:
+                        nominated_in.add(w.id)
+            elif ph in holding_:
+                held.append(w)
                 qi = qindex.get(w.quota)
                 if qi is None:
                     self.orphans.append(w)
                 else:
-                    self.holding[qi].append(w)
+                    holding[qi].append(w)
+                    req = w._request._d
                     d = own_used[qi]
-                    for k, v in w._request._d.items():
+                    for k, v in req.items():
                         d[k] = d.get(k, 0) + v
                     if not w.preemptible:
                         d = own_np[qi]
-                        for k, v in w._request._d.items():
+                        for k, v in req.items():
                             d[k] = d.get(k, 0) + v
-                if ph == PREEMPTED and w.preempted_by is not None:
-                    self.inflight.setdefault(w.preempted_by, []).append(w)
-            elif ph == BACKOFF:
+                if ph == preempted_ and w.preempted_by is not None:
+                    inflight.setdefault(w.preempted_by, []).append(w)
+            elif ph == backoff_:
                 self.backing_off.append(w)
+        nodes.hold_all(held)
         for name, extra in snapshot.unlisted_demand.items():
             qi = qindex.get(name)
             if qi is not None:
@@ -328,6 +342,8 @@ class CycleState:
         #: Preemptors waiting instead for work that ends within the grace period
         #: (nothing evicted): id -> the ids of that work (for their explanation).
         self.awaiting: dict[int, tuple[int, ...]] = {}
+        #: ... and until when at the latest (then what still runs may be evicted).
+        self.awaited_until: dict[int, float] = {}
         self.fail: dict[int, tuple[int, Any]] = {}
         self.failed_shapes: set[ShapeKey] = set()
         #: (queue index, quota index, kind): one victim search each per cycle.
@@ -467,6 +483,15 @@ class CycleState:
                 if used.get(k, 0) + v > mk:
                     return False
         return named
+
+    def min_room(self, qi: int) -> dict[str, int]:
+        """Per resource quota ``qi``'s min names (> 0): ``min - load``.
+
+        ``within_min(qi, req)`` is: some resource of ``req`` is in it, and none asks
+        more than its room (for callers that ask it of many requests at one load).
+        """
+        used = self.load[qi]
+        return {k: m - used.get(k, 0) for k, m in self.tree.mins[qi].items() if m > 0}
 
     def _chain_headroom(self, qi: int, k: str) -> tuple[int, int]:
         """Smallest ``limit - load`` for resource ``k`` along the chain, and where."""

@@ -46,13 +46,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from queueing.engine.aging import claim_full_at
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, banded, eta_classes
-from queueing.engine.types import Eta, Position, WorkloadSpec
+from queueing.engine.forecast_sim import runtime_of
+from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["finish_etas"]
+__all__ = ["awaited_starts", "finish_etas", "typical_bound"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
@@ -189,6 +191,128 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
+    """Aging's bound with typical runtimes, per waiting workload id: a p50 beside it.
+
+    The bound (:mod:`.explain`, "starts by T at the latest") is when the head's claim is
+    whole and every workload now holding capacity in its tree has reached its declared
+    limit. Work uses a share of its limit (``Snapshot.runtime_ratio``): with the median
+    share, as the forward simulation runs it (one past its typical share ends half way
+    to its limit), the same argument gives a time that is typical rather than
+    guaranteed -- equal to the bound when runtimes equal their limits, earlier when
+    they vary. None for a workload the cycle does not know.
+    """
+    now = cy.now
+    tree = cy.tree
+    ends: dict[int, float] = {}
+    by_id: dict[int, WorkloadSpec] = {}
+
+    def end_of(root: int) -> float:
+        got = ends.get(root)
+        if got is None:
+            got = now
+            for c in tree.subtree(root):
+                for w in cy.holding[c]:
+                    start = w.started_at if w.started_at is not None else now
+                    end = start + runtime_of(cy, w, 0)
+                    if end < now:
+                        limit = w.expected_runtime_s or 0.0
+                        end = now + max(0.0, start + limit - now) * 0.5
+                    got = max(got, end)
+            ends[root] = got
+        return got
+
+    def typical(wid: int) -> float | None:
+        if not by_id:
+            by_id.update((w.id, w) for w in cy.snapshot.workloads)
+        w = by_id.get(wid)
+        qi = cy.quota_of.get(wid)
+        spec = cy.queue_specs.get(w.queue) if w is not None else None
+        if w is None or qi is None or spec is None:
+            return None
+        full = claim_full_at(spec, w)
+        if full is None:
+            return None
+        return max(full, end_of(tree.chains[qi][-1]), now)
+
+    return typical
+
+
+def awaited_starts(
+    cy: Cycle, explanations: Mapping[int, Explanation]
+) -> dict[int, tuple[float, float]]:
+    """When each waiting preemptor starts, from what its explanation says it waits for.
+
+    The capacity its victims release is reserved for it (the sentence says so): victims
+    being evicted (``limit="evicting"``) typically release it by the next cycle, as the
+    forward simulation assumes too -- which yet forecast some such preemptors minutes away
+    (gpu-heavy: 102-770 s for starts within one cycle); work awaited instead of
+    evicted (``limit="finishing"``) ends by its declared limit, within the preemption
+    grace period, and typically after its queue's median share of it, as the
+    simulation runs it. Per preemptor id: (typical start, latest start -- infinite for
+    an eviction, whose duration is the cluster's), at the cycle after those ends; none for one whose explanation names nothing it waits for, or
+    work whose end is not known (no limit, or past it).
+    """
+    now = cy.now
+    tick = max(0.0, cy.config.cycle_interval_s)
+
+    def next_cycle(t: float) -> float:
+        if tick <= 0:
+            return t
+        return now + math.ceil(max(0.0, t - now) / tick - 1e-9) * tick
+
+    out: dict[int, tuple[float, float]] = {}
+    finishing: list[Explanation] = []
+    # The waiting preemptors (a handful, not every explanation): those with victims in
+    # flight, and those awaiting work that finishes instead.
+    for wid in {**cy.waiting, **cy.awaiting}:
+        e = explanations.get(wid)
+        if e is None or e.kind != EXPLAIN_PREEMPTING or not e.victims:
+            continue
+        if e.limit == "evicting":
+            # Typically by the next cycle; how long an eviction takes is the cluster's
+            # (pods' termination grace): the p90 stays what the calibration says.
+            out[wid] = (now + tick, math.inf)
+        elif e.limit == "finishing":
+            finishing.append(e)
+    if not finishing:
+        return out
+    # The awaited work holds capacity in the preemptor's own quota (in-quota) or, rarely,
+    # elsewhere in its tree (reclaim): look there first, the whole cluster (tens of
+    # thousands running) only for what is still missing.
+    wanted = {v for e in finishing for v in e.victims}
+    held: dict[int, WorkloadSpec] = {}
+    for e in finishing:
+        qi = cy.quota_of.get(e.workload_id)
+        if qi is not None:
+            for h in cy.holding[qi]:
+                if h.id in wanted:
+                    held[h.id] = h
+    if len(held) < len(wanted):
+        for ws in cy.holding:
+            for h in ws:
+                if h.id in wanted:
+                    held[h.id] = h
+    for e in finishing:
+        typical = latest = now
+        for vid in e.victims:
+            v = held.get(vid)
+            if v is None or not v.expected_runtime_s:
+                break  # not known, or no limit: when it ends is not known
+            start = v.started_at if v.started_at is not None else now
+            limit_end = start + v.expected_runtime_s
+            if limit_end < now:
+                break  # past its limit: not known
+            end = start + runtime_of(cy, v, 0)
+            if end < now:
+                end = now + (limit_end - now) * 0.5
+            typical = max(typical, end)
+            latest = max(latest, limit_end)
+        else:
+            out[e.workload_id] = (next_cycle(typical), next_cycle(latest))
+    return out
 
 
 def _load_above(

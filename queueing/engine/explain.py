@@ -29,10 +29,10 @@ position, so the expensive parts are cached per (quota node, request) and shared
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import claim_full_at
+from queueing.engine.aging import admitted_by_age_ahead, claim_full_at
 from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NEVER,
@@ -58,6 +58,7 @@ from queueing.engine.types import (
     Eta,
     Explanation,
     WorkloadSpec,
+    covers,
     fmt,
     fmt_amount,
     fmt_time,
@@ -65,6 +66,7 @@ from queueing.engine.types import (
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
+    from queueing.engine.cyclestate import QueueState
 
 __all__ = ["bound_etas", "explain_all"]
 
@@ -228,9 +230,12 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:14], n, *tmpl[15:]))
 
     victims_cache: dict[tuple[int, int], list[WorkloadSpec]] = {}
-    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources]
+    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...]]
     hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
-    skip_victims = cy.victim_ids
+    # Never candidates of a search: chosen as victims, or awaited by another preemptor.
+    skip_victims = set(cy.victim_ids)
+    for vids in awaiting.values():
+        skip_victims.update(vids)
 
     def victims_hint(qi: int, priority: int, short: Resources) -> Hint | None:
         """Lower-priority workloads of the quota (victim order) as the victims fields.
@@ -275,9 +280,31 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 tuple(v.id for v in chosen),
                 tuple(v.name for v in chosen),
                 Resources.from_raw(freed),
+                tuple(chosen),
             )
         hint_cache[hkey] = got
         return got
+
+    preemption_on = cfg.preemption
+    specs = cy.queue_specs
+    failed = cy.preempt_failed
+    tried = cy.preempt_tried
+
+    def no_preempt(q: QueueState, w: WorkloadSpec, qi: int, hint: Hint) -> str:
+        """Why the hint's victims were not preempted for ``w`` this cycle (a key of
+        ``types.NO_PREEMPT``), or "" when that is not known (then no hint is offered:
+        "preempting them would free it" alone reads as a promise the cycle broke)."""
+        if not preemption_on:
+            return "off"
+        w_aged = w.queue_order_at <= q.aged_before
+        if any(admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged) for v in hint[3]):
+            return "aged"
+        shape = cy.shape(w)
+        if (qi, w.priority, shape) in failed or (-1, w.priority, shape) in failed:
+            return "failed"
+        if any((q.index, qi, kind) in tried for kind in (0, 1, 2)):
+            return "turn"
+        return ""
 
     latest_end: dict[int, float | None] = {}
 
@@ -319,6 +346,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             text = "it waits for room on nodes for all its pods at once"
         elif e.kind == EXPLAIN_PREEMPTING and e.limit == "finishing":
             text = "it waits for the workloads it would preempt to finish"
+            if e.awaited_until is not None:
+                text += f" (evicted if still running at {fmt_time(e.awaited_until)})"
         elif e.kind == EXPLAIN_PREEMPTING:
             text = "it waits for the workloads it preempted to release their capacity"
         else:
@@ -359,8 +388,19 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
                     hint = victims_hint(qi, w.priority, e.shortfall)
                     if hint:
-                        e = e._replace(victims=hint[0], victim_names=hint[1], victims_free=hint[2])
-                if is_head and aging and e.kind == EXPLAIN_QUOTA:
+                        why = ""
+                        if covers(hint[2], e.shortfall):
+                            why = no_preempt(q, w, qi, hint)
+                            if not why:
+                                hint = None
+                        if hint:
+                            e = e._replace(
+                                victims=hint[0],
+                                victim_names=hint[1],
+                                victims_free=hint[2],
+                                no_preempt=why,
+                            )
+                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.blocks(w):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
@@ -379,7 +419,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 else:
                     tmpl = nodes_expl(arg, cy.reqs(w))
                 e = with_id(tmpl, wid, ahead, idx)
-                if is_head and aging and e.kind == EXPLAIN_NODES:
+                if is_head and aging and e.kind == EXPLAIN_NODES and q.blocks(w):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
@@ -426,6 +466,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     to_free=EMPTY,
                     waiting_ahead=idx,
                     victim_names=names_of(vids),
+                    awaited_until=cy.awaited_until.get(wid) if how == "finishing" else None,
                 )
                 head_names[wid] = w.name
             else:
@@ -487,7 +528,12 @@ def _np_expl(cy: Cycle, w: WorkloadSpec, qi: int) -> Explanation:
     )
 
 
-def bound_etas(explanations: Mapping[int, Explanation], etas: dict[int, Eta]) -> int:
+def bound_etas(
+    explanations: Mapping[int, Explanation],
+    etas: dict[int, Eta],
+    typical: Callable[[int], float | None] | None = None,
+    awaited: Mapping[int, tuple[float, float]] | None = None,
+) -> int:
     """No ETA after the aging bound its explanation states (``starts_by``).
 
     The sentence promises "starts by T at the latest"; an ETA beside it whose p50 or
@@ -496,6 +542,15 @@ def bound_etas(explanations: Mapping[int, Explanation], etas: dict[int, Eta]) ->
     (by the first, all but 3 of 102), while the calibrated
     p90 beside it was later in 30-80 % of the observations. So the ETA is capped at
     the bound (in place); returns how many were.
+
+    A p50 past the bound falls back to the simulation's own start when that is within
+    it, else to ``typical(workload id)``: the same bound with typical runtimes instead
+    of declared limits (:func:`.eta.typical_bound`) -- below the bound when runtimes
+    vary, so the p50 is not the p90 (it was, in 8 % of gpu-heavy's bounded
+    observations); else the bound itself.
+
+    Likewise a waiting preemptor's ETA is never after the start its sentence implies
+    (``awaited``: per preemptor id, typical and latest, see :func:`.eta.awaited_starts`).
     """
     capped = 0
     for wid, e in explanations.items():
@@ -508,9 +563,24 @@ def bound_etas(explanations: Mapping[int, Explanation], etas: dict[int, Eta]) ->
         p50 = eta.p50
         if p50 is None or p50 >= bound:
             # The simulation's own start, when it is within the bound (the calibration
-            # is what moved the p50 past it); else the bound itself.
+            # is what moved the p50 past it); else the bound with typical runtimes.
             sim = eta.forecast
-            p50 = sim if sim is not None and sim < bound else bound
+            typ = typical(wid) if typical is not None else None
+            if sim is not None and sim < bound:
+                p50 = sim
+            elif typ is not None and typ < bound:
+                p50 = typ
+            else:
+                p50 = bound
         etas[wid] = dataclasses.replace(eta, p50=p50, p90=bound)
         capped += 1
+    for wid, (typ, latest) in (awaited or {}).items():
+        eta = etas.get(wid)
+        if eta is None or eta.p50 is None or eta.p90 is None:
+            continue
+        lo = min(eta.p50, typ)
+        hi = max(lo, min(eta.p90, latest))
+        if (lo, hi) != (eta.p50, eta.p90):
+            etas[wid] = dataclasses.replace(eta, p50=lo, p90=hi)
+            capped += 1
     return capped

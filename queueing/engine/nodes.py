@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from queueing.engine.resources import Resources
-from queueing.engine.types import NodeSpec, PodSet, Toleration
+from queueing.engine.types import NodeSpec, PodSet, Toleration, WorkloadSpec
 
 __all__ = ["NodeIndex", "Placement", "PodSetReq"]
 
@@ -104,7 +104,9 @@ class NodeIndex:
         #: Schedulable capacity (allocatable - reserved) summed over schedulable nodes.
         self.capacity: dict[str, int] = capacity
         self._elig: dict[EligKey, list[int]] = {}
-        self._sorted: dict[tuple[EligKey, str], _Sorted] = {}
+        #: Eligibility key -> resource -> its sorted list (two levels: no key tuple
+        #: to build and hash per lookup).
+        self._sorted: dict[EligKey, dict[str, _Sorted]] = {}
         self._lists_of_node: list[list[_Sorted]] = [[] for _ in ordered]
         self._max_alloc: dict[EligKey, dict[str, int]] = {}
 
@@ -121,11 +123,14 @@ class NodeIndex:
         other._max_alloc = self._max_alloc
         other._sorted = {}
         other._lists_of_node = [[] for _ in self.names]
-        for key, lst in self._sorted.items():
-            copy = _Sorted(lst.resource, list(lst.entries))
-            other._sorted[key] = copy
-            for _, i in copy.entries:
-                other._lists_of_node[i].append(copy)
+        for key, by_resource in self._sorted.items():
+            mine: dict[str, _Sorted] = {}
+            other._sorted[key] = mine
+            for resource, lst in by_resource.items():
+                copy = _Sorted(lst.resource, list(lst.entries))
+                mine[resource] = copy
+                for _, i in copy.entries:
+                    other._lists_of_node[i].append(copy)
         return other
 
     # -- holdings --------------------------------------------------------------------
@@ -142,6 +147,24 @@ class NodeIndex:
             for k, v in amount.items():
                 f[k] = f.get(k, 0) - v
         return True
+
+    def hold_all(self, workloads: Iterable[WorkloadSpec]) -> None:
+        """:meth:`hold` every workload's assignment (nodes not in the index ignored)."""
+        if any(self._lists_of_node):
+            for w in workloads:
+                for node, amount in w.assignment.items():
+                    self.hold(node, amount.raw)
+            return
+        # No sorted list yet (a fresh index): only the free amounts change.
+        index = self.index
+        free = self.free
+        for w in workloads:
+            for node, amount in w.assignment.items():
+                i = index.get(node)
+                if i is not None:
+                    f = free[i]
+                    for k, v in amount._d.items():
+                        f[k] = f.get(k, 0) - v
 
     def commit(self, per_node: Mapping[int, Mapping[str, int]]) -> None:
         """Take the resources of a placement (or a reservation) from free capacity."""
@@ -217,14 +240,21 @@ class NodeIndex:
         return best
 
     def _sorted_for(self, key: EligKey, resource: str) -> _Sorted:
-        lst = self._sorted.get((key, resource))
+        by_resource = self._sorted.get(key)
+        if by_resource is None:
+            by_resource = self._sorted[key] = {}
+        lst = by_resource.get(resource)
         if lst is None:
-            elig = self.eligible(key)
-            free = self.free
-            lst = _Sorted(resource, sorted((free[i].get(resource, 0), i) for i in elig))
-            self._sorted[(key, resource)] = lst
-            for i in elig:
-                self._lists_of_node[i].append(lst)
+            lst = self._new_sorted(key, resource)
+            by_resource[resource] = lst
+        return lst
+
+    def _new_sorted(self, key: EligKey, resource: str) -> _Sorted:
+        elig = self.eligible(key)
+        free = self.free
+        lst = _Sorted(resource, sorted((free[i].get(resource, 0), i) for i in elig))
+        for i in elig:
+            self._lists_of_node[i].append(lst)
         return lst
 
     def may_fit(self, elig: EligKey, req: Mapping[str, int]) -> bool:
@@ -233,9 +263,15 @@ class NodeIndex:
         Uses the largest free amount per resource (the last entry of each sorted list),
         so a pod that passes may still not fit on any single node.
         """
+        by_resource = self._sorted.get(elig)
+        if by_resource is None:
+            by_resource = self._sorted[elig] = {}
         for r, v in req.items():
             if v > 0:
-                entries = self._sorted_for(elig, r).entries
+                lst = by_resource.get(r)
+                if lst is None:
+                    lst = by_resource[r] = self._new_sorted(elig, r)
+                entries = lst.entries
                 if not entries or entries[-1][0] < v:
                     return False
         return True

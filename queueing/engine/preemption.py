@@ -23,7 +23,8 @@ Candidate victims, in the order they are tried:
 Within each group: lower priority first, then the most recently admitted (least work
 lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
 (declared runtime, else its queue's p50) is not evicted: waiting for it costs less
-than the work its eviction would throw away. It is *awaited* instead: when the set
+than the work its eviction would throw away -- until it has overrun its expected end
+by ``preempt_grace_s`` too, after which it is a candidate like any other. It is *awaited* instead: when the set
 that lets the preemptor fit includes such a workload, nothing is evicted this cycle
 and the preemptor reserves what it needs, so that lower-priority work cannot take
 the capacity as it frees up (with cycles woken at every completion, small jobs would
@@ -51,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import aged_before
+from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.nodes import EligKey
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 
@@ -100,7 +101,7 @@ class _Filtered:
     searches read a list and the filter passes over ``every`` at most once.
     """
 
-    __slots__ = ("_every", "_lowest", "_pos", "_useless", "items")
+    __slots__ = ("_every", "_gone", "_lowest", "_pos", "_useless", "items")
 
     def __init__(self, every: list[tuple[VKey, WorkloadSpec, int]], lowest: dict[int, int]):
         self.items: list[tuple[VKey, WorkloadSpec, int, int]] = []
@@ -109,6 +110,9 @@ class _Filtered:
         self._pos = 0
         self._useless: dict[
             tuple[frozenset[int], frozenset[str]], tuple[int, dict[int, int], dict[int, int]]
+        ] = {}
+        self._gone: dict[
+            tuple[frozenset[int], frozenset[str]], tuple[int, int, int, dict[int, int]]
         ] = {}
 
     def __iter__(self) -> Iterator[tuple[VKey, WorkloadSpec, int, int]]:
@@ -149,6 +153,36 @@ class _Filtered:
             got = (n, counts, ids)
             self._useless[ck] = got
         return got
+
+    def useless_gone(
+        self,
+        elig: frozenset[int],
+        keys: frozenset[str],
+        ids: Mapping[int, int],
+        skip: set[int],
+        awaited: set[int],
+    ) -> tuple[int, dict[int, int]]:
+        """Of :meth:`useless_prefix`'s ``ids``, those in ``skip`` and in ``awaited``.
+
+        Returns how many (an id in both counts twice) and how many per lowest over
+        quota. Both sets only grow within a cycle, so their sizes tell whether the
+        count cached for ``(elig, keys)`` is still right.
+        """
+        ck = (elig, keys)
+        got = self._gone.get(ck)
+        ns, na = len(skip), len(awaited)
+        if got is None or got[0] != ns or got[1] != na:
+            by_low: dict[int, int] = {}
+            total = 0
+            for ws in (skip, awaited):
+                for vid in ws:
+                    low = ids.get(vid)
+                    if low is not None:
+                        by_low[low] = by_low.get(low, 0) + 1
+                        total += 1
+            got = (ns, na, total, by_low)
+            self._gone[ck] = got
+        return got[2], got[3]
 
     def _more(self) -> bool:
         """Filter ``every`` up to its next candidate; False when none is left."""
@@ -396,20 +430,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     w_aged = w.queue_order_at <= aged_before(spec, now_)
 
     def ahead(v: WorkloadSpec) -> bool:
-        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.queue_order_key`).
-
-        An aged workload goes ahead of every one that has not aged, the aged in the
-        order they queued; evicting it for a fresher one of higher priority would
-        undo that (the live demo admitted an aged 128-cpu gang and evicted it a second
-        later for a fresh one, past ten minutes). Only a workload that had aged when it
-        was admitted is spared: one admitted at once keeps its priority's terms.
-        """
-        vs = specs.get(v.queue)
-        if vs is None or v.admitted_at is None:
-            return False
-        if v.queue_order_at > aged_before(vs, v.admitted_at):
-            return False  # it was not admitted by age: priority decides, as before
-        return not w_aged or v.queue_order_at <= w.queue_order_at
+        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.admitted_by_age_ahead`)."""
+        return admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged)
 
     if qi in need:
         # Only the quota's own workloads lower its own usage.
@@ -455,29 +477,72 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     now = cy.now
     history = cy.snapshot.runtime_history
 
-    def finishing_soon(v: WorkloadSpec) -> bool:
-        """Expected to end within the grace period: better wait than evict."""
+    def awaited_until(v: WorkloadSpec) -> float | None:
+        """Until when ``v`` is awaited rather than evicted, or None: not finishing soon.
+
+        Expected to end within the grace period: better wait than evict. A workload
+        past its expected end is still about to end only while it has overrun by less
+        than the grace period too: past that, when it ends is not known, and waiting
+        for it could last for ever (it was awaited, cycle after cycle, while it ran on).
+        """
         if grace <= 0:
-            return False
+            return None
         total = v.expected_runtime_s
         if total is None or total <= 0:
             hist = history.get(v.queue)
             total = hist[0] if hist else None
         if total is None or total <= 0:
-            return False
+            return None
         start = v.started_at if v.started_at is not None else now
-        return start + total - now <= grace
+        end = start + total
+        if end - now > grace or now - end > grace:
+            return None
+        return end + grace
 
     nodes = cy.nodes
     reqs = cy.reqs(w)
-    if not need and nodes.place(reqs) is not None:
+    elig_nodes = pre.eligible_nodes(tuple(ps.elig for ps in reqs))
+    nindex = nodes.index
+    guaranteed_keys = [k for k in req if mins[qi].get(k, 0) > 0]
+    # Quota fits, nodes do not, and the preemptor claims its guarantee: reclaim from
+    # whoever uses more than its min on the nodes it needs. (within_min() below, before
+    # anything is freed.)
+    by_min = False
+    if not need and allow_reclaim and guaranteed_keys:
+        u, rel, inc, m = used[qi], releasing[qi], incoming[qi], mins[qi]
+        by_min = all(
+            u.get(k, 0) - rel.get(k, 0) + inc.get(k, 0) + req[k] <= m[k] for k in guaranteed_keys
+        )
+
+    # -- nothing to win on nodes within the budget ---------------------------------------
+    # Only nodes are short and the reclaim candidates come first: if the first
+    # MAX_EXAMINED_NODES_ONLY of them the loop below would examine (not chosen
+    # already, not on the preemptor's chain) hold nothing on a node it may use, the
+    # loop ends empty-handed -- found out here by counting, not by examining them (the
+    # 60k cycle: over a thousand such searches, for quotas within their min). Asked
+    # first: it is the cheapest way out, and every way out before the greedy loop
+    # returns None without changing anything.
+    if not need and allow_reclaim:
+        keys = frozenset(req)
+        flt = pre.reclaim_list(by_min, top, keys)
+        n, counts, ids = flt.useless_prefix(elig_nodes, keys, nindex)
+        if n >= MAX_EXAMINED_NODES_ONLY:
+            n -= sum(counts.get(x, 0) for x in chain)
+            if n >= MAX_EXAMINED_NODES_ONLY:
+                # Those chosen or awaited already, off the preemptor's chain. (An id
+                # both chosen and awaited is counted twice: fewer, never more.)
+                gone, by_low = flt.useless_gone(elig_nodes, keys, ids, skip, pre.awaited)
+                gone -= sum(by_low.get(x, 0) for x in chain_set)
+                if n - gone >= MAX_EXAMINED_NODES_ONLY:
+                    return None
+
+    if not need and cy.shape(w) not in cy.failed_shapes and nodes.place(reqs) is not None:
         # Its quota fits once the evictions under way have ended, and the nodes hold it
         # as they are: no victim helps, it waits for those evictions. (Taking one would
         # evict work just admitted elsewhere, e.g. the preemptor that made a quota's room
-        # -- ping-pong found by the property test, seed 64100.)
+        # -- ping-pong found by the property test, seed 64100.) A shape that failed to
+        # place this cycle fails again (capacity only shrinks): no second placement.
         return None
-    elig_nodes = pre.eligible_nodes(tuple(ps.elig for ps in reqs))
-    nindex = nodes.index
     lower_only = spec.reclaim == "LowerPriority"
 
     freed: dict[int, dict[str, int]] = {}
@@ -510,8 +575,6 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             - freed.get(x, {}).get(k, 0)
         )
 
-    guaranteed_keys = [k for k in req if mins[qi].get(k, 0) > 0]
-
     def within_min() -> bool:
         # Within its guarantee in every resource its min names (a quota that guarantees
         # cpu but not memory is not "borrowing" because it uses memory).
@@ -519,10 +582,6 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             return False
         m = mins[qi]
         return all(net(qi, k) + req[k] <= m[k] for k in guaranteed_keys)
-
-    # Quota fits, nodes do not, and the preemptor claims its guarantee: reclaim from
-    # whoever uses more than its min on the nodes it needs.
-    by_min = not need and allow_reclaim and within_min()
 
     def fair_ok(vq: int) -> bool:
         less_q = _merge(releasing[qi], freed.get(qi), incoming[qi])
@@ -602,28 +661,6 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         pl = nodes.place(reqs, extra)
         return None if pl is None else pl.per_node
 
-    # -- nothing to win on nodes within the budget ---------------------------------------
-    # Only nodes are short and the reclaim candidates come first: if the first
-    # MAX_EXAMINED_NODES_ONLY of them the loop below would examine (not chosen
-    # already, not on the preemptor's chain) hold nothing on a node it may use, the
-    # loop ends empty-handed -- found out here by counting, not by examining them (the
-    # 60k cycle: over a thousand such searches, for quotas within their min).
-    if not need and allow_reclaim:
-        flt = pre.reclaim_list(by_min, top, frozenset(req))
-        n, counts, ids = flt.useless_prefix(elig_nodes, frozenset(req), nindex)
-        if n >= MAX_EXAMINED_NODES_ONLY:
-            n -= sum(counts.get(x, 0) for x in chain)
-            if n >= MAX_EXAMINED_NODES_ONLY:
-                gone = 0
-                for ws in (skip, pre.awaited):
-                    for vid in ws:
-                        low = ids.get(vid)
-                        if low is not None and low not in chain_set:
-                            gone += 1
-                # (an id both chosen and awaited is counted twice: fewer, never more)
-                if n - gone >= MAX_EXAMINED_NODES_ONLY:
-                    return None
-
     # -- greedy ----------------------------------------------------------------------
     found: dict[int, dict[str, int]] | None = None
     examined = 0
@@ -671,12 +708,15 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             else:
                 add(v, vq, 1)
 
-    awaited = [v for v, _ in chosen if finishing_soon(v)]
-    if awaited:
+    until = [(v, t) for v, _ in chosen if (t := awaited_until(v)) is not None]
+    if until:
         # Wait for all of them rather than evict some now: the next cycle, woken by
-        # their completion, searches again and evicts only if still needed.
+        # their completion, searches again and evicts only if still needed (and, past
+        # the latest of their deadlines, evicts what still runs).
+        awaited = [v for v, _ in until]
         pre.awaited.update(v.id for v in awaited)
         cy.awaiting[w.id] = tuple(v.id for v in awaited)
+        cy.awaited_until[w.id] = max(t for _, t in until)
         pre.chosen(awaited)
         pre.arriving(qi, req)
         return [], [], placed, freed, extra

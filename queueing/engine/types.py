@@ -534,6 +534,17 @@ EXPLAIN_NEVER = "never-fits"  # larger than any max or any eligible node, ever
 EXPLAIN_UNKNOWN = "unknown-queue"  # names a queue or quota the snapshot lacks
 
 
+#: Why the lower-priority work a quota explanation lists (``victims``) was not preempted
+#: for it this cycle (``Explanation.no_preempt``), as the sentence says it.
+NO_PREEMPT = {
+    "off": "preemption is off",
+    "turn": "its queue's one victim search for this quota this cycle went to another workload",
+    "failed": "no set of victims this cycle lets it fit (its quota chain and its pods on nodes)",
+    "aged": "some of them were admitted by age ahead of it and are not preempted for it",
+    "awaited": "some of them end within the preemption grace period and are awaited, not evicted",
+}
+
+
 class Explanation(NamedTuple):
     """Why a workload is still pending, structured and JSON-serialisable.
 
@@ -552,7 +563,11 @@ class Explanation(NamedTuple):
     For ``preempting``, ``victims`` are the workloads whose capacity is reserved for it:
     being evicted for it (``limit="evicting"``) or expected to finish within the
     preemption grace period, awaited instead of evicted (``limit="finishing"``);
-    ``limit`` None with no ``victims``: none is known this cycle.
+    ``limit`` None with no ``victims``: none is known this cycle. ``awaited_until``:
+    for ``limit="finishing"``, the latest moment that work is awaited (its expected end
+    plus the grace period); past it, what still runs may be evicted. ``no_preempt``: for
+    a quota explanation listing ``victims`` that would free the shortfall, why they were
+    not preempted this cycle (a key of :data:`NO_PREEMPT`).
     ``sentence()`` is derived from these fields only, and names workloads by name.
     """
 
@@ -575,6 +590,8 @@ class Explanation(NamedTuple):
     victim_names: tuple[str, ...] = ()
     victims_free: Resources = EMPTY
     starts_by: float | None = None
+    awaited_until: float | None = None
+    no_preempt: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -598,6 +615,8 @@ class Explanation(NamedTuple):
             "borrowable": self.borrowable.to_dict(),
             "requeue_at": self.requeue_at,
             "starts_by": self.starts_by,
+            "awaited_until": self.awaited_until,
+            "no_preempt": self.no_preempt,
             "detail": self.detail,
             "sentence": self.sentence(),
         }
@@ -626,7 +645,8 @@ class Explanation(NamedTuple):
             if self.victims:
                 who = _names(self.victim_names, len(self.victims))
                 if covers(self.victims_free, self.shortfall):
-                    hints.append(f"preempting {who} would free it")
+                    why = NO_PREEMPT.get(self.no_preempt, self.no_preempt)
+                    hints.append(f"preempting {who} would free it, but {why}")
                 else:
                     hints.append(
                         f"preempting {who} would free only {fmt(self.victims_free)}, not enough"
@@ -673,10 +693,15 @@ class Explanation(NamedTuple):
                 )
             who = _names(self.victim_names, len(self.victims))
             if self.limit == "finishing":
+                until = (
+                    ", so not evicted"
+                    if self.awaited_until is None
+                    else f": awaited until {fmt_time(self.awaited_until)}, then evicted if "
+                    f"still running"
+                )
                 return (
                     f"Waiting for {who} to finish (expected within the preemption grace "
-                    f"period, so not evicted); the capacity released is reserved for this "
-                    f"workload."
+                    f"period{until}); the capacity released is reserved for this workload."
                 )
             their = "its" if len(self.victims) == 1 else "their"
             return (

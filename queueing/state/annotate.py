@@ -180,24 +180,34 @@ def _first(
     )
 
 
+# The columns write_annotations sets per row, with their PostgreSQL types; the first
+# forecast's four are written once (COALESCE), never overwritten.
+_ANNOTATED = (
+    ("position", "integer"),
+    ("global_position", "integer"),
+    ("eta_p50", "timestamptz"),
+    ("eta_p90", "timestamptz"),
+    ("reason", "varchar"),
+    ("explanation", "jsonb"),
+    ("eta", "jsonb"),
+    ("first_seen_at", "timestamptz"),
+    ("eta_first_p50", "timestamptz"),
+    ("eta_first_p90", "timestamptz"),
+    ("eta_first_forecast", "timestamptz"),
+)
+_ONCE = frozenset(("first_seen_at", "eta_first_p50", "eta_first_p90", "eta_first_forecast"))
+# Rows per statement (PostgreSQL takes 65,535 parameters).
+_ROWS_PER_STATEMENT = 2_500
+
+
 def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: datetime) -> int:
-    """One executemany for all changed rows, guarded by phase so racing moves win."""
+    """One statement for all changed rows (PostgreSQL: ``UPDATE ... FROM (VALUES ...)``;
+    elsewhere one executemany), guarded by phase so racing moves win."""
     if not changes:
         return 0
-    table = Workload._meta.db_table
-    json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    q = connection.ops.quote_name
+    table = q(Workload._meta.db_table)
     waiting = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)
-    sql = (
-        f"UPDATE {table} SET position = %s, global_position = %s, eta_p50 = %s, eta_p90 = %s, "
-        f"reason = %s, explanation = %s{json_cast}, eta = %s{json_cast}, "
-        # COALESCE: the first forecast is written once and never overwritten.
-        "first_seen_at = COALESCE(first_seen_at, %s), "
-        "eta_first_p50 = COALESCE(eta_first_p50, %s), "
-        "eta_first_p90 = COALESCE(eta_first_p90, %s), "
-        "eta_first_forecast = COALESCE(eta_first_forecast, %s), "
-        "updated_at = %s "
-        f"WHERE id = %s AND phase IN ({waiting})"
-    )
     to_db = connection.ops.adapt_datetimefield_value
     params = [
         (
@@ -209,11 +219,35 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
             json.dumps(new["explanation"]) if new["explanation"] is not None else None,
             json.dumps(new["eta"]) if new.get("eta") is not None else None,
             *_first(new.get("first"), to_db),
-            to_db(now),
             workload_id,
         )
         for workload_id, new in changes
     ]
+
+    def value(column: str, source: str) -> str:
+        if column in _ONCE:
+            return f"{q(column)} = COALESCE({table}.{q(column)}, {source})"
+        return f"{q(column)} = {source}"
+
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        if connection.vendor != "postgresql":
+            sets = ", ".join(value(c, "%s") for c, _ in _ANNOTATED)
+            sql = (
+                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
+                f"WHERE {q('id')} = %s AND {q('phase')} IN ({waiting})"
+            )
+            cursor.executemany(sql, [(*row[:-1], to_db(now), row[-1]) for row in params])
+            return len(changes)
+        row_sql = "(" + ", ".join([*(f"%s::{t}" for _, t in _ANNOTATED), "%s::bigint"]) + ")"
+        names = ", ".join(q(f"v_{c}") for c in [*(c for c, _ in _ANNOTATED), "id"])
+        sets = ", ".join(value(c, f"v.{q('v_' + c)}") for c, _ in _ANNOTATED)
+        for start in range(0, len(params), _ROWS_PER_STATEMENT):
+            chunk = params[start : start + _ROWS_PER_STATEMENT]
+            cursor.execute(
+                # Identifiers from the model's meta, quoted; every value is a parameter.
+                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
+                f"FROM (VALUES {', '.join([row_sql] * len(chunk))}) AS v({names}) "
+                f"WHERE {table}.{q('id')} = v.{q('v_id')} AND {table}.{q('phase')} IN ({waiting})",
+                [to_db(now), *(value for row in chunk for value in row)],
+            )
     return len(changes)

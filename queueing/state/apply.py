@@ -73,6 +73,7 @@ def apply(
     full: bool = True,
     annotate: bool = True,
     then: Callable[[], None] | None = None,
+    started: float | None = None,
 ) -> ApplyReport:
     """Write the cycle's decisions, then make the cluster follow. See the module docstring.
 
@@ -80,11 +81,11 @@ def apply(
     forecast); the waiting keep what they show. ``then`` (the caller's release of the
     lease): against an API server the cluster calls run in this process's background
     pool (``report.pending``) and ``then`` runs there once they are done; else after
-    them, here. Either way it runs exactly once, after the calls."""
+    them, here. Either way it runs exactly once, after the calls. ``started``: the
+    ``time.perf_counter()`` the cycle started at; the cycle's record carries its
+    duration up to the record (the commit and the cluster calls after it are not in it)."""
     now = index.now
     report = ApplyReport(engine_ms=engine_ms)
-    if result.admissions:
-        placement.ensure_lock_row()
     steps: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -134,13 +135,15 @@ def apply(
 
         step("annotations")
         # 6. Quotas: usage ledger, runtime quota and usage on the rows, usage samples.
-        charge_ledgers(result, index, snapshot.config)
+        charged = charge_ledgers(result, index, snapshot.config)
         quota_changes = store_quota_state(result, index)
-        sample_usage(result, index)
+        sample_usage(result, index, charged)
 
         step("quotas")
         # 7. The cycle's record.
-        report.cycle_id = _record(result, index, lease, report, engine_ms=engine_ms, full=full)
+        report.cycle_id = _record(
+            result, index, lease, report, engine_ms=engine_ms, full=full, started=started
+        )
 
         step("record")
         # 8. After the commit: the live stream hears what changed (the cycle's own
@@ -297,6 +300,7 @@ def _record(
     *,
     engine_ms: float,
     full: bool,
+    started: float | None,
 ) -> int:
     waiting = sum(1 for row in index.rows.values() if row["phase"] in WAITING_PHASES)
     holding = sum(1 for row in index.rows.values() if row["phase"] in HOLDING_PHASES)
@@ -304,6 +308,7 @@ def _record(
         root=index.root,
         started_at=index.now,
         engine_ms=engine_ms,
+        duration_ms=(time.perf_counter() - started) * 1000 if started is not None else 0.0,
         admitted=len(report.admitted),
         preempted=len(report.preempted),
         requeued=len(report.requeued),

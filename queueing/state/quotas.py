@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
-from queueing import events
+from queueing import events, world
 from queueing.engine import ledger as engine_ledger
 from queueing.engine.types import (
     CycleResult,
@@ -29,7 +30,10 @@ log = logging.getLogger(__name__)
 SAMPLE_EVERY = timedelta(seconds=60)
 
 
-def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConfig) -> None:
+def charge_ledgers(
+    result: CycleResult, index: SnapshotIndex, config: EngineConfig
+) -> dict[int, dict[str, float]]:
+    """Charge the leaves' usage ledgers (one statement); returns the new usage by quota id."""
     admitted_by_quota: dict[str, dict[str, int]] = defaultdict(dict)
     for admission in result.admissions:
         row = index.rows[admission.workload_id]
@@ -48,6 +52,7 @@ def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConf
             ).values_list("quota_id", "id")
         )
     updates: list[tuple[int, dict[str, float]]] = []
+    charged: dict[int, dict[str, float]] = {}
     for name in sorted(leaves):
         usage, updated = index.ledgers.get(name, ({}, None))
         elapsed = (index.now - updated).total_seconds() if updated else 0.0
@@ -60,6 +65,7 @@ def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConf
             admitted=admitted_by_quota.get(name),
             entry_penalty_s=config.entry_penalty_s,
         )
+        charged[index.quota_ids[name]] = values
         ledger_id = ledger_ids.get(name)
         if ledger_id is not None:
             updates.append((ledger_id, values))
@@ -74,6 +80,7 @@ def charge_ledgers(result: CycleResult, index: SnapshotIndex, config: EngineConf
         ("updated_at",),
         [(ledger_id, (usage,), (index.now,)) for ledger_id, usage in updates],
     )
+    return charged
 
 
 def _update_json(
@@ -82,19 +89,33 @@ def _update_json(
     time_columns: Sequence[str],
     rows: Sequence[tuple[int, Sequence[Any], Sequence[datetime]]],
 ) -> None:
-    """UPDATE ``table`` by id, one executemany: JSON columns then datetime columns."""
+    """UPDATE ``table`` by id, JSON columns then datetime columns: one statement for all
+    the rows (PostgreSQL: ``UPDATE ... FROM (VALUES ...)``; elsewhere one executemany)."""
     if not rows:
         return
-    cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    sets = [f"{c} = %s{cast}" for c in json_columns] + [f"{c} = %s" for c in time_columns]
-    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE id = %s"  # noqa: S608
     to_db = connection.ops.adapt_datetimefield_value
     params = [
         (*(json.dumps(v) for v in values), *(to_db(t) for t in times), row_id)
         for row_id, values, times in rows
     ]
+    q = connection.ops.quote_name
+    columns = [*json_columns, *time_columns]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        if connection.vendor != "postgresql":
+            sets = ", ".join(f"{q(c)} = %s" for c in columns)
+            sql = f"UPDATE {q(table)} SET {sets} WHERE id = %s"  # noqa: S608
+            cursor.executemany(sql, params)
+            return
+        casts = [*("jsonb" for _ in json_columns), *("timestamptz" for _ in time_columns)]
+        values = "(" + ", ".join([*(f"%s::{cast}" for cast in casts), "%s::bigint"]) + ")"
+        names = ", ".join(q(f"v_{c}") for c in [*columns, "id"])
+        sets = ", ".join(f"{q(c)} = v.{q('v_' + c)}" for c in columns)
+        sql = (
+            # Identifiers from the models' meta, quoted; every value is a parameter.
+            f"UPDATE {q(table)} SET {sets} FROM (VALUES {', '.join([values] * len(params))}) "  # noqa: S608
+            f"AS v({names}) WHERE {q(table)}.{q('id')} = v.{q('v_id')}"
+        )
+        cursor.execute(sql, [value for row in params for value in row])
 
 
 def _total(pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -105,31 +126,46 @@ def _total(pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return total
 
 
-def sample_usage(result: CycleResult, index: SnapshotIndex) -> None:
-    latest = (
-        UsageSample.objects.filter(quota_id__in=list(index.quota_ids.values()))
-        .order_by("-at")
-        .values_list("at", flat=True)
-        .first()
-    )
+PRUNE_EVERY_S = 3600.0  # old samples are deleted at most this often per process
+_pruned_at: list[float] = [-PRUNE_EVERY_S]
+
+
+def sample_usage(
+    result: CycleResult, index: SnapshotIndex, charged: Mapping[int, Mapping[str, float]]
+) -> None:
+    """Every SAMPLE_EVERY, one usage sample per quota of the tree (one insert). The time
+    of the last one is remembered per process (``world.notes``) and read again only once
+    it is due (another worker may have sampled since); ``charged``: the ledgers this
+    cycle wrote (the others as the snapshot read them)."""
+    notes = world.notes[index.root]
+    latest = notes.get("sampled_at")
+    if latest is None or index.now - latest >= SAMPLE_EVERY:
+        latest = (
+            UsageSample.objects.filter(quota_id__in=list(index.quota_ids.values()))
+            .order_by("-at")
+            .values_list("at", flat=True)
+            .first()
+        )
+        notes["sampled_at"] = latest
     if latest is not None and index.now - latest < SAMPLE_EVERY:
         return
-    ledgers = dict(
-        UsageLedger.objects.filter(quota_id__in=list(index.quota_ids.values())).values_list(
-            "quota_id", "usage"
-        )
-    )
     UsageSample.objects.bulk_create(
         UsageSample(
             quota_id=quota_id,
             at=index.now,
-            decayed=ledgers.get(quota_id, {}),
+            decayed=dict(
+                charged[quota_id] if quota_id in charged else index.ledgers.get(name, ({}, None))[0]
+            ),
             used=result.used[name].to_dict() if name in result.used else {},
             runtime=result.runtime_quota[name].to_dict() if name in result.runtime_quota else {},
         )
         for name, quota_id in index.quota_ids.items()
     )
-    UsageSample.objects.filter(at__lt=index.now - timedelta(days=14)).delete()
+    now = index.now
+    transaction.on_commit(lambda: notes.__setitem__("sampled_at", now))
+    if time.monotonic() - _pruned_at[0] >= PRUNE_EVERY_S:
+        UsageSample.objects.filter(at__lt=index.now - timedelta(days=14)).delete()
+        _pruned_at[0] = time.monotonic()
 
 
 def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[str, Any]]:

@@ -38,7 +38,6 @@ from queueing.engine.types import (
 from queueing.models import (
     Queue,
     Quota,
-    UsageLedger,
     Workload,
 )
 from queueing.world import row_order_key
@@ -148,10 +147,44 @@ def subtree(quotas: Sequence[Mapping[str, Any]], root: str | None) -> list[Mappi
     return out
 
 
-def tree_quota_ids(root: str) -> list[int]:
-    """The ids of the quotas under ``root`` (inclusive)."""
-    quotas = list(Quota.objects.values("id", "name", "parent_id"))
+def tree_quota_ids(root: str, quotas: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+    """The ids of the quotas under ``root`` (inclusive); ``quotas``: rows already read
+    (``read_quotas``), else one query."""
+    if quotas is None:
+        quotas = list(Quota.objects.values("id", "name", "parent_id"))
     return [q["id"] for q in subtree(quotas, root)]
+
+
+QUOTA_FIELDS = (
+    "id",
+    "name",
+    "parent_id",
+    "min",
+    "max",
+    "shared_weight",
+    "fair_weight",
+    "allow_lent",
+    "tenant_id",
+    "runtime",
+    "used",
+)
+
+
+def read_quotas() -> list[dict[str, Any]]:
+    """Every quota with its usage ledger (``ledger_id``, ``ledger_usage``,
+    ``ledger_updated_at``; None without one): one query, what a cycle reads of quotas
+    (the tree's ids for its world, and build_snapshot's ``quotas``)."""
+    return [
+        {
+            **{name: row[name] for name in QUOTA_FIELDS},
+            "ledger_id": row["ledger__id"],
+            "ledger_usage": row["ledger__usage"],
+            "ledger_updated_at": row["ledger__updated_at"],
+        }
+        for row in Quota.objects.values(
+            *QUOTA_FIELDS, "ledger__id", "ledger__usage", "ledger__updated_at"
+        )
+    ]
 
 
 def roots() -> list[str]:
@@ -236,11 +269,13 @@ def build_snapshot(
     head: int | None = None,
     world: TreeWorld | None = None,
     forecast: bool = True,
+    quotas: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[Snapshot, SnapshotIndex]:
     """Read the database into a Snapshot of the tree under ``root`` (None: every tree).
 
-    A fixed number of queries: quotas, queues, live workloads, other trees' holdings,
-    ledgers, runtime history.
+    A fixed number of queries: quotas with their ledgers (or ``quotas``, as
+    ``read_quotas`` gave them), queues, live workloads (none with a ``world``), other
+    trees' holdings, runtime history (cached per process).
 
     ``head``: list only the first ``head`` competing workloads of each queue (in the
     engine's queue order) and give the rest as ``unlisted_demand``; waiting workloads
@@ -253,21 +288,7 @@ def build_snapshot(
     """
     now = now or timezone.now()
     config = config or engine_config()
-    all_quotas = list(
-        Quota.objects.values(
-            "id",
-            "name",
-            "parent_id",
-            "min",
-            "max",
-            "shared_weight",
-            "fair_weight",
-            "allow_lent",
-            "tenant_id",
-            "runtime",
-            "used",
-        )
-    )
+    all_quotas = list(quotas) if quotas is not None else read_quotas()
     quotas = subtree(all_quotas, root)
     quota_ids = {q["name"]: q["id"] for q in quotas}
     id_to_quota = {q["id"]: q["name"] for q in all_quotas}
@@ -299,11 +320,10 @@ def build_snapshot(
 
     ledgers: dict[str, tuple[dict[str, float], datetime | None]] = {}
     ledger_ids: dict[str, int] = {}
-    for ledger_id, quota_id, usage, updated in UsageLedger.objects.filter(
-        quota_id__in=list(quota_ids.values())
-    ).values_list("id", "quota_id", "usage", "updated_at"):
-        ledgers[id_to_quota[quota_id]] = (dict(usage), updated)
-        ledger_ids[id_to_quota[quota_id]] = ledger_id
+    for q in quotas:  # read with the quotas (read_quotas)
+        if q["ledger_id"] is not None:
+            ledgers[q["name"]] = (dict(q["ledger_usage"] or {}), q["ledger_updated_at"])
+            ledger_ids[q["name"]] = q["ledger_id"]
     history = _runtime_history_cached(queue_names)
 
     used_queue_ids = {row["queue_id"] for row in rows.values()}

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
+import json
 import statistics
 from collections.abc import Callable
 from time import perf_counter, process_time
@@ -156,8 +158,69 @@ def engine_scaling(runs: int = 3) -> dict[str, Any]:
     return {"series": series, "runs": runs, "queues": 2_000, "nodes": 2_000}
 
 
+def _decisions(result: Any) -> dict[str, Any]:
+    """What a cycle decided, in a canonical JSON-able form (no timings, no forecast)."""
+    data = result.to_dict()
+    for k in ("stats", "positions", "etas"):
+        data.pop(k)
+    return data
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def engine_decisions() -> dict[str, Any]:
+    """Digests of every decision in fixed worlds: the check for "decisions unchanged".
+
+    Not timed. Run it before and after a change meant to be a pure speed-up; every
+    digest must stay the same. Synthetic worlds 60k (seeds 1, 4), 30k (seed 3), 10k
+    (seed 2): one cycle each, admissions, preemptions, requeues, nominations,
+    explanations, runtime quota, used, demand and shares. The simulator's scenarios:
+    the same for every cycle of the run, in order, plus the run's figures.
+    """
+    import queueing.engine.simulator as sim
+    from queueing.engine.scenarios import SCENARIOS
+
+    out: dict[str, Any] = {}
+    for pending, seed in ((60_000, 1), (60_000, 4), (30_000, 3), (10_000, 2)):
+        snap = synthetic_snapshot(pending, 2_000, 2_000, seed=seed)
+        result = run_cycle(snap, forecast=False)
+        out[f"synthetic_{pending}_s{seed}"] = {
+            "digest": _digest(_decisions(result)),
+            "admitted": len(result.admissions),
+            "preempted": len(result.preemptions),
+        }
+        del snap, result
+    real_run_cycle = sim.run_cycle
+    for name in ("demo", "demo-waves", "gpu-heavy", "kueue-baseline"):
+        h = hashlib.sha256()
+
+        def recording(snap: Snapshot, forecast: bool = True, h: Any = h) -> Any:
+            result = real_run_cycle(snap, forecast=forecast)
+            h.update(json.dumps(_decisions(result), sort_keys=True).encode())
+            return result
+
+        sim.run_cycle = recording  # type: ignore[assignment]
+        try:
+            res = sim.simulate(SCENARIOS[name](), invariants=True).to_dict()
+        finally:
+            sim.run_cycle = real_run_cycle  # type: ignore[assignment]
+        figures = {
+            k: v for k, v in res.items() if not k.startswith("engine_") and k not in ("wall_s",)
+        }
+        out[name] = {
+            "digest": h.hexdigest()[:16],
+            "figures": _digest(figures),
+            "cycles": res["cycles"],
+            "evictions": res["evictions"],
+        }
+    return out
+
+
 BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {
     "engine_cycle_60k": engine_cycle_60k,
+    "engine_decisions": engine_decisions,
     "engine_forecast_60k": engine_forecast_60k,
     "engine_scaling": engine_scaling,
 }

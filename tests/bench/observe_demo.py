@@ -2,7 +2,9 @@
 against what then happened: ETA presence, p50 vs p90, the first p90's and p50's coverage of
 the actual admission, the median relative p50 error, large ETA moves, "N workloads ahead"
 against the true position, millicores printed as cores, queues that kept work waiting
-under their quota's guaranteed minimum, and the longest waits.
+under their quota's guaranteed minimum, the longest waits, and the quota invariants
+every cycle of the watch checked (``queueing.admission`` records a break as an error of
+its cycle).
 
 "Min unused" (issue 11: no queue waits with its quota's min unused while the head fits
 within min): a queue and quota whose head -- in a strict-order queue the first waiting
@@ -136,8 +138,15 @@ no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an
 kind_samples: dict[str, str] = {}
 bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
 bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
+no_eta_beside_bound = 0
+no_eta_bound_samples: dict[str, str] = {}  # the ETA's reason -> the sentence
+flips_before_p50 = 0  # flips of an ETA whose p50 had not passed yet
+flips_by: dict[str, int] = defaultdict(int)  # explanation kind / Eta.moved -> flips
+flip_samples: dict[str, str] = {}
+loads: list[float] = []  # the machine's 1-minute load average at each poll
 while time.time() < deadline:
     polls += 1
+    loads.append(os.getloadavg()[0])
     now = time.time()
     cyc = CycleRun.objects.order_by("-id").values_list("id", flat=True).first() or 0
     if cyc != last_cycle:
@@ -159,6 +168,7 @@ while time.time() < deadline:
             "priority",
             "nominated",
             "explanation",
+            "eta",
         )
     )
     names = dict(Workload.objects.filter(phase__in=HOLDING).values_list("id", "name"))
@@ -189,6 +199,12 @@ while time.time() < deadline:
                 p90_after_bound += 1
             if now > bound + 5:
                 bound_passed_obs += 1
+            if r["eta_p90"] is None:
+                no_eta_beside_bound += 1  # "starts by T" beside "no ETA": they disagree
+                no_eta_bound_samples.setdefault(
+                    str((r["eta"] or {}).get("reason") if isinstance(r["eta"], dict) else ""),
+                    r["reason"],
+                )
         why = stored_contradiction(r["explanation"], names)
         if why:
             contradicted[why] += 1
@@ -210,6 +226,15 @@ while time.time() < deadline:
                 remaining = max(old[0] - now, 1.0)
                 if abs(p50 - old[0]) > 2 * remaining + 5:
                     flips += 1
+                    # A p50 that has passed is re-forecast by definition (half of the
+                    # starts come after their median): counted apart.
+                    flips_before_p50 += old[0] > now
+                    moved = (r["eta"] or {}).get("moved") if isinstance(r["eta"], dict) else None
+                    flips_by[f"{kind}/{moved}"] += 1
+                    flip_samples.setdefault(
+                        f"{kind}/{moved}",
+                        f"{r['name']}: p50 {old[0] - now:+.0f}s -> {p50 - now:+.0f}s; {r['reason']}",
+                    )
             prev[r["id"]] = (p50, p90)
         elif r["reason"]:
             with_reason_no_eta += 1
@@ -320,8 +345,20 @@ for w in Workload.objects.filter(phase__in=WAITING).values(
     since = since or w["queue_order_at"].timestamp()
     oldest.append((round(end - since, 1), w["name"], w["quota__name"], (w["reason"] or "")[:200]))
 oldest.sort(reverse=True)
+# Quota invariants (issue 11, item 7): every cluster-facing cycle -- full, heads-only or
+# fed by the in-memory world -- checks them (``queueing.admission``) and records a break
+# among its errors as "invariant: ...".
+watched = CycleRun.objects.filter(started_at__gte=datetime.fromtimestamp(started, UTC))
+cycles_run = watched.count()
+invariant_breaks: dict[str, int] = defaultdict(int)
+for errors in watched.exclude(errors=[]).values_list("errors", flat=True):
+    for err in errors or ():
+        if isinstance(err, str) and err.startswith("invariant:"):
+            invariant_breaks[err[:200]] += 1
 report = {
     "minutes": minutes,
+    "load_1m_median": round(statistics.median(loads), 1) if loads else None,
+    "load_1m_max": round(max(loads), 1) if loads else None,
     "polls": polls,
     "cycles_seen": cycles_seen,
     "waiting_observations": obs,
@@ -333,6 +370,8 @@ report = {
     "p50_coverage_pct": round(100 * covered50 / max(n, 1), 1),
     "p50_median_rel_err": round(statistics.median(errs), 3) if errs else None,
     "flips_pct": round(100 * flips / max(eta_obs, 1), 2),
+    "flips_before_p50_pct": round(100 * flips_before_p50 / max(eta_obs, 1), 2),
+    "flips_by_kind": dict(flips_by),
     "ahead_wrong": ahead_wrong,
     "ahead_checked": ahead_checked,
     "millicores_as_cores": raw_cores,
@@ -344,6 +383,8 @@ report = {
     "admitted_during_watch": len(waits),
     "oldest_waiting_feasible_s": oldest[0][0] if oldest else None,
     "distinct_reasons": len(reasons),
+    "cycles_run": cycles_run,
+    "invariant_breaks": sum(invariant_breaks.values()),
     "contradictions": sum(contradicted.values()),
     "contradictions_by_kind": dict(contradicted),
     "no_eta_no_reason": no_eta_no_reason,
@@ -351,6 +392,7 @@ report = {
     "starts_by_moved_later": bound_moved_later,
     "starts_by_passed_observations": bound_passed_obs,
     "p90_after_starts_by": p90_after_bound,
+    "no_eta_beside_starts_by": no_eta_beside_bound,
     "starts_by_workloads_admitted": bound_admitted,
     "admitted_after_first_starts_by": bound_after_first,
     "admitted_after_last_starts_by": bound_after_last,
@@ -367,7 +409,10 @@ with open(out_path, "w") as out:
             "oldest_waiting": oldest[:10],
             "sample_reasons": sorted(r for r in reasons if r)[:60],
             "contradicted_samples": contradicted_texts,
+            "invariant_breaks": dict(invariant_breaks),
             "kind_samples": kind_samples,
+            "flip_samples": flip_samples,
+            "no_eta_beside_starts_by": no_eta_bound_samples,
         },
         out,
     )

@@ -100,6 +100,7 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
     late_ms: list[float] = []
     parts: dict[str, list[float]] = defaultdict(list)
     busy = 0
+    skips: dict[str, int] = defaultdict(int)
     for t, _pid, step, f in traces:
         if step == "informer" and f.get("state") in ("Succeeded", "Failed"):
             informer.setdefault(f["job"], t)
@@ -114,6 +115,10 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
             if kind == "react":
                 kind = "react " + ("sync" if f.get("target") == "sync" else "tree")
             task_ms[kind].append(f.get("ms") or 0.0)
+            if f.get("woken") is not None:
+                parts[f"{kind} woke trees"].append(f["woken"])
+            if f.get("cycled") is not None:
+                parts[f"{kind} cycled trees"].append(f["cycled"])
         elif step == "committed":
             for job in f.get("finished") or []:
                 if job:
@@ -131,6 +136,11 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                 "statements",
             ):
                 parts[f"cycle {name}"].append(f.get(name) or 0.0)
+        elif step == "nodes":
+            for name in ("read_ms", "persist_ms"):
+                parts[f"nodes {name}"].append(f.get(name) or 0.0)
+        elif step == "tick_skips":
+            skips[f.get("what", "?")] += f.get("n", 1)
         elif step == "calls_wait":
             parts["calls_wait ms"].append(f.get("ms") or 0.0)
         elif step == "cycle_busy":
@@ -196,6 +206,14 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
         "parts_ms": {k: _stats(v) for k, v in sorted(parts.items())},
         "cycles_busy": busy,
         "wakes": len(wakes),
+        # What a finish cost the worker: tasks and tree cycles per finished job, and
+        # what beat's tick left to woken tasks (queueing.wake.covered).
+        "per_finish": {
+            "finishes": len(finishes),
+            "tasks": round(len(tasks) / max(1, len(finishes)), 3),
+            "cycles": round(sum(len(v) for v in cycles.values()) / max(1, len(finishes)), 3),
+        },
+        "tick_skips": dict(skips),
     }
 
 

@@ -14,7 +14,9 @@ def one(cpu: int) -> dict[str, int]:
     return {"cpu": cpu * 1000}
 
 
-def world(pending: list[WorkloadSpec], *, runtime_s: float = 10.0) -> Snapshot:
+def world(
+    pending: list[WorkloadSpec], *, runtime_s: float = 10.0, started_at: float = 995.0
+) -> Snapshot:
     # Quota of 4 cpu; a low-priority job holds 3 and is expected to end within the grace.
     return snapshot(
         quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
@@ -22,7 +24,13 @@ def world(pending: list[WorkloadSpec], *, runtime_s: float = 10.0) -> Snapshot:
         queues=[QueueSpec("q0", preempt_within_quota="LowerPriority")],
         workloads=[
             running(
-                1, "q0", "n", req=one(3), priority=1, started_at=995.0, expected_runtime_s=runtime_s
+                1,
+                "q0",
+                "n",
+                req=one(3),
+                priority=1,
+                started_at=started_at,
+                expected_runtime_s=runtime_s,
             ),
             *pending,
         ],
@@ -47,6 +55,38 @@ def test_work_that_runs_long_is_evicted_instead() -> None:
     big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
     result = run_cycle(world([big], runtime_s=3600.0), forecast=False)
     assert [(p.victim_id, p.preemptor_id) for p in result.preemptions] == [(1, 2)]
+
+
+def test_work_overrunning_its_expected_end_is_awaited_only_for_a_bounded_margin() -> None:
+    # w1 declared 10 s and started 10 + x s ago (now 1000): it overran by x s. Within
+    # the grace period (60 s) of its end it is still about to end; past that it is not:
+    # before, it counted as "finishing soon" for as long as it overran, and the head
+    # waited for it for ever.
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
+    for overrun, awaited in ((1.0, True), (59.0, True), (61.0, False), (3600.0, False)):
+        started = 1000.0 - 10.0 - overrun
+        result = run_cycle(world([big], started_at=started), forecast=False)
+        evicted = [(p.victim_id, p.preemptor_id) for p in result.preemptions]
+        assert evicted == ([] if awaited else [(1, 2)]), overrun
+        e = result.explanations[2]
+        assert e.limit == ("finishing" if awaited else "evicting"), overrun
+        if awaited:
+            # Awaited until its expected end (started + 10) plus the grace period.
+            assert e.awaited_until == 1000.0 - overrun + 60.0
+
+
+def test_the_head_says_what_it_awaits_and_until_when() -> None:
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0)
+    result = run_cycle(world([big], runtime_s=30.0), forecast=False)
+    e = result.explanations[2]
+    # Expected to end at 995 + 30 = 1025; awaited until 1025 + 60.
+    assert (e.limit, e.victim_names, e.awaited_until) == ("finishing", ("w1",), 1085.0)
+    assert e.sentence() == (
+        "Waiting for w1 to finish (expected within the preemption grace period: awaited "
+        "until 1970-01-01 00:18:05 UTC, then evicted if still running); the capacity "
+        "released is reserved for this workload."
+    )
+    assert e.to_dict()["awaited_until"] == 1085.0
 
 
 def test_once_the_work_finished_the_waiting_head_is_admitted_first() -> None:
@@ -150,3 +190,27 @@ def test_an_eta_is_never_later_than_the_aging_bound_its_explanation_states() -> 
     assert (etas[3].p50, etas[3].p90) == (60.0, 90.0)
     assert (etas[5].p50, etas[5].p90) == (95.0, 100.0)
     assert (etas[4].p50, etas[4].p90) == (200.0, 300.0)
+
+
+def test_work_blocked_behind_an_awaiting_head_reads_until_when() -> None:
+    snap = snapshot(
+        quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+        nodes=[node("n", one(4))],
+        queues=[QueueSpec("q0", policy="Block", preempt_within_quota="LowerPriority")],
+        workloads=[
+            running(
+                1, "q0", "n", req=one(3), priority=1, started_at=995.0, expected_runtime_s=30.0
+            ),
+            workload(2, "q0", req=one(4), priority=9, ts=1.0),
+            workload(3, "q0", req=one(1), priority=1, ts=2.0),
+        ],
+        config=GRACE,
+    )
+    result = run_cycle(snap, forecast=False)
+    assert result.explanations[2].limit == "finishing"
+    behind = result.explanations[3]
+    assert behind.kind == "policy-blocked"
+    assert (
+        "it waits for the workloads it would preempt to finish (evicted if still running at "
+        "1970-01-01 00:18:05 UTC)"
+    ) in behind.sentence()

@@ -77,6 +77,29 @@ def test_a_head_that_can_never_fit_is_set_aside_and_blocks_nobody(policy: str) -
     assert 1 not in result.etas
 
 
+def test_a_workload_set_aside_counts_nothing_in_its_quotas_demand() -> None:
+    # Its cpu and memory are within every cap, its GPUs beyond the quota's max: the
+    # cycle sums a pending request while it checks it against the chain's cap, and
+    # takes back what it had summed when a later resource is beyond it.
+    gpu = "nvidia.com/gpu"
+    snap = snapshot(
+        quotas=[quota("root"), quota("team", "root", max={gpu: 2})],
+        nodes=[node("n", {CPU: 8000, "memory": 8 * 2**30, gpu: 8})],
+        workloads=[
+            workload(1, "team", "q", req={CPU: 1000, "memory": 2**30, gpu: 4}),
+            workload(2, "team", "q", req={CPU: 2000}),
+        ],
+        queues=[QueueSpec("q")],
+    )
+    assert list(snap.workloads[0].request.raw) == [CPU, "memory", gpu]
+    result = run_cycle(snap, forecast=False)
+    assert result.explanations[1].kind == "never-fits"
+    assert [a.workload_id for a in result.admissions] == [2]
+    # Demand: what holds (workload 2, admitted) plus what competes (nothing left).
+    assert result.demand["team"].raw == {CPU: 2000}
+    assert result.demand["root"].raw == {CPU: 2000}
+
+
 def test_block_in_a_shared_queue_blocks_only_the_same_quota() -> None:
     quotas = [
         quota("root"),

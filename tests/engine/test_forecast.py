@@ -229,8 +229,12 @@ def test_forecast_can_be_skipped_and_is_budgeted() -> None:
     )
     result = run_cycle(starved)
     assert len(result.positions) == 48  # one admitted
-    # With no budget the simulation stops after its first instant.
+    # With no budget the simulation stops after its first instant, and the reason says
+    # so (not "beyond the horizon": the horizon is 24 h and they are minutes away).
     assert all(e.p50 is None for e in result.etas.values())
+    assert {e.reason for e in result.etas.values()} == {
+        "the forecast ran out of its time budget before reaching it"
+    }
 
 
 def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:

@@ -555,9 +555,11 @@ def test_a_waiting_preemptor_names_what_it_waits_for_in_every_cycle(
     grace = snap.config.preempt_grace_s
 
     # Some running work is expected to end within the preemption grace period (awaited,
-    # not evicted), some long after it, some says nothing.
+    # not evicted), some long after it, some says nothing; some has overrun its expected
+    # end, by less than the grace period (still awaited) or by more (no longer "about to
+    # end": awaited for ever, before).
     def runtime(w: WorkloadSpec) -> float | None:
-        left = rng.choice((None, 0.5 * grace, 20.0 * grace))  # expected time left
+        left = rng.choice((None, 0.5 * grace, 20.0 * grace, -0.5 * grace, -3.0 * grace))
         return None if left is None else snap.now - (w.started_at or 0.0) + left
 
     snap = dataclasses.replace(
@@ -588,6 +590,12 @@ def test_a_waiting_preemptor_names_what_it_waits_for_in_every_cycle(
                     assert e.limit == "finishing", text
                     assert v.phase in ("Running", "Admitted"), (text, v)
                     assert vid not in chosen, (text, v)
+                    # Awaited only while within the grace period of its expected end.
+                    assert v.expected_runtime_s is not None, (text, v)
+                    end = (v.started_at or 0.0) + v.expected_runtime_s
+                    assert abs(end - snap.now) <= grace, (text, v, snap.now)
+                    assert e.awaited_until is not None
+                    assert snap.now <= e.awaited_until
         snap = apply(snap, result, now=snap.now + 10.0 * (step + 1))
 
 

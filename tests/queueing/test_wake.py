@@ -113,12 +113,20 @@ def test_wakes_are_off_without_a_broker(world, settings, django_capture_on_commi
         cache.clear()
 
 
-def test_a_finishing_job_sets_a_timer_and_its_sync_hands_the_quota_over(world, sent):
+# The sync's transitions wake their trees once they commit: a transactional test, so
+# that they commit inside the woken sync (on_commit callbacks run at once).
+@pytest.mark.django_db(transaction=True)
+def test_a_finishing_job_sets_a_timer_and_its_sync_wakes_its_tree_alone(world, sent):
+    other = second_tree()
     # The leaf may use the whole root (16 cpu): one job holds it, the next one waits.
     first = submit(world, "first", cpu="8", count=2, runtime=30)
     second = submit(world, "second", cpu="8", count=2, runtime=30)
+    submit(world, "elsewhere", cpu="1", quota=other)  # the other tree has work waiting too
+    cache.clear()
+    sent.clear()
     summary = react("cluster", cluster=world.cluster, now=world.clock())
     assert summary.admitted == 1
+    assert summary.roots == ["cluster"]  # a tree's react cycles that tree, nothing else
     assert Workload.objects.get(pk=first.pk).phase == Phase.ADMITTED
     # The simulated job started now and finishes in 30 s: a sync is woken then.
     assert sent == [(wake.SYNC, pytest.approx(30 + wake.TIMER_SLACK_S, abs=1e-3))]
@@ -126,11 +134,139 @@ def test_a_finishing_job_sets_a_timer_and_its_sync_hands_the_quota_over(world, s
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
     assert summary.sync["transitions"] >= 1
     assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
-    assert Workload.objects.get(pk=second.pk).phase == Phase.ADMITTED
+    # The sync cycles nothing itself: it wakes the tree of the finish, at once, as a
+    # task of its own -- not the other tree, which nothing touched.
+    assert summary.roots == []
+    assert summary.admitted == 0
+    assert summary.woken == ["cluster"]
+    assert sent[1:] == [("cluster", 0.0)]
+    assert Workload.objects.get(pk=second.pk).phase != Phase.ADMITTED
+    summary = react("cluster", cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
     assert summary.admitted == 1
-    # The sync's own transitions woke nothing (the react cycled every tree itself); the
-    # only new send is the timer for the second job.
-    assert sent.targets() == [wake.SYNC, wake.SYNC]
+    assert Workload.objects.get(pk=second.pk).phase == Phase.ADMITTED
+    # Only the timer for the second job's end is new.
+    assert sent.targets()[2:] == [wake.SYNC]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_moved_nothing_wakes_no_tree(world, sent):
+    submit(world, "w", cpu="1", runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    sent.clear()
+    wake.taken(wake.SYNC)
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())  # nothing finished
+    assert summary.woken == []
+    assert summary.roots == []
+    assert sent.targets() == [wake.SYNC]  # the timer for the job's end, nothing else
+    # Control: once the job has finished, the same sync wakes its tree.
+    world.clock.advance(30)
+    sent.clear()
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert summary.woken == ["cluster"]
+    assert "cluster" in sent.targets()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_frees_room_also_wakes_a_tree_waiting_for_node_room(world, sent):
+    other = second_tree()
+    # The first tree fills both 8-cpu nodes; the second tree's quota would admit its job
+    # but no node has room: it waits for nodes, not for quota.
+    holder = submit(world, "holder", cpu="8", count=2, runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=holder.pk).phase == Phase.ADMITTED
+    stuck = submit(world, "stuck", cpu="4", quota=other)
+    react("other", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=stuck.pk).phase == Phase.PENDING
+    assert wake.node_bound(["cluster", "other"]) == {"other"}
+    world.clock.advance(30)
+    cache.clear()  # no wake on its way
+    wake.note_node_bound("other", True)
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    # The finish was in the first tree; the second waits for the room it frees.
+    assert summary.woken == ["cluster", "other"]
+    summary = react("other", cluster=world.cluster, now=world.clock())
+    assert summary.admitted == 1
+    # Once admitted, the second tree waits for nothing: the next finish leaves it alone.
+    assert wake.node_bound(["other"]) == set()
+
+
+def test_a_fan_out_wakes_each_tree_as_its_own_task(world, sent):
+    second_tree()
+    summary = react(wake.ALL, cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
+    assert sorted(sent) == [("cluster", 0.0), ("other", 0.0)]
+
+
+def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, monkeypatch):
+    import time
+
+    from queueing import admission
+    from queueing import world as worlds
+
+    other = second_tree()
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    syncs: list[int] = []
+    real_sync = admission.sync_cluster
+
+    def counted(*args, **kwargs):
+        syncs.append(1)
+        return real_sync(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "sync_cluster", counted)
+    react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert len(syncs) == 1
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    # The woken sync and the woken tree ran just now: the tick cycles the tree nobody did.
+    assert len(syncs) == 1
+    assert summary.sync == {"recent": True}
+    assert summary.roots == ["other"]
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []  # nothing changed in either tree since its cycle
+    # A change in "other" whose wake was lost (its task gone, its key expired): the
+    # tick finds it in the tree's journal.
+    waiting = submit(world, "lost", cpu="1", quota=other)
+    worlds.record({"other": [waiting.pk]})
+    cache.delete(wake.key("other"))
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["other"]
+    assert summary.admitted == 1
+    # Two intervals after their last cycles the tick cycles unchanged trees too (time
+    # alone moves some decisions), and syncs an interval after the woken sync.
+    settings.KQ_CYCLE_INTERVAL_S = 0.05
+    time.sleep(0.12)
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert len(syncs) == 2
+    assert sorted(summary.roots) == ["cluster", "other"]
+    # With wakes off the tick does everything, every time.
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    settings.KQ_WAKE = False
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert len(syncs) == 4
+    assert sorted(summary.roots) == ["cluster", "other"]
+
+
+def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
+    from queueing import admission
+    from queueing import world as worlds
+
+    second_tree()
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    wake.wake(["other"], reason="test")  # a react of "other" is queued, not yet started
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
+    assert summary.sync != {"recent": True}  # no sync was woken: the tick's own runs
+    # Control: once that react has started, the tick no longer leaves the tree to it.
+    wake.taken("other")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["other"]
+    # A fan-out on its way covers every tree, changed or not.
+    worlds.record({"cluster": [1], "other": [2]})
+    wake.wake(None, reason="test")
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
 
 
 def test_a_tree_whose_lease_is_busy_is_woken_again(world, sent):
@@ -140,10 +276,22 @@ def test_a_tree_whose_lease_is_busy_is_woken_again(world, sent):
     summary = react("cluster", cluster=world.cluster, now=world.clock())
     assert summary.skipped == ["cluster"]
     assert sent == [("cluster", 0.1)]
+    # Still busy (a killed holder's lease lasts its TTL): the retries space out.
+    for _ in range(6):
+        wake.taken("cluster")
+        react("cluster", cluster=world.cluster, now=world.clock())
+    assert [delay for _, delay in sent] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     lease.release(held)
     wake.taken("cluster")
     summary = react("cluster", cluster=world.cluster, now=world.clock())
     assert summary.admitted == 1
+    # Once it got its lease, the next busy retry starts short again.
+    held = lease.acquire("cycle:cluster", holder="someone-else")
+    sent.clear()
+    wake.taken("cluster")
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert [item for item in sent if item[0] == "cluster"] == [("cluster", 0.1)]
+    lease.release(held)
 
 
 def test_roots_of_quotas_walks_up_the_tree(world):
@@ -189,3 +337,67 @@ def test_a_heads_only_cycle_that_admits_every_head_it_listed_wakes_its_tree_agai
     assert report is not None
     assert len(report.admitted) == 3
     assert sent.targets() == []
+
+
+def test_the_watch_wakes_a_sync_and_every_tree_only_for_a_node(world, sent):
+    from queueing import watch
+
+    watch.wake_sync({"Job succeeded": 3, "capacity": 2})
+    assert sent.targets() == [wake.SYNC]  # the sync wakes the trees it touches
+    cache.clear()
+    sent.clear()
+    watch.wake_sync({"node added": 1, "Job created": 1})
+    assert sent.targets() == [wake.SYNC, wake.ALL]  # any tree may place on a new node
+
+
+def test_a_cycle_worker_that_starts_wakes_a_sync_and_every_tree_past_lost_keys(world, sent):
+    from types import SimpleNamespace
+
+    from portal.celery import _wake_on_start
+
+    # A killed worker's reacts left their keys: wakes would ride along with dead tasks.
+    wake.wake(None, sync=True, reason="before the crash")
+    wake.wake(None, reason="before the crash")
+    sent.clear()
+    assert wake.wake(None, sync=True) == 0  # the lost task's key swallows a wake
+    consumer = SimpleNamespace(
+        task_consumer=SimpleNamespace(queues=[SimpleNamespace(name="celery")])
+    )
+    _wake_on_start(sender=consumer)
+    assert sent == []  # a worker that does not consume the cycle queue wakes nothing
+    consumer.task_consumer.queues.append(SimpleNamespace(name="cycle"))
+    _wake_on_start(sender=consumer)
+    assert sent == [(wake.SYNC, 0.02), (wake.ALL, 0.02)]
+
+
+def test_a_react_is_acknowledged_as_it_starts():
+    from portal.celery import app
+    from queueing.tasks import react as react_task
+    from queueing.tasks import tick as tick_task
+
+    assert react_task.acks_late is False
+    assert tick_task.acks_late is True  # beat's tick: redelivered if a pool child dies
+    assert app.conf.worker_prefetch_multiplier == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_fails_after_committing_still_wakes_the_trees_it_touched(
+    world, sent, monkeypatch
+):
+    from queueing import admission
+
+    submit(world, "w", cpu="1", runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    world.clock.advance(30)
+    real_sync = admission.sync_cluster
+
+    def fails_after(*args, **kwargs):
+        real_sync(*args, **kwargs)  # commits the finish
+        raise RuntimeError("the API server went away")
+
+    monkeypatch.setattr(admission, "sync_cluster", fails_after)
+    sent.clear()
+    cache.clear()
+    with pytest.raises(RuntimeError):
+        react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert sent == [("cluster", 0.0)]

@@ -1,0 +1,156 @@
+"""Preemption in the forward simulation's virtual time (:mod:`.forecast_sim`)."""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from queueing.engine.types import WorkloadSpec
+
+if TYPE_CHECKING:
+    from queueing.engine.forecast_sim import Simulation, _Cand, _SimQueue
+
+__all__ = ["MAX_SIM_PREEMPTIONS", "MAX_SIM_VICTIMS", "preempt"]
+
+#: Victim searches one forward run may make (each looks at ``MAX_SIM_VICTIMS`` at most).
+MAX_SIM_PREEMPTIONS = 256
+MAX_SIM_VICTIMS = 64
+#: Gang placements one victim search may try.
+_SIM_PLACEMENTS = 4
+
+
+def preempt(sim: Simulation, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
+    """Whether ``c`` gets in by preempting, as the cycle would (simplified).
+
+    The cycle's rules, cheaply: in-quota victims of lower priority (its queue's
+    ``preempt_within_quota``), and -- when its quota stays within its ``min`` --
+    work of other quotas of the tree using more than their runtime quota
+    (``reclaim``; of lower priority only under ``LowerPriority``). Victims expected
+    to end within ``preempt_grace_s`` are awaited, not evicted. Lowest priority
+    first, latest end first; enough to fit the quota chain and place the gang. The
+    victims release at once (they are not simulated again: they were running, and
+    have no ETA of their own); the preemptor starts a cycle after its queue's next
+    victim search (one per queue and quota per cycle, as in the cycle).
+    """
+    cy = sim.cy
+    spec = sq.state.spec
+    if not cy.config.preemption or not sq.state.may_preempt or sim.preempts_left <= 0:
+        return False
+    w = c.w
+    qi = c.qi
+    shape = cy.shape(w)
+    memo = (qi, w.priority, shape)
+    if memo in sim.preempt_failed or (-1, w.priority, shape) in sim.preempt_failed:
+        return False
+    sim.preempts_left -= 1
+    sim.preempt_failed.add(memo)  # cleared when capacity frees up (see run)
+    tree = sim.tree
+    req = c.req
+    chain = tree.chains[qi]
+    used = sim.used
+    limit = sim.limit_base
+    need: dict[int, dict[str, int]] = {}
+    for node_q in chain:
+        u = used[node_q]
+        lim = limit[node_q]
+        for k, amount in req.items():
+            d = u.get(k, 0) + amount - lim.get(k, 0)
+            if d > 0:
+                need.setdefault(node_q, {})[k] = d
+    grace = cy.config.preempt_grace_s
+    pool: list[tuple[int, float, int, int]] = []
+    if spec.preempt_within_quota != "Never":
+        for vid, (v, _, end) in sim.running.get(qi, {}).items():
+            if v.priority < w.priority and end - t > grace:
+                pool.append((v.priority, -end, vid, qi))
+    if spec.reclaim != "Never" and (not need or any(x != qi for x in need)):
+        mins = tree.mins[qi]
+        if all(used[qi].get(k, 0) + x <= mins.get(k, 0) for k, x in req.items()):
+            lower = spec.reclaim == "LowerPriority"
+            root = chain[-1]
+            runtime = sim.runtime
+            chain_set = set(chain)
+            for vq, members in sim.running.items():
+                if vq in chain_set or tree.chains[vq][-1] != root or not members:
+                    continue
+                u = used[vq]
+                rt = runtime[vq]
+                if not any(u.get(k, 0) > rt.get(k, 0) for k in req):
+                    continue
+                for vid, (v, _, end) in members.items():
+                    if (not lower or v.priority < w.priority) and end - t > grace:
+                        pool.append((v.priority, -end, vid, vq))
+    if not pool:
+        return False
+    pool = heapq.nsmallest(MAX_SIM_VICTIMS, pool)
+    chains = tree.chains
+    freed: dict[int, dict[str, int]] = {}
+    extra: dict[int, dict[str, int]] = {}
+    chosen: list[tuple[WorkloadSpec, int, dict[int, dict[str, int]]]] = []
+    nindex = sim.nodes.index
+    reqs = cy.reqs(w)
+    tries = _SIM_PLACEMENTS
+    placed = None
+    quota_short = bool(need)
+    for _, _, vid, vq in pool:
+        v, held, _ = sim.running[vq][vid]
+        vreq = v._request._d
+        missing = [
+            (node_q, k)
+            for node_q in chains[vq]
+            if node_q in need
+            for k, d in need[node_q].items()
+            if freed.get(node_q, {}).get(k, 0) < d
+        ]
+        if quota_short and not any(vreq.get(k, 0) > 0 for _, k in missing):
+            continue  # it does not lower what is missing
+        for node_q in chains[vq]:
+            if node_q in need:
+                got = freed.setdefault(node_q, {})
+                for k, x in vreq.items():
+                    got[k] = got.get(k, 0) + x
+        per_node = held
+        if per_node is None:
+            per_node = {}
+            for n, r in v.assignment.items():
+                ni = nindex.get(n)
+                if ni is not None:
+                    per_node[ni] = dict(r.raw)
+        chosen.append((v, vq, per_node))
+        for ni, holds in per_node.items():
+            acc = extra.setdefault(ni, {})
+            for k, x in holds.items():
+                acc[k] = acc.get(k, 0) + x
+        quota_short = any(
+            freed.get(node_q, {}).get(k, 0) < d
+            for node_q, miss in need.items()
+            for k, d in miss.items()
+        )
+        if quota_short:
+            continue
+        placed = sim.nodes.place(reqs, extra)
+        if placed is not None:
+            break
+        tries -= 1
+        if tries <= 0:
+            return False
+    if placed is None:
+        return False
+    # Evict: quota usage and node capacity come back now (their end events are void).
+    for v, vq, per_node in chosen:
+        sim.evicted.add(v.id)
+        del sim.running[vq][v.id]
+        sim._release(vq, v, per_node, demand=True)
+    sim.preempt_failed.discard(memo)
+    sim._take(qi, w, req, placed.per_node)
+    # The cycle at ``t`` (or, at the forecast's own instant, the next one) searches;
+    # one search per queue and quota per cycle; the preemptor starts a cycle later.
+    tick = sim.tick
+    at = t if t > sim.now else sim.now + tick
+    skey = (sq.index, qi)
+    at = max(at, sim.next_search.get(skey, at))
+    sim.next_search[skey] = at + tick
+    start = at + tick
+    sim.eta[w.id] = start
+    sim._start(start, qi, w, dict(placed.per_node))
+    return True

@@ -1,0 +1,740 @@
+"""The forward simulation behind the ETAs: one run of the cycle in virtual time.
+
+From a finished cycle's end state (:mod:`.forecast` builds the end events of the
+running work), freed quota and nodes go to the waiting workloads in the cycle's order
+and with its fit rules (quota chain, gang placement, Block/Intelligent blocking).
+Simplifications, on purpose:
+
+* preemption in virtual time is the cycle's, simplified (:func:`.forecast_preempt.preempt`):
+  a candidate that does not fit takes lower-priority work of its own quota
+  (``preempt_within_quota``) and -- within its quota's ``min`` -- work of quotas of its
+  tree above their runtime quota (``reclaim``), lowest priority and latest end first,
+  sparing work due to end within ``preempt_grace_s``; it starts a cycle after its
+  queue's next victim search (one per queue and quota per cycle). Victims release at
+  once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
+* each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
+* runtime quota is recomputed every so many completions, not at each one;
+* preempted victims and requeued workloads release at once; victims compete again
+  with their original order; a waiting preemptor fits by the runtime quota without
+  aged claims (``limit_base``: preemption judged it by that, and claims stay frozen
+  while it waits) -- by the claimed limit it was forecast minutes late in gpu-heavy
+  and started within one cycle;
+* a running workload past its estimate is assumed to need a quarter (p50) or half
+  (p90) of the estimate more; past the typical share of a declared limit, it ends
+  between now and the limit (half way at the median);
+* with ``cycle_interval_s``, what ends between two cycles is admitted at the next;
+* completions within 2 % of their lead time are released together (an ETA two
+  hours out is good to about two minutes).
+
+The cost is bounded: the simulation stops at ``now + eta_horizon_s`` and when its
+share of ``eta_budget_s`` is spent; workloads not admitted by then get no time and a
+reason (:mod:`.eta`).
+
+To stay cheap, the simulation starts from what the cycle learnt: a candidate that
+failed on nodes, or whose quota is still short, is *filed* under what blocks it and
+looked at again only when that changes -- per (quota node, resource) in a heap
+ordered by the amount it needs (woken when headroom reaches it), or per (eligible
+node set, resource) ordered by its per-pod need (woken when a node there frees
+enough). A release wakes only about as many filed candidates as the freed room could
+hold, smallest need first -- an approximation: in a cluster full of small work a
+large, high-ranked candidate may be woken later than the real cycle would consider
+it. Within one instant, failed gang shapes are memoised (capacity only shrinks until
+the next release).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+from queueing.engine.cyclestate import (
+    F_NEVER,
+    F_NODES,
+    QueueState,
+    nonpreemptible_short,
+    order_key,
+)
+from queueing.engine.fairshare import FairShare
+from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
+from queueing.engine.nodes import NodeIndex
+from queueing.engine.types import PREEMPTED, WorkloadSpec
+
+if TYPE_CHECKING:
+    from queueing.engine.cyclestate import CycleState as Cycle
+
+__all__ = ["OVERDUE_FACTOR", "Event", "Simulation", "runtime_of"]
+
+#: Share of the expected runtime a running workload still needs once past it.
+OVERDUE_FACTOR = (0.25, 0.5)
+#: Completions this close (relative to how far ahead they are) are released together.
+RESOLUTION = 0.02
+#: How many candidates the simulation examines between two looks at the clock.
+_CLOCK_EVERY = 64
+
+
+#: (time, sequence, quota index, workload, what it holds per node index or None to
+#: read it from the workload's assignment at release).
+Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
+
+
+def runtime_of(cy: Cycle, w: WorkloadSpec, q: int) -> float:
+    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+        # A declared runtime is a limit; the queue's history says how much of it work
+        # uses (p50, p90 of actual / declared).
+        ratio = cy.snapshot.runtime_ratio.get(w.queue)
+        if ratio is not None:
+            return w.expected_runtime_s * min(1.0, max(0.0, ratio[q]))
+        return w.expected_runtime_s
+    hist = cy.snapshot.runtime_history.get(w.queue)
+    if hist is not None:
+        v = hist[q]
+        if v and v > 0:
+            return float(v)
+    return cy.config.default_runtime_s
+
+
+class _Cand:
+    """A waiting workload inside the simulation's window of its queue."""
+
+    __slots__ = ("filed", "first", "idx", "qi", "queue", "req", "w")
+
+    def __init__(self, w: WorkloadSpec, qi: int, queue: int, idx: int, first: bool) -> None:
+        self.w = w
+        self.qi = qi
+        self.queue = queue
+        self.idx = idx  # position in its queue's list
+        self.first = first  # a waiting preemptor: goes before everyone
+        self.req: Mapping[str, int] = w._request._d
+        self.filed = False
+
+
+#: A candidate's key in its queue is its list index shifted by this many bits; one
+#: that ages in virtual time is given a key between the workloads aged at the start
+#: and the rest (``Simulation._age``).
+_SPACE = 24
+
+
+class _SimQueue:
+    __slots__ = (
+        "aged_base",
+        "aged_n",
+        "ages",
+        "behind",
+        "block_at",
+        "cands",
+        "dirty",
+        "in_heap",
+        "index",
+        "moved",
+        "nxt",
+        "state",
+        "window",
+        "ws",
+    )
+
+    def __init__(self, index: int, state: QueueState, ws: list[WorkloadSpec]) -> None:
+        self.index = index
+        self.state = state
+        self.ws = ws  # waiting workloads in queue order
+        self.cands: dict[int, _Cand] = {}  # list index -> candidate (the window)
+        self.nxt = 0  # next list index not yet in the window
+        self.window = 0  # candidates in the window, not admitted
+        self.dirty: list[int] = []  # heap of list indices to (re)check
+        self.in_heap = False
+        self.block_at: dict[int, int] = {}  # quota -> index of a failing blocking head
+        self.behind: dict[int, list[int]] = {}  # quota -> indices waiting for that head
+        self.ages: list[tuple[float, int]] | None = None  # (queued at, list index), heap
+        self.aged_base = 0
+        self.aged_n = 0
+        self.moved: set[int] = set()  # list indices brought into the window by age
+
+
+class Simulation:
+    """One forward run (p50 or p90) of the cycle in virtual time."""
+
+    def __init__(self, cy: Cycle, q: int, events: list[Event], deadline: float) -> None:
+        self.cy = cy
+        self.q = q
+        self.deadline = deadline
+        cfg = cy.config
+        self.now = cy.now
+        self.end = cy.now + max(0.0, cfg.eta_horizon_s)
+        self.depth = max(1, cfg.eta_max_depth)
+        self.tree = cy.tree
+        self.nodes: NodeIndex = cy.nodes.clone()
+        # Reservations are the cycle's business; the simulation starts from true usage.
+        self.used = [dict(u) for u in cy.used]
+        self.np_used = [dict(u) for u in cy.np_used]
+        self.own_demand = [dict(d) for d in cy.own_demand]
+        self.runtime = cy.runtime
+        self.limit = cy.limit
+        # A waiting preemptor was judged by the runtime quota without aged claims, and
+        # claims stay frozen while it waits: it fits by that limit, as in the cycle.
+        self.limit_base = cy.limit_base
+        self.events = events
+        self.seq = len(events) + 1
+        self.eta: dict[int, float] = {}
+        self.fair = self._fair()
+        self.qheap: list[tuple[tuple[int, float, int, float, int], int]] = []
+        self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
+        self.node_files: dict[tuple[object, str], list[tuple[int, int, int, _Cand]]] = {}
+        self.node_keys: dict[int, list[tuple[object, str]]] = {}
+        self.failed_shapes: set[object] = set()
+        self.node_how: dict[object, tuple[tuple[object, str], int] | None] = {}
+        self.queues: list[_SimQueue] = []
+        self.examined = 0
+        self.out_of_time = False
+        # Preemption in virtual time: what runs, per quota (id -> (workload, what it
+        # holds per node or None, end time)); evicted ids whose end events are void.
+        self.running: dict[
+            int, dict[int, tuple[WorkloadSpec, dict[int, dict[str, int]] | None, float]]
+        ] = {}
+        self.evicted: set[int] = set()
+        self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
+        self.preempts_left = MAX_SIM_PREEMPTIONS
+        self.next_search: dict[tuple[int, int], float] = {}
+        #: (time its next workload ages, queue index), built at the first step.
+        self.age_heap: list[tuple[float, int]] | None = None
+        tick = cfg.cycle_interval_s
+        self.tick = tick if tick > 0 else 1.0
+
+    def _fair(self) -> FairShare:
+        cy = self.cy
+        cfg = cy.config
+        return FairShare(
+            cfg.fair_share_mode,
+            cfg.blend_alpha,
+            cfg.usage_half_life_s,
+            cfg.entry_penalty_s,
+            self.runtime,
+            self.used,
+            cy.fair.ledger,
+            cy.tree.fair_weight,
+        )
+
+    # -- setup -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        cy = self.cy
+        nindex = self.nodes.index
+        for at, _, qi, w, held in self.events:
+            if qi >= 0 and w.preemptible:
+                self.running.setdefault(qi, {})[w.id] = (w, held, at)
+        requeued = {r.workload_id for r in cy.requeues}
+        victims = cy.victim_ids
+        back: dict[str, list[WorkloadSpec]] = {}
+        for qi, ws in enumerate(cy.holding):
+            for w in ws:
+                if w.phase == PREEMPTED or w.id in victims or w.id in requeued:
+                    # Evicted (or being requeued): capacity comes back at once.
+                    self._release(qi, w, None, demand=True)
+                    if w.id in victims and w.queue in cy.queue_specs:
+                        back.setdefault(w.queue, []).append(w)
+                        d = self.own_demand[qi]
+                        for k, v in w._request._d.items():
+                            d[k] = d.get(k, 0) + v
+        for a, w in zip(cy.admissions, cy.admitted_ws, strict=True):
+            per_node = {nindex[n]: dict(r.raw) for n, r in a.assignment.items()}
+            self._start(self.now, cy.quota_of[w.id], w, per_node)
+        admitted = cy.admitted_ids
+        states = {q.spec.name: q for q in cy.queues}
+        for name in sorted(set(states) | set(back)):
+            state = states.get(name) or QueueState(-1, cy.queue_specs[name], [])
+            ws = state.cands  # admitted ones are skipped as the window fills
+            if name in back:
+                ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
+            self.queues.append(_SimQueue(len(self.queues), state, ws))
+
+    def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:
+        """Bring candidates into the queue's window, filed or dirty.
+
+        At the start, what the cycle learnt is reused: a candidate it failed to place
+        waits for nodes, one whose quota is still short waits for that quota node, one
+        behind a failing Block/Intelligent head waits for that head.
+        """
+        cy = self.cy
+        depth = self.depth
+        spec_depth = sq.state.spec.max_depth
+        if spec_depth > 0:
+            depth = min(depth, spec_depth)
+        quota_of = cy.quota_of
+        qindex = cy.tree.index
+        waiting = cy.waiting
+        fail = cy.fail
+        blocks = sq.state.blocks
+        admitted = cy.admitted_ids
+        ws = sq.ws
+        n = len(ws)
+        while sq.window < depth and sq.nxt < n:
+            li = sq.nxt
+            w = ws[li]
+            sq.nxt += 1
+            if w.id in admitted or li in sq.moved:
+                continue
+            i = li << _SPACE
+            f0 = fail.get(w.id)
+            if f0 is not None and f0[0] == F_NEVER:
+                continue
+            sq.window += 1
+            qi = quota_of.get(w.id)
+            if qi is None:
+                qi = qindex.get(w.quota, -1)
+            c = _Cand(w, qi, sq.index, i, w.id in waiting)
+            sq.cands[i] = c
+            if initial and not c.first:
+                b = sq.block_at.get(qi)
+                if b is not None:
+                    sq.behind.setdefault(qi, []).append(i)
+                    continue
+                f = fail.get(w.id)
+                if f is not None and f[0] == F_NODES:
+                    # The cycle just failed to place it; it waits for nodes to free up
+                    # -- unless it gets in by preempting at one of the next cycles.
+                    if self._preempt(sq, c, self.now, -1):
+                        del sq.cands[i]
+                        sq.window -= 1
+                        continue
+                    self._file(c, -1, "")
+                    if blocks(w):
+                        sq.block_at[qi] = i
+                    continue
+                fc, fk = self._quota_fail(qi, c.req, w=w)
+                if fc >= 0:
+                    if self._preempt(sq, c, self.now, fc):
+                        del sq.cands[i]
+                        sq.window -= 1
+                        continue
+                    self._file(c, fc, fk)
+                    if blocks(w):
+                        sq.block_at[qi] = i
+                    continue
+            heapq.heappush(sq.dirty, i)
+
+    def _quota_fail(
+        self,
+        qi: int,
+        req: Mapping[str, int],
+        limit: list[dict[str, int]] | None = None,
+        w: WorkloadSpec | None = None,
+    ) -> tuple[int, str]:
+        used = self.used
+        if limit is None:
+            limit = self.limit
+        for node_q in self.tree.chains[qi]:
+            u = used[node_q]
+            lim = limit[node_q]
+            for k, v in req.items():
+                if u.get(k, 0) + v > lim.get(k, 0):
+                    return node_q, k
+        if w is not None and not w.preemptible:
+            # The cycle's rule for a non-preemptible workload (within its quota's min).
+            k = nonpreemptible_short(self.tree.mins[qi], self.np_used[qi], req)
+            if k:
+                return qi, k
+        return -1, ""
+
+    def _release(
+        self,
+        qi: int,
+        w: WorkloadSpec,
+        per_node: dict[int, dict[str, int]] | None,
+        *,
+        demand: bool,
+        into: dict[int, dict[str, int]] | None = None,
+    ) -> set[int]:
+        """Give back what ``w`` held; node capacity goes to ``into`` when batching."""
+        req = w._request._d
+        if qi >= 0:
+            for c in self.tree.chains[qi]:
+                u = self.used[c]
+                for k, v in req.items():
+                    u[k] = u.get(k, 0) - v
+                if not w.preemptible:
+                    npu = self.np_used[c]
+                    for k, v in req.items():
+                        npu[k] = npu.get(k, 0) - v
+            if demand:
+                d = self.own_demand[qi]
+                for k, v in req.items():
+                    d[k] = d.get(k, 0) - v
+        if per_node is None:
+            nindex = self.nodes.index
+            per_node = {}
+            for n, r in w.assignment.items():
+                i = nindex.get(n)
+                if i is not None:
+                    per_node[i] = dict(r.raw)
+        if per_node:
+            if into is None:
+                self.nodes.release(per_node)
+            else:
+                for i, amount in per_node.items():
+                    acc = into.get(i)
+                    if acc is None:
+                        into[i] = dict(amount)
+                    else:
+                        for k, v in amount.items():
+                            acc[k] = acc.get(k, 0) + v
+        return set(per_node)
+
+    # -- the run ---------------------------------------------------------------------
+
+    def run(self) -> dict[int, float]:
+        if perf_counter() > self.deadline:
+            self.out_of_time = True
+            return self.eta
+        self.setup()
+        for sq in self.queues:
+            self._fill(sq, initial=True)
+            self._schedule(sq)
+        t = self.now
+        n_running = len(self.events)
+        recompute_every = max(64, n_running // 4)
+        since = 0
+        tree = self.tree
+        while True:
+            self._admit_round(t)
+            if self.out_of_time or not self.events:
+                break
+            if perf_counter() > self.deadline:
+                # Stopped by its budget, not its horizon: the reason must say which.
+                self.out_of_time = True
+                break
+            t = self.events[0][0]
+            if t > self.end:
+                break
+            # Completions within RESOLUTION of the lead time are released together: a
+            # 2 % error on "in two hours" buys one admission pass instead of dozens.
+            window = t + RESOLUTION * (t - self.now)
+            tick = self.cy.config.cycle_interval_s
+            if tick > 0:
+                # Cycles run every ``tick``: what ends between two of them is admitted
+                # at the next one, all at once.
+                t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
+                window = max(window, t)
+            touched_q: set[tuple[int, str]] = set()
+            touched_n: set[int] = set()
+            freed: dict[int, dict[str, int]] = {}
+            while self.events and self.events[0][0] <= window:
+                at, _, qi, w, held = heapq.heappop(self.events)
+                if w.id in self.evicted:
+                    self.evicted.discard(w.id)
+                    continue
+                if qi >= 0:
+                    got = self.running.get(qi)
+                    if got is not None:
+                        got.pop(w.id, None)
+                t = max(t, at)
+                touched_n |= self._release(qi, w, held, demand=True, into=freed)
+                if qi >= 0:
+                    for c in tree.chains[qi]:
+                        for k in w._request._d:
+                            touched_q.add((c, k))
+                since += 1
+            if freed:
+                self.nodes.release(freed)
+            self.failed_shapes.clear()  # capacity grew: old failures may fit now
+            self.preempt_failed.clear()
+            if since >= recompute_every:
+                since = 0
+                self.runtime, _ = tree.runtime(self.own_demand, self.nodes.capacity)
+                self._limits()
+                self.fair = self._fair()
+                touched_q = set(self.quota_files)
+            self._wake_quota(touched_q)
+            self._wake_nodes(touched_n)
+            self._age(t)
+        return self.eta
+
+    def _age(self, t: float) -> None:
+        """Workloads that reach their queue's ``aging_bound_s`` by ``t`` go first in it.
+
+        As :func:`.aging.queue_order_key` orders a queue: the aged ahead of the rest, in
+        the order they queued (which is the order they age in). Each is given a key
+        after those aged at the start and before the others, brought into the window if
+        it was beyond it, and looked at again.
+        """
+        queues = self.queues
+        heap = self.age_heap
+        if heap is None:
+            # Per queue, when its next workload ages (one pass, no sorting): a queue's
+            # own heap is built only once the simulation reaches that time.
+            heap = self.age_heap = []
+            for sq in queues:
+                bound = sq.state.spec.aging_bound_s
+                if bound is None:
+                    continue
+                start = self.now - max(0.0, bound)
+                aged = 0
+                first = math.inf
+                for w in sq.ws:
+                    at = w.queue_order_at
+                    if at <= start:
+                        aged += 1
+                    elif at < first:
+                        first = at
+                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
+                if first < math.inf:
+                    heap.append((first + max(0.0, bound), sq.index))
+            heapq.heapify(heap)
+        while heap and heap[0][0] <= t:
+            _, qidx = heapq.heappop(heap)
+            sq = queues[qidx]
+            bound = max(0.0, sq.state.spec.aging_bound_s or 0.0)
+            h = sq.ages
+            if h is None:
+                start = self.now - bound
+                h = sq.ages = [
+                    (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
+                ]
+                heapq.heapify(h)
+            cutoff = t - bound
+            while h and h[0][0] <= cutoff:
+                _, li = heapq.heappop(h)
+                self._aged(sq, li)
+            if h:
+                heapq.heappush(heap, (h[0][0] + bound, qidx))
+
+    def _aged(self, sq: _SimQueue, li: int) -> None:
+        """``sq.ws[li]`` has aged: it goes after those aged before it, before the rest."""
+        cy = self.cy
+        w = sq.ws[li]
+        if w.id in self.eta or w.id in cy.admitted_ids:
+            return
+        old = li << _SPACE
+        c = sq.cands.pop(old, None)
+        if c is None:
+            if li < sq.nxt:
+                return  # set aside, or looked at and gone
+            f0 = cy.fail.get(w.id)
+            if f0 is not None and f0[0] == F_NEVER:
+                return
+            qi = cy.quota_of.get(w.id)
+            if qi is None:
+                qi = cy.tree.index.get(w.quota, -1)
+            sq.moved.add(li)
+            sq.window += 1
+            c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
+        new = sq.aged_base + sq.aged_n
+        sq.aged_n += 1
+        c.idx = new
+        for qb, b in list(sq.block_at.items()):
+            if b == old:
+                sq.block_at[qb] = new
+        sq.cands[new] = c
+        self._mark(c)
+
+    def _limits(self) -> None:
+        maxes = self.tree.maxes
+        limit = []
+        for i, rt in enumerate(self.runtime):
+            lim = dict(rt)
+            for k, cap in maxes[i].items():
+                if lim.get(k, 0) > cap:
+                    lim[k] = cap
+            limit.append(lim)
+        self.limit = self.limit_base = limit
+
+    def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, float, int, float, int]:
+        if c.first:
+            return (-(2**62), -math.inf, -c.w.priority, c.w.queue_order_at, c.w.id)
+        return (
+            -sq.state.spec.priority,
+            self.fair.score(c.qi, c.req) if c.qi >= 0 else math.inf,
+            -c.w.priority,
+            c.w.queue_order_at,
+            c.w.id,
+        )
+
+    def _schedule(self, sq: _SimQueue) -> None:
+        if sq.in_heap:
+            return
+        while sq.dirty and sq.dirty[0] not in sq.cands:
+            heapq.heappop(sq.dirty)  # moved by age, or gone
+        if sq.dirty:
+            c = sq.cands[sq.dirty[0]]
+            heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
+            sq.in_heap = True
+
+    def _mark(self, c: _Cand) -> None:
+        c.filed = False
+        sq = self.queues[c.queue]
+        heapq.heappush(sq.dirty, c.idx)
+        self._schedule(sq)
+
+    def _admit_round(self, t: float) -> None:
+        qheap = self.qheap
+        queues = self.queues
+        nodes = self.nodes
+        eta = self.eta
+        cy = self.cy
+        failed_shapes = self.failed_shapes
+        deadline = self.deadline
+        while qheap:
+            self.examined += 1
+            if self.examined % _CLOCK_EVERY == 0 and perf_counter() > deadline:
+                self.out_of_time = True
+                return
+            key, qidx = heapq.heappop(qheap)
+            sq = queues[qidx]
+            sq.in_heap = False
+            if not sq.dirty:
+                continue
+            i = heapq.heappop(sq.dirty)
+            c = sq.cands.get(i)
+            if c is None or c.w.id in eta or c.qi < 0:
+                self._schedule(sq)
+                continue
+            w = c.w
+            if not c.first:
+                s2 = self.fair.score(c.qi, c.req)
+                if s2 > key[1]:
+                    heapq.heappush(sq.dirty, i)
+                    heapq.heappush(qheap, ((key[0], s2, *key[2:]), qidx))
+                    sq.in_heap = True
+                    continue
+            qi = c.qi
+            b = sq.block_at.get(qi)
+            if b is not None and b < i:
+                sq.behind.setdefault(qi, []).append(i)
+                self._schedule(sq)
+                continue
+            req = c.req
+            fail_c, fail_k = self._quota_fail(qi, req, self.limit_base if c.first else None, w)
+            placed = None
+            if fail_c < 0:
+                shape = cy.shape(w)
+                if shape not in failed_shapes:
+                    placed = nodes.place(cy.reqs(w))
+                    if placed is None:
+                        failed_shapes.add(shape)
+            if placed is not None:
+                self._take(qi, w, req, placed.per_node)
+                eta[w.id] = t
+                self._start(t, qi, w, dict(placed.per_node))
+                self._admitted(sq, i, qi)
+            elif not c.first and self._preempt(sq, c, t, fail_c):
+                self._admitted(sq, i, qi)
+            else:
+                if sq.state.blocks(w) and (b is None or i < b):
+                    sq.block_at[qi] = i
+                self._file(c, fail_c, fail_k)
+            self._schedule(sq)
+
+    def _admitted(self, sq: _SimQueue, i: int, qi: int) -> None:
+        del sq.cands[i]
+        sq.window -= 1
+        if sq.block_at.get(qi) == i:
+            del sq.block_at[qi]
+            for j in sq.behind.pop(qi, []):
+                heapq.heappush(sq.dirty, j)
+        self._fill(sq)
+
+    def _take(
+        self,
+        qi: int,
+        w: WorkloadSpec,
+        req: Mapping[str, int],
+        per_node: Mapping[int, Mapping[str, int]],
+    ) -> None:
+        """Count an admission in virtual time: usage along its quota chain (and the
+        non-preemptible usage), fair share, and its place on the nodes."""
+        used = self.used
+        for node_q in self.tree.chains[qi]:
+            u = used[node_q]
+            for k, v in req.items():
+                u[k] = u.get(k, 0) + v
+            if not w.preemptible:
+                npu = self.np_used[node_q]
+                for k, v in req.items():
+                    npu[k] = npu.get(k, 0) + v
+        self.fair.admitted(qi, req)
+        self.nodes.commit(per_node)
+
+    def _start(
+        self, t: float, qi: int, w: WorkloadSpec, per_node: dict[int, dict[str, int]]
+    ) -> None:
+        """``w`` starts at ``t`` holding ``per_node``: its end is an event."""
+        end = t + runtime_of(self.cy, w, self.q)
+        self.seq += 1
+        heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
+        if qi >= 0 and w.preemptible:
+            self.running.setdefault(qi, {})[w.id] = (w, per_node, end)
+
+    def _preempt(self, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
+        """Whether ``c`` gets in by preempting (:func:`.forecast_preempt.preempt`)."""
+        return preempt(self, sq, c, t, fail_c)
+
+    def _file(self, c: _Cand, fail_c: int, fail_k: str) -> None:
+        # Filing twice is harmless: a stale entry only wakes a candidate for a recheck.
+        c.filed = True
+        self.seq += 1
+        if fail_c >= 0:
+            heapq.heappush(
+                self.quota_files.setdefault((fail_c, fail_k), []),
+                (c.req.get(fail_k, 0), c.w.id, self.seq, c),
+            )
+            return
+        shape = self.cy.shape(c.w)
+        how = self.node_how.get(shape)
+        if how is None:
+            reqs = self.cy.reqs(c.w)
+            ps = max(reqs, key=lambda p: (self.nodes._size(p), p.name)) if reqs else None
+            prim = self.nodes.primary(ps.elig, ps.req) if ps is not None else None
+            how = self.node_how[shape] = (
+                None if ps is None or prim is None else ((ps.elig, prim), ps.req.get(prim, 0))
+            )
+        if how is None:
+            return
+        key, need = how
+        lst = self.node_files.get(key)
+        if lst is None:
+            lst = self.node_files[key] = []
+            for n in self.nodes.eligible(key[0]):  # type: ignore[arg-type]
+                self.node_keys.setdefault(n, []).append(key)
+        heapq.heappush(lst, (need, c.w.id, self.seq, c))
+
+    def _wake_quota(self, touched: set[tuple[int, str]]) -> None:
+        files = self.quota_files
+        used = self.used
+        limit = self.limit
+        for key in touched:
+            lst = files.get(key)
+            if not lst:
+                continue
+            c_node, k = key
+            head = limit[c_node].get(k, 0) - used[c_node].get(k, 0)
+            self._wake(lst, head)
+
+    def _wake_nodes(self, touched: set[int]) -> None:
+        if not touched or not self.node_files:
+            return
+        free = self.nodes.free
+        for n in touched:
+            for key in self.node_keys.get(n, ()):
+                lst = self.node_files.get(key)
+                if not lst:
+                    continue
+                self._wake(lst, free[n].get(key[1], 0))
+
+    def _wake(self, lst: list[tuple[int, int, int, _Cand]], room: int) -> None:
+        """Wake filed candidates whose need fits ``room``, smallest need first.
+
+        Only about as many as ``room`` could hold (twice over) are woken: waking every
+        small candidate of a full cluster for each freed slot would make one simulated
+        instant as costly as a whole cycle. The rest stay filed for the next release.
+        """
+        budget = 2 * room
+        woken = 0
+        while lst and lst[0][0] <= room:
+            need = lst[0][0]
+            if woken and need > budget:
+                break
+            cand = heapq.heappop(lst)[3]
+            if cand.filed:
+                self._mark(cand)
+                woken += 1
+                budget -= max(need, 1)

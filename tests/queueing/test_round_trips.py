@@ -1,0 +1,304 @@
+"""What a cycle and a sync cost in round trips: a constant number of statements per kind
+of change, whatever the number of workloads they move (issue 10; docs/realtime.md §4).
+
+Counted: the product's database statements (on PostgreSQL an executemany counts as many
+statements as rows) and Redis round trips, by tests/queueing/roundtrips.py. Not counted: the
+simulated cluster's own rows (its calls stand for API requests in Kubernetes mode)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from queueing import actions, state
+from queueing.admission import cycle_root
+from queueing.choices import Phase
+from queueing.cluster import set_cluster
+from queueing.models import CycleLease, Workload
+from queueing.state import placement
+from queueing.state.annotate import write_annotations
+from queueing.sync import sync_cluster
+from tests import builders
+from tests.builders import SYSTEM, submit
+from tests.queueing.roundtrips import Count, counting
+
+pytestmark = pytest.mark.django_db
+
+# The product's statements at most, counted as below (PostgreSQL and SQLite alike): a
+# cycle that admits (lease, quotas with ledgers, queues, the world's re-read, other
+# trees' holdings, runtime history; fence, placement lock and read, the phases' locked
+# read, one UPDATE per kind, the timeline, ledgers, the record; release), and a sync
+# (the workloads, the phases' read, UPDATE and timeline, the trees of the moved rows, the
+# overrunning check). A forecasting cycle adds what the forecast reads of history.
+WOKEN_CYCLE_AT_MOST = 19
+SYNC_AT_MOST = 7
+
+
+def product(count: Count) -> int:
+    return sum(mine(count).values())
+
+
+def mine(count: Count) -> dict[str, int]:
+    """PostgreSQL: an executemany counts its rows (each a statement on the wire); SQLite
+    runs in the process (no round trips), one executemany counts once."""
+    counted = count.sql_rows if connection.vendor == "postgresql" else count.sql
+    return {w: n for w, n in counted.items() if not w.startswith("cluster.")}
+
+
+def differ(a: Count, b: Count) -> dict[str, tuple[int, int]]:
+    x, y = mine(a), mine(b)
+    return {k: (x.get(k, 0), y.get(k, 0)) for k in {*x, *y} if x.get(k, 0) != y.get(k, 0)}
+
+
+def _small_world() -> builders.World:
+    """A 12-cpu tree on two 32-cpu nodes, its cluster installed (conftest unsets it)."""
+    w = builders.world(
+        nodes=2, node_cpu="32", root_cpu="12", quota_min={"cpu": "12"}, quota_max={"cpu": "12"}
+    )
+    set_cluster(w.cluster)
+    return w
+
+
+def _world() -> builders.World:
+    w = _small_world()
+    # 12 cpu held: "a" (2 cpu) ends at 10 s, "b" (10 cpu) at 20 s; 20 wait behind them.
+    submit(w, "a", cpu="2", runtime=10)
+    submit(w, "b", cpu="10", runtime=20)
+    cycle_root("cluster", cluster=w.cluster, now=w.clock())
+    sync_cluster(w.cluster, now=w.clock.advance(0.5))  # both run
+    for i in range(20):
+        submit(w, f"w{i}", cpu="1", runtime=1000)
+    cycle_root("cluster", cluster=w.cluster, now=w.clock.advance(0.5))
+    return w
+
+
+@pytest.mark.parametrize("forecast", [False, True], ids=["woken", "forecasting"])
+def test_a_cycle_costs_the_same_statements_whatever_it_admits(
+    db, settings, forecast, django_capture_on_commit_callbacks
+):
+    world_ = _world()
+    settings.KQ_FORECAST_EVERY_S = 0.0 if forecast else 3600.0
+
+    def admit(at: float) -> tuple[int, Count]:
+        sync_cluster(world_.cluster, now=world_.clock.advance(at))
+        # What runs after the commit (the journal, the live stream) counts too.
+        with counting() as count, django_capture_on_commit_callbacks(execute=True):
+            report = cycle_root("cluster", cluster=world_.cluster, now=world_.clock())
+        assert report is not None
+        return len(report.admitted), count
+
+    admitted_few, few = admit(10.0)  # "a" ended: 2 admitted
+    sync_cluster(world_.cluster, now=world_.clock.advance(1))  # they run
+    cycle_root("cluster", cluster=world_.cluster, now=world_.clock())
+    admitted_many, many = admit(9.0)  # "b" ended: 10 admitted
+    assert (admitted_few, admitted_many) == (2, 10)
+    assert product(few) == product(many), differ(few, many)
+    assert few.round_trips == many.round_trips, (dict(few.redis), dict(many.redis))
+    if not forecast:
+        assert product(many) <= WOKEN_CYCLE_AT_MOST, dict(many.sql_rows)
+
+
+def test_a_sync_costs_the_same_statements_whatever_it_moves(db, django_capture_on_commit_callbacks):
+    w = _small_world()
+    submit(w, "one", cpu="1", runtime=10)
+    for i in range(9):
+        submit(w, f"many-{i}", cpu="1", runtime=20)
+    cycle_root("cluster", cluster=w.cluster, now=w.clock())
+    sync_cluster(w.cluster, now=w.clock.advance(0.5))  # all run
+
+    def finish(at: float) -> tuple[int, Count]:
+        with counting() as count, django_capture_on_commit_callbacks(execute=True):
+            report = sync_cluster(w.cluster, now=w.clock.advance(at))
+        return report.transitions, count
+
+    moved_few, few = finish(10.0)
+    moved_many, many = finish(10.0)
+    assert (moved_few, moved_many) == (1, 9)
+    assert product(few) == product(many), differ(few, many)
+    assert few.round_trips == many.round_trips, (dict(few.redis), dict(many.redis))
+    assert product(many) <= SYNC_AT_MOST, dict(many.sql_rows)
+
+
+# --- the guards stay exact ------------------------------------------------------------
+
+
+def test_annotations_never_overwrite_a_row_that_moved_on(world):
+    waiting = submit(world, "waiting")
+    moved = submit(world, "moved")
+    Workload.objects.filter(pk=moved.pk).update(phase=Phase.ADMITTED, reason="Admitted.")
+    at = world.clock()
+    new = {
+        "position": 3,
+        "global_position": 4,
+        "eta_p50": at + timedelta(minutes=5),
+        "eta_p90": at + timedelta(minutes=9),
+        "reason": "Waiting for quota.",
+        "explanation": {"sentence": "Waiting for quota."},
+        "eta": None,
+        "first": None,
+    }
+    assert write_annotations([(waiting.pk, dict(new)), (moved.pk, dict(new))], at) == 2
+    waiting.refresh_from_db()
+    moved.refresh_from_db()
+    assert (waiting.position, waiting.reason, waiting.eta_p90) == (
+        3,
+        "Waiting for quota.",
+        at + timedelta(minutes=9),
+    )
+    assert (moved.phase, moved.position, moved.reason) == (Phase.ADMITTED, None, "Admitted.")
+
+
+def test_the_placement_lock_is_one_statement_that_makes_its_row(world):
+    from django.db import transaction
+
+    CycleLease.objects.filter(name=placement.LOCK_NAME).delete()
+    with counting() as count, transaction.atomic():
+        placement.lock()
+    assert count.statements == 1
+    with transaction.atomic():
+        placement.lock()
+    assert CycleLease.objects.get(name=placement.LOCK_NAME).token == 2
+
+
+def test_a_lost_lease_still_writes_nothing_of_a_batched_cycle(world):
+    from queueing import lease
+    from queueing.engine import run_cycle
+
+    for i in range(3):
+        submit(world, f"w{i}", cpu="1")
+    mine = lease.acquire("cycle:cluster", holder="me", ttl_s=60)
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    result = run_cycle(snapshot)
+    assert len(result.admissions) == 3
+    lease.release(mine)
+    lease.acquire("cycle:cluster", holder="other", ttl_s=60)
+    with pytest.raises(lease.LeaseLost):
+        state.apply(result, snapshot, index, mine, world.cluster)
+    assert set(Workload.objects.values_list("phase", flat=True)) == {Phase.PENDING}
+    assert not Workload.objects.exclude(position=None).exists()
+
+
+def test_a_workload_cancelled_after_the_snapshot_is_refused_by_the_batched_write(world):
+    from queueing.engine import run_cycle
+
+    first = submit(world, "first", cpu="1")
+    second = submit(world, "second", cpu="1")
+    snapshot, index = state.build_snapshot(
+        "cluster", nodes=world.cluster.nodes(), now=world.clock()
+    )
+    result = run_cycle(snapshot)
+    actions.cancel_workload(SYSTEM, second)  # a concurrent change, committed first
+    report = state.apply(result, snapshot, index, None, world.cluster)
+    assert (report.admitted, report.conflicts) == ([first.pk], 1)
+    assert Workload.objects.get(pk=second.pk).phase == Phase.CANCELLED
+
+
+def test_the_trees_of_changed_workloads_are_one_query(world):
+    from queueing import world as worlds
+
+    other_root = actions.create_quota(
+        SYSTEM, name="other", tenant=None, parent=None, min={"cpu": "4"}, max={"cpu": "4"}
+    )
+    tenant = actions.create_tenant(SYSTEM, name="team-b")
+    leaf = actions.create_quota(
+        SYSTEM,
+        name="team-b-q",
+        tenant=tenant,
+        parent=other_root,
+        min={"cpu": "1"},
+        max={"cpu": "4"},
+        namespaces=["team-b"],
+    )
+    a = submit(world, "a")
+    b = submit(world, "b", quota=leaf)
+    with counting() as count:
+        found = worlds.roots_of_workloads([a.pk, b.pk, 999_999])
+    assert count.statements == 1
+    assert {root: sorted(ids) for root, ids in found.items()} == {
+        "cluster": [a.pk],
+        "other": [b.pk],
+    }
+    assert connection.vendor in ("postgresql", "sqlite")
+
+
+def test_usage_is_sampled_once_a_minute_and_a_sample_taken_elsewhere_counts(
+    world, django_capture_on_commit_callbacks
+):
+    from queueing.models import UsageLedger, UsageSample
+
+    submit(world, "w", cpu="4", runtime=3600)
+    start = world.clock()
+
+    def cycle(at: float) -> Count:
+        with counting() as count, django_capture_on_commit_callbacks(execute=True):
+            cycle_root("cluster", cluster=world.cluster, now=start + timedelta(seconds=at))
+        return count
+
+    cycle(0)
+    assert UsageSample.objects.count() == 2  # the root and the leaf
+    quiet = cycle(30)
+    assert "state.quotas.sample_usage" not in quiet.sql  # the process remembers the last one
+    assert UsageSample.objects.count() == 2
+    # Another worker sampled at 61 s: due here by memory, but the database says not yet.
+    UsageSample.objects.create(quota=world.quota, at=start + timedelta(seconds=61))
+    cycle(62)
+    assert UsageSample.objects.count() == 3
+    cycle(125)
+    assert UsageSample.objects.count() == 5
+    latest = UsageSample.objects.filter(quota=world.quota).latest("at")
+    assert latest.decayed == UsageLedger.objects.get(quota=world.quota).usage
+    assert latest.decayed.get("cpu", 0) > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_upserted_placement_lock_still_serialises_two_applies():
+    """Two transactions take the lock: the second waits for the first's commit (a row
+    lock on PostgreSQL, the write lock on SQLite), the row made by whichever came first."""
+    import threading
+
+    from django.db import OperationalError, connections, transaction
+
+    CycleLease.objects.filter(name=placement.LOCK_NAME).delete()
+    held = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                placement.lock()
+                held.set()
+                release.wait(30)
+                order.append("first commits")
+        finally:
+            connections.close_all()
+
+    def second() -> None:
+        held.wait(30)
+        try:
+            for _ in range(100):  # SQLite answers "locked" after its timeout: try again
+                try:
+                    with transaction.atomic():
+                        placement.lock()
+                        order.append("second locked")
+                    return
+                except OperationalError:
+                    continue
+        finally:
+            connections.close_all()
+
+    one, two = threading.Thread(target=first), threading.Thread(target=second)
+    one.start()
+    two.start()
+    two.join(0.5)  # it cannot get the lock while the first holds it
+    assert two.is_alive()
+    assert order == []
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert order == ["first commits", "second locked"]
+    assert CycleLease.objects.get(name=placement.LOCK_NAME).token == 2
