@@ -87,13 +87,17 @@ DB_INDEPENDENT = (
     "kube/test_watch_cache.py",
     "portal/test_units.py",
     "queueing/test_quantities_grammar.py",
+    "test_parallel.py",  # the suite's own helpers
+    "test_polling.py",
 )
 
 
+TESTS_DIR = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests_dir = Path(__file__).resolve().parent
     for item in items:
-        rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
+        rel = Path(str(item.path)).resolve().relative_to(TESTS_DIR).as_posix()
         if rel.startswith(DB_INDEPENDENT):
             item.add_marker(pytest.mark.db_independent)
         if item.get_closest_marker("db_independent") is None:
@@ -104,3 +108,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} is marked db_independent but uses the suite's database: "
                 "it must run on both backends (remove the marker)"
             )
+
+
+# --- pytest-xdist --------------------------------------------------------------------------
+#
+# CI (.ci/run) runs each pass on two xdist workers with `--dist loadfile`: a module's tests
+# run one after another on one worker. The cases of an e2e module (each starts several
+# product processes: Celery workers, beat, servers) never run side by side, and a module's
+# module-scoped live server (``server_url``) is started once. (Not `--dist loadgroup`:
+# pytest-xdist 3.8 files grouped tests by rewriting ``item._nodeid``, which pytest 9 no
+# longer reads, so its xdist_group marks have no effect here.) Each worker has its own test
+# database (pytest-django suffixes its name with the worker id) and its own Redis database
+# (tests/parallel.py, which .ci/run loads; the check below refuses a parallel run with
+# REDIS_URL without it).
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run with REDIS_URL needs tests/parallel.py (a Redis database per worker)."""
+    import os
+
+    workers = len(config.getoption("tx", None) or ())
+    if (
+        workers > 1
+        and os.environ.get("REDIS_URL")
+        and not config.pluginmanager.has_plugin("tests.parallel")
+    ):
+        raise pytest.UsageError(
+            f"{workers} xdist workers would share the Redis database of REDIS_URL: "
+            "add -p tests.parallel (each worker gets a database of its own; see .ci/run)"
+        )

@@ -116,13 +116,22 @@ class Proc:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_all([self])
+
+
+def stop_all(procs: list[Proc]) -> None:
+    """SIGTERM to each at once, then wait for each (SIGKILL after 20 s). A Celery process
+    takes a second or more to tear its interpreter down (several under load): stopped one
+    after the other, a case's three stops added up to a tenth of its time."""
+    running = [proc.process for proc in procs if proc.process.poll() is None]
+    for process in running:
+        process.terminate()
+    for process in running:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @contextmanager
@@ -131,8 +140,7 @@ def processes() -> Iterator[list[Proc]]:
     try:
         yield started
     finally:
-        for proc in reversed(started):
-            proc.stop()
+        stop_all(started)
 
 
 def submit_jobs(quotas: dict[str, Quota], *, limited: bool) -> None:
@@ -367,8 +375,7 @@ def test_a_worker_killed_inside_a_write_leaves_nothing_half_applied(
                 == format_resources(Quota.objects.get(name="team-a-q").runtime),
                 timeout=60, interval=0.3, what="the runtime quota written back",
             )  # fmt: skip
-        for proc in reversed(procs):
-            proc.stop()
+        stop_all(procs)
         ledger = consistent(fake)
         entries = fake.log_entries(types=LOG_TYPES)
 
