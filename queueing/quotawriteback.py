@@ -89,12 +89,28 @@ def publish(cluster: Any, clock: Any = time.monotonic) -> int:
         return 0
 
 
-def _publish(cluster: AnnotationWriter, now: float) -> int:
-    # Mirrored ElasticQuotas, and the ones the queue writes for quotas managed here.
-    targets = [
+def _targets() -> list[tuple[Quota, str, str]]:
+    """Mirrored ElasticQuotas, and the ones the queue writes for quotas managed here."""
+    return [
         (q, *q.kube_ref.removeprefix("ElasticQuota ").partition("/")[::2])
         for q in Quota.objects.filter(kube_ref__startswith="ElasticQuota ")
     ] + [(q, kubequotas.namespace(), q.name) for q in kubequotas.written()]
+
+
+def _key(quota: Quota, namespace: str, name: str) -> str:
+    return f"kq:eq-writeback:{quota.pk}:{namespace}/{name}"
+
+
+def forget() -> None:
+    """Forget what was written, so the next sync writes every ElasticQuota again (a
+    cluster whose objects were replaced, e.g. restored from a backup; tests)."""
+    _written_at.clear()
+    for target in _targets():
+        cache.delete(_key(*target))
+
+
+def _publish(cluster: AnnotationWriter, now: float) -> int:
+    targets = _targets()
     if not targets:
         return 0
     interval = float(getattr(settings, "KQ_QUOTA_WRITEBACK_S", 10.0))
@@ -102,7 +118,7 @@ def _publish(cluster: AnnotationWriter, now: float) -> int:
     written = 0
     for quota, namespace, name in targets:
         values = annotations_for(quota, requests.get(quota.pk, {}))
-        key = f"kq:eq-writeback:{quota.pk}:{namespace}/{name}"
+        key = _key(quota, namespace, name)
         if cache.get(key) == values:
             continue
         if now - _written_at.get(quota.pk, -interval) < interval:
