@@ -239,14 +239,24 @@ def _heads_exhausted(index: state.SnapshotIndex, report: state.ApplyReport) -> b
     )
 
 
-def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> CycleSummary:
+def tick(
+    *, cluster: Cluster | None = None, now: datetime | None = None, dispatch: bool = False
+) -> CycleSummary:
     """Sync with the cluster, then cycle every quota tree. What beat runs every few
     seconds: the periodic full reconciliation behind the event-driven ``react``.
 
     With wakes on, what woken tasks cover is not run here (wake.covered): the sync a
     woken one ran less than an interval ago or is about to run, a tree whose react is
     on its way or in which nothing changed since its last cycle. Events drive the work;
-    the tick catches what a lost wake left undone and what time alone changes."""
+    the tick catches what a lost wake left undone and what time alone changes.
+
+    ``dispatch`` (beat's task): what is left is not run here either but woken, each its
+    own react on the cycle queue -- the tick takes milliseconds instead of a pass of
+    cycles, so on a worker that also serves the cycle queue it never holds up the
+    reacts queued behind it, and on another worker it never races the cycler for the
+    same leases. Only while the cycle queue is served (``wake.reacts_served``: a react
+    started since the last dispatch, or that dispatch is under two intervals old);
+    otherwise the tick does the work itself, as without wakes."""
     from django.conf import settings
 
     cluster = cluster or get_cluster()
@@ -254,6 +264,8 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     summary = CycleSummary()
     every = state.roots()
     recent = wake.covered([wake.WOKEN_SYNC, *every], settings.KQ_CYCLE_INTERVAL_S)
+    if dispatch and wake.reacts_served(settings.KQ_CYCLE_INTERVAL_S):
+        return _dispatch(cluster, now, every, recent, summary, started)
     if wake.WOKEN_SYNC in recent:
         summary.sync = {"recent": True}
         trace.mark("tick_skips", what="sync")
@@ -274,6 +286,35 @@ def tick(*, cluster: Cluster | None = None, now: datetime | None = None) -> Cycl
     return summary
 
 
+def _dispatch(
+    cluster: Cluster,
+    now: datetime | None,
+    every: list[str],
+    recent: set[str],
+    summary: CycleSummary,
+    started: float,
+) -> CycleSummary:
+    """Beat's tick as a dispatcher: wake what woken tasks do not cover (a react already
+    on its way takes the wake along: nothing is queued twice)."""
+    asked = False
+    if wake.WOKEN_SYNC in recent:
+        summary.sync = {"recent": True}
+    else:
+        wake.wake(None, sync=True, reason="tick", delay_s=0.0)
+        summary.sync = {"woken": True}
+        asked = True
+    summary.woken = [root for root in every if root not in recent]
+    if summary.woken:
+        wake.wake_now(summary.woken, reason="tick")
+        asked = True
+    if asked:
+        wake.dispatched()
+    trace.mark("tick_dispatch", sync=wake.WOKEN_SYNC not in recent, trees=len(summary.woken))
+    _arm_timer(cluster, now)
+    summary.duration_ms = (time.perf_counter() - started) * 1000
+    return summary
+
+
 def react(
     target: str, *, cluster: Cluster | None = None, now: datetime | None = None
 ) -> CycleSummary:
@@ -285,6 +326,7 @@ def react(
       for room on the nodes when it moved something (``summary.woken``);
     - ``wake.ALL``: a wake of each tree, at once."""
     wake.taken(target)
+    wake.react_started()
     faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()

@@ -20,7 +20,7 @@ def tick() -> dict[str, Any]:
     from queueing.admission import tick as run_tick
 
     trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
-    summary = run_tick().as_dict()
+    summary = run_tick(dispatch=True).as_dict()
     trace.mark(
         "task_done",
         kind="tick",

@@ -401,3 +401,62 @@ def test_a_sync_that_fails_after_committing_still_wakes_the_trees_it_touched(
     with pytest.raises(RuntimeError):
         react(wake.SYNC, cluster=world.cluster, now=world.clock())
     assert sent == [("cluster", 0.0)]
+
+
+def test_beats_tick_dispatches_reacts_instead_of_cycling(world, sent, settings, monkeypatch):
+    from queueing import admission
+
+    second_tree()
+    submit(world, "w", cpu="1")
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    syncs: list[int] = []
+    real_sync = admission.sync_cluster
+
+    def counted(*args, **kwargs):
+        syncs.append(1)
+        return real_sync(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "sync_cluster", counted)
+    sent.clear()
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    # Nothing ran in the tick: a sync and each tree are woken, due now.
+    assert syncs == [] and summary.roots == [] and summary.admitted == 0
+    assert sorted(sent) == [("cluster", 0.0), ("other", 0.0), (wake.SYNC, 0.0)]
+    assert summary.woken == ["cluster", "other"]
+    assert Workload.objects.get(name="w").phase == Phase.PENDING
+    # The next tick finds those reacts on their way: nothing is queued twice.
+    admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert len(sent) == 3
+    # The reacts run (what a cycle worker does): the work is done there.
+    for target in (wake.SYNC, "cluster", "other"):
+        react(target, cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(name="w").phase == Phase.ADMITTED
+    assert syncs == [1]
+
+
+def test_beats_tick_does_the_work_itself_when_no_react_serves_its_wakes(
+    world, sent, settings, monkeypatch
+):
+    import time
+
+    from queueing import admission
+
+    submit(world, "w", cpu="1")
+    settings.KQ_CYCLE_INTERVAL_S = 0.05
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.roots == [] and summary.woken == ["cluster"]
+    # No cycle worker takes the wakes (none runs, or it is stuck): two intervals on, the
+    # tick cycles by itself -- the safety net does not depend on the cycle queue.
+    time.sleep(0.12)
+    cache.delete_many([wake.key("cluster"), wake.key(wake.SYNC)])  # their keys expired
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.roots == ["cluster"]
+    assert summary.admitted == 1
+    # Control: a react that starts (a cycle worker back) restores the dispatch.
+    submit(world, "w2", cpu="1")
+    react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    time.sleep(0.12)
+    cache.delete_many([wake.key("cluster"), wake.key(wake.SYNC)])
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert Workload.objects.get(name="w2").phase == Phase.PENDING
