@@ -255,6 +255,9 @@ KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
 KQ_WAKE = _bool("KQ_WAKE", not CELERY_BROKER_URL.startswith("memory://"))
 KQ_WAKE_DEBOUNCE_MS = _int("KQ_WAKE_DEBOUNCE_MS", 20, 0)
 KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
+# A woken sync cycles the trees it touched in the same task (no react of theirs on its
+# way), instead of sending each its own react behind whatever the queue holds.
+KQ_SYNC_CYCLES = _bool("KQ_SYNC_CYCLES", True)
 # Each cycle process keeps its trees' live workloads in memory (queueing/world.py) and
 # rebuilds them from the database at least this often.
 KQ_WORLD = _bool("KQ_WORLD", True)

@@ -148,7 +148,7 @@ def cycle_root(
             started=started,
         )
         if forecast:
-            state.forecast_done(root)
+            state.forecast_done(root, time.perf_counter() - started)
         assert report.cycle_id is not None
         trace.mark(
             "cycle",
@@ -333,6 +333,8 @@ def react(
     summary = CycleSummary()
     if target == wake.SYNC:
         touched: set[str] = set()
+        synced = False
+        inline: list[str] = []
         try:
             with wake.collecting() as touched:
                 synced = _sync(cluster, now, summary, quiet=False)
@@ -343,12 +345,24 @@ def react(
             if touched:
                 woken |= wake.node_bound(set(every) - woken)
             summary.woken = sorted(woken)
-            wake.wake_now(summary.woken, reason="sync")
+            inline = _cycled_here(summary.woken) if synced else []
+            wake.wake_now([root for root in summary.woken if root not in inline], reason="sync")
         if not synced:
             wake.wake_busy([wake.SYNC], reason="sync busy")
         else:
             wake.not_busy(wake.SYNC)
             wake.woken_done(wake.WOKEN_SYNC)
+        if inline:
+            # The trees this sync touched, cycled now: no broker hop, no wait behind the
+            # queue's other tasks for the quota a finish just freed.
+            try:
+                _cycle_roots(cluster, inline, now, summary)
+            except BaseException:
+                wake.wake_now([root for root in inline if root not in summary.roots])
+                raise
+            for root in summary.roots:
+                wake.not_busy(root)
+            wake.wake_busy([root for root in summary.skipped if root in inline])
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -363,6 +377,17 @@ def react(
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
+
+
+def _cycled_here(roots: list[str]) -> list[str]:
+    """Of the trees a woken sync touched, those it cycles itself (KQ_SYNC_CYCLES): each
+    with no react of its own on the way (that one will see the change)."""
+    from django.conf import settings
+
+    if not roots or not settings.KQ_SYNC_CYCLES:
+        return []
+    queued = wake.on_its_way(roots)
+    return [root for root in roots if root not in queued]
 
 
 def waits_for_nodes(result: Any) -> bool:

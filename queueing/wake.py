@@ -403,6 +403,21 @@ def not_busy(target: str) -> None:
         log.exception("could not reset the busy retries of %s", target)
 
 
+def on_its_way(targets: Iterable[str]) -> set[str]:
+    """Those of ``targets`` with a react on its way (its key is set): a caller about to
+    run one's work in place of a react leaves those to their react, which will see the
+    change. A wake made while the caller runs sends a react, as it would during one."""
+    wanted = list(targets)
+    if not wanted:
+        return set()
+    try:
+        found = cache.get_many([key(target) for target in wanted])
+    except Exception:
+        log.exception("could not read which reacts are on their way")
+        return set(wanted)
+    return {target for target in wanted if key(target) in found}
+
+
 def taken(target: str) -> None:
     """A react for ``target`` starts: wakes from now on need a react of their own."""
     cache.delete(key(target))

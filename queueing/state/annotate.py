@@ -65,21 +65,36 @@ def full_cycle_done(root: str, cost_s: float) -> None:
 
 
 # Woken cycles come as often as events do; admissions need every one of them, but the
-# forecast of positions and ETAs (most of the engine's time on long queues) is refreshed
-# at most every KQ_FORECAST_EVERY_S per tree. A cycle without it leaves the stored
+# forecast of positions and ETAs (most of the engine's time on long queues, and the
+# annotations' write) is refreshed at most every KQ_FORECAST_EVERY_S per tree, and only
+# while the forecasting cycles of this process's trees together take at most
+# FORECAST_SHARE of the time: under a flood of events (Kueue's baseline end to end) a
+# tree came round every 1-2 s, so nearly every cycle forecast, and forecasting took
+# most of the worker that admissions needed. A cycle without it leaves the stored
 # positions, ETAs and reasons as they are (apply's step 5 is skipped).
+FORECAST_SHARE = 0.25
 _forecasts: dict[str, float] = {}  # root -> monotonic time of its last forecast
+_forecast_costs: dict[str, float] = {}  # root -> seconds its last forecasting cycle took
 
 
 def forecast_due(root: str) -> bool:
     from django.conf import settings
 
     last = _forecasts.get(root)
-    return last is None or time.monotonic() - last >= settings.KQ_FORECAST_EVERY_S
+    if last is None:
+        return True
+    since = time.monotonic() - last
+    if since < settings.KQ_FORECAST_EVERY_S:
+        return False
+    together = sum(_forecast_costs.get(tree, 0.0) for tree in _forecasts)
+    return since >= together / FORECAST_SHARE
 
 
-def forecast_done(root: str) -> None:
+def forecast_done(root: str, cost_s: float = 0.0) -> None:
+    """A forecasting cycle of ``root`` ended, having taken ``cost_s`` (its whole wall:
+    the engine's forecast, the annotations' write and the rest of the cycle)."""
     _forecasts[root] = time.monotonic()
+    _forecast_costs[root] = cost_s
 
 
 def pending_annotations(

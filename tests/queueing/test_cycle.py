@@ -316,6 +316,7 @@ def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
 ):
     settings.KQ_FORECAST_EVERY_S = 1.0
     monkeypatch.setattr(state.annotate, "_forecasts", {})
+    monkeypatch.setattr(state.annotate, "_forecast_costs", {})
     # Heads-only cycles from now (a full cycle always forecasts).
     monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
     submit(world, "big", cpu="8", count=2, runtime=600)
@@ -330,6 +331,7 @@ def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
     assert report.annotated == 0  # within a second of the last forecast: none written
     assert Workload.objects.get(pk=late.pk).position is None
     # A second later the forecast runs again and the newcomers get their places.
+    state.annotate._forecast_costs.clear()  # this machine's speed decides nothing here
     state.annotate._forecasts["cluster"] -= 1.0
     report = cycle_root("cluster", cluster=world.cluster, now=world.clock())
     assert report is not None
@@ -338,11 +340,30 @@ def test_woken_cycles_between_forecasts_admit_and_leave_positions_alone(
     assert Workload.objects.get(pk=small.pk).position is not None
 
 
+def test_forecasts_take_at_most_their_share_of_the_time(settings, monkeypatch):
+    settings.KQ_FORECAST_EVERY_S = 1.0
+    now = time.monotonic()
+    monkeypatch.setattr(state.annotate, "_forecasts", {"a": now - 2.0, "b": now - 9.0})
+    monkeypatch.setattr(state.annotate, "_forecast_costs", {"a": 0.01, "b": 0.01})
+    # Cheap forecasts: every KQ_FORECAST_EVERY_S.
+    assert state.forecast_due("a") and state.forecast_due("b")
+    # Forecasts of 1 s each: the two trees' together (2 s) take at most a quarter of
+    # the time, so each comes round every 8 s.
+    state.annotate._forecast_costs.update(a=1.0, b=1.0)
+    assert not state.forecast_due("a")
+    assert state.forecast_due("b")
+    assert state.forecast_due("new")  # never forecast here: due at once
+    state.forecast_done("a", 0.01)
+    state.forecast_done("b", 0.01)
+    assert not state.forecast_due("a")  # within KQ_FORECAST_EVERY_S of the last
+
+
 def test_a_cycle_without_the_forecast_does_not_read_the_previous_etas(world, settings, monkeypatch):
     from queueing import forecasting
 
     settings.KQ_FORECAST_EVERY_S = 1.0
     monkeypatch.setattr(state.annotate, "_forecasts", {})
+    monkeypatch.setattr(state.annotate, "_forecast_costs", {})
     monkeypatch.setitem(state._full_cycles, "cluster", (time.monotonic(), 60.0))
     reads: list[int] = []
     real = forecasting.previous_etas
@@ -361,6 +382,7 @@ def test_a_cycle_without_the_forecast_does_not_read_the_previous_etas(world, set
     assert report is not None
     assert report.annotated == 0
     assert len(reads) == 1
+    state.annotate._forecast_costs.clear()  # this machine's speed decides nothing here
     state.annotate._forecasts["cluster"] -= 1.0
     cycle_root("cluster", cluster=world.cluster, now=world.clock())
     assert len(reads) == 2

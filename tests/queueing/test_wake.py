@@ -134,19 +134,39 @@ def test_a_finishing_job_sets_a_timer_and_its_sync_wakes_its_tree_alone(world, s
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
     assert summary.sync["transitions"] >= 1
     assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
-    # The sync cycles nothing itself: it wakes the tree of the finish, at once, as a
-    # task of its own -- not the other tree, which nothing touched.
-    assert summary.roots == []
-    assert summary.admitted == 0
-    assert summary.woken == ["cluster"]
-    assert sent[1:] == [("cluster", 0.0)]
-    assert Workload.objects.get(pk=second.pk).phase != Phase.ADMITTED
-    summary = react("cluster", cluster=world.cluster, now=world.clock())
+    # The sync cycles the tree of the finish itself, in the same task -- not the other
+    # tree, which nothing touched -- and sends no react for it.
     assert summary.roots == ["cluster"]
     assert summary.admitted == 1
+    assert summary.woken == ["cluster"]
     assert Workload.objects.get(pk=second.pk).phase == Phase.ADMITTED
     # Only the timer for the second job's end is new.
-    assert sent.targets()[2:] == [wake.SYNC]
+    assert sent.targets()[1:] == [wake.SYNC]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_leaves_a_touched_tree_to_the_react_on_its_way(world, sent, settings):
+    first = submit(world, "first", cpu="8", count=2, runtime=30)
+    second = submit(world, "second", cpu="8", count=2, runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.ADMITTED
+    world.clock.advance(30)
+    wake.wake(["cluster"], reason="test")  # a react of the tree is queued already
+    sent.clear()
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
+    # That react will see the finish: the sync neither cycles the tree nor queues another.
+    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert sent == []
+    assert Workload.objects.get(pk=second.pk).phase == Phase.PENDING
+    # With KQ_SYNC_CYCLES off, a sync wakes each tree it touched as a task of its own.
+    wake.taken("cluster")
+    react("cluster", cluster=world.cluster, now=world.clock())
+    settings.KQ_SYNC_CYCLES = False
+    world.clock.advance(30)
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert ("cluster", 0.0) in sent
 
 
 @pytest.mark.django_db(transaction=True)
@@ -164,7 +184,7 @@ def test_a_sync_that_moved_nothing_wakes_no_tree(world, sent):
     sent.clear()
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
     assert summary.woken == ["cluster"]
-    assert "cluster" in sent.targets()
+    assert summary.roots == ["cluster"]  # cycled in the same task (KQ_SYNC_CYCLES)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -185,8 +205,8 @@ def test_a_sync_that_frees_room_also_wakes_a_tree_waiting_for_node_room(world, s
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
     # The finish was in the first tree; the second waits for the room it frees.
     assert summary.woken == ["cluster", "other"]
-    summary = react("other", cluster=world.cluster, now=world.clock())
-    assert summary.admitted == 1
+    assert summary.roots == ["cluster", "other"]  # both cycled in the sync's task
+    assert Workload.objects.get(pk=stuck.pk).phase == Phase.ADMITTED
     # Once admitted, the second tree waits for nothing: the next finish leaves it alone.
     assert wake.node_bound(["other"]) == set()
 
