@@ -154,6 +154,64 @@ def test_annotations_never_overwrite_a_row_that_moved_on(world):
     assert (moved.phase, moved.position, moved.reason) == (Phase.ADMITTED, None, "Admitted.")
 
 
+def test_an_unchanged_explanation_is_kept_as_it_is(world):
+    from queueing.state.annotate import _UNCHANGED
+
+    row = submit(world, "waiting")
+    at = world.clock()
+    first = {
+        "position": 1,
+        "global_position": 1,
+        "eta_p50": None,
+        "eta_p90": None,
+        "reason": "Waiting for quota.",
+        "explanation": {"sentence": "Waiting for quota.", "waiting_ahead": 0},
+        "eta": None,
+        "first": None,
+    }
+    write_annotations([(row.pk, first)], at)
+    write_annotations([(row.pk, {**first, "position": 2, "explanation": _UNCHANGED})], at)
+    row.refresh_from_db()
+    assert (row.position, row.explanation) == (2, first["explanation"])
+    write_annotations([(row.pk, {**first, "explanation": None, "reason": ""})], at)
+    row.refresh_from_db()
+    assert (row.explanation, row.reason) == (None, "")
+
+
+def test_a_forecasting_cycle_reads_back_only_what_someone_else_wrote(
+    db, django_capture_on_commit_callbacks
+):
+    from queueing import world as worlds
+
+    w = _small_world()
+    submit(w, "big", cpu="12", runtime=1000)  # holds the whole quota: the rest wait
+    for i in range(5):
+        submit(w, f"w{i}", cpu="1", runtime=100)
+
+    def cycle() -> Count:
+        with counting() as count, django_capture_on_commit_callbacks(execute=True):
+            cycle_root("cluster", cluster=w.cluster, now=w.clock.advance(1))
+        return count
+
+    cycle()
+    cycle()
+    quiet = cycle()
+    # What the waiting show, this process wrote: nothing of it is read back.
+    assert "state.annotate.pending_annotations" not in quiet.sql, dict(quiet.sql)
+    assert "forecasting.previous_etas" not in quiet.sql, dict(quiet.sql)
+    row = Workload.objects.get(name="w3")
+    shown = row.explanation
+    assert shown and shown["sentence"] == row.reason
+    # Another writer (another process's cycle of the tree) changed its explanation only,
+    # and journalled the row: the world reads it again, and the cycle restores it.
+    Workload.objects.filter(pk=row.pk).update(explanation={"sentence": "elsewhere"})
+    worlds.record({"cluster": [row.pk]})
+    again = cycle()
+    assert again.sql["state.annotate.pending_annotations"] == 1, dict(again.sql)
+    row.refresh_from_db()
+    assert row.explanation == shown
+
+
 def test_the_placement_lock_is_one_statement_that_makes_its_row(world):
     from django.db import transaction
 
