@@ -674,6 +674,10 @@ def _invalidate_all() -> None:
 
 
 def forget() -> None:
-    """Tests: drop every world of this process (as a restarted worker would)."""
+    """Tests: drop every world of this process (as a restarted worker would), and what
+    it remembers of the node view it stored (queueing.nodeview)."""
+    from queueing import nodeview
+
     _worlds.clear()
     notes.clear()
+    nodeview.forget()
