@@ -271,12 +271,20 @@ def previous_etas(ids: Iterable[int], quota_ids: Iterable[int], *, many: bool) -
         query = Workload.objects.filter(id__in=list(ids))
     out: dict[int, Eta] = {}
     for workload_id, stored in query.filter(eta__isnull=False).values_list("id", "eta"):
-        if not isinstance(stored, dict):
-            continue
-        p50, p90 = stored.get("p50"), stored.get("p90")
-        if isinstance(p50, int | float) and isinstance(p90, int | float):
-            out[workload_id] = Eta(float(p50), float(p90), moved=stored.get("moved", ""))
+        eta = eta_of(stored)
+        if eta is not None:
+            out[workload_id] = eta
     return out
+
+
+def eta_of(stored: Any) -> Eta | None:
+    """The ETA a stored ``Workload.eta`` document holds, if any."""
+    if not isinstance(stored, dict):
+        return None
+    p50, p90 = stored.get("p50"), stored.get("p90")
+    if isinstance(p50, int | float) and isinstance(p90, int | float):
+        return Eta(float(p50), float(p90), moved=stored.get("moved", ""))
+    return None
 
 
 def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = True) -> Snapshot:
@@ -306,5 +314,16 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
         }
         _cache[key] = (time.monotonic(), learnt)
     waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]
-    etas = previous_etas(waiting, quota_ids, many=len(waiting) > 2_000) if waiting else {}
+    # What the tree's world knows this process wrote (world.Shown) is not read again.
+    shown = index.world.shown if index.world is not None else {}
+    etas: dict[int, Eta] = {}
+    unknown: list[int] = []
+    for wid in waiting:
+        known = shown.get(wid)
+        if known is None:
+            unknown.append(wid)
+        elif (eta := eta_of(known.eta)) is not None:
+            etas[wid] = eta
+    if unknown:
+        etas.update(previous_etas(unknown, quota_ids, many=len(unknown) > 2_000))
     return dataclasses.replace(snapshot, previous_etas=etas, config=config, **learnt)

@@ -90,11 +90,17 @@ def check(lease: Lease) -> None:
         .values("token", "holder", "expires_at")
         .first()
     )
+    if row is None:
+        raise LeaseLost(f"the lease {lease.name!r} #{lease.token} is no longer held")
+    still_held(lease, row["token"], row["holder"], row["expires_at"])
+
+
+def still_held(lease: Lease, token: int, holder: str, expires_at: datetime | None) -> None:
+    """Raise LeaseLost unless the lease row read (locked) as given is still ``lease``."""
     if (
-        row is None
-        or row["token"] != lease.token
-        or row["holder"] != lease.holder
-        or (row["expires_at"] is not None and row["expires_at"] <= timezone.now())
+        token != lease.token
+        or holder != lease.holder
+        or (expires_at is not None and expires_at <= timezone.now())
     ):
         raise LeaseLost(f"the lease {lease.name!r} #{lease.token} is no longer held")
 

@@ -8,7 +8,10 @@ Kubernetes mode used to list every managed kind through the adapter.
 ``persist`` compares a digest per node with the stored ones (one narrow query), writes
 only what changed, in bulk (one statement per kind of change), and announces the
 changed rows to cluster admins after the commit (the ``nodes`` configuration message,
-docs/events.md).
+docs/events.md). It runs with every cycle: a reading equal to the one this process
+last found stored (or stored itself), within ``RECHECK_S`` of that, is not compared
+again -- no query at all. Another process's newer reading differs from ours only if the
+cluster changed, which ours then shows too; a view it left behind, ``RECHECK_S`` bounds.
 The view is as fresh as the last cycle; a node the cluster no longer lists is removed.
 """
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +32,38 @@ from queueing import events
 from queueing.cluster.base import NodeInfo
 from queueing.models import ClusterNode
 
-__all__ = ["NodeChanges", "observed", "persist", "read"]
+__all__ = ["NodeChanges", "forget", "observed", "persist", "read"]
 
 _FIELDS = ("allocatable", "reserved", "labels", "taints", "unschedulable")
+
+#: At most this long (s) a reading equal to the last one found stored goes unchecked.
+RECHECK_S = 10.0
+# The documents by node name this process last found stored, and when (monotonic).
+_confirmed: tuple[dict[str, dict[str, Any]], float] | None = None
+_lock = threading.Lock()
+
+
+def forget() -> None:
+    """Forget the last reading found stored (tests: each starts from its own database)."""
+    global _confirmed
+    with _lock:
+        _confirmed = None
+
+
+def _confirm(documents: dict[str, dict[str, Any]]) -> None:
+    global _confirmed
+    with _lock:
+        _confirmed = (documents, time.monotonic())
+
+
+def _unchanged(documents: Mapping[str, Mapping[str, Any]]) -> bool:
+    with _lock:
+        known = _confirmed
+    return (
+        known is not None
+        and time.monotonic() - known[1] < RECHECK_S
+        and known[0] == documents
+    )
 
 
 @dataclass
@@ -64,12 +98,13 @@ def persist(nodes: Iterable[NodeInfo], *, announce: bool = True) -> NodeChanges:
 
     ``announce=False`` for a caller that publishes the same change itself (the
     simulated-node actions): a client must not be told of one removal twice."""
-    seen: dict[str, tuple[dict[str, Any], str]] = {}
-    for node in nodes:
-        doc = _document(node)
-        seen[node.name] = (doc, _digest(doc))
+    documents = {node.name: _document(node) for node in nodes}
     changes = NodeChanges()
-    # The common case, nothing changed, costs this one narrow query and no transaction.
+    # The common case, nothing changed since this process last looked, costs nothing.
+    if _unchanged(documents):
+        return changes
+    seen = {name: (doc, _digest(doc)) for name, doc in documents.items()}
+    # Else one narrow query, and no transaction while nothing changed.
     stored = dict(ClusterNode.objects.values_list("name", "digest"))
     now = timezone.now()
     fresh = [
@@ -80,6 +115,7 @@ def persist(nodes: Iterable[NodeInfo], *, announce: bool = True) -> NodeChanges:
     stale = {name for name, (_, digest) in seen.items() if stored.get(name, digest) != digest}
     gone = sorted(set(stored) - set(seen))
     if not (fresh or stale or gone):
+        _confirm(documents)
         return changes
     # Two cycles persisting at once both hold a recent reading; whichever writes last
     # wins, and the next reading corrects any difference.
@@ -108,6 +144,7 @@ def persist(nodes: Iterable[NodeInfo], *, announce: bool = True) -> NodeChanges:
             events.publish_on_commit(
                 None, events.config_message("nodes", None, announced, removed=changes.removed)
             )
+        transaction.on_commit(lambda: _confirm(documents))
     return changes
 
 

@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, NotSupportedError, transaction
@@ -94,23 +94,39 @@ class SyncReport:
 
 # Workloads reconciled (or jobs registered) per transaction.
 CHUNK = 500
-# What the sync reads of a workload (not its pod sets, labels or explanation).
-SYNC_FIELDS = (
-    "id",
-    "tenant_id",
-    "queue_id",
-    "phase",
-    "kind",
-    "api_version",
-    "namespace",
-    "name",
-    "object_uid",
-    "pool",
-    "message",
-    "created_at",
-    "started_at",
-    "requeue_at",
-)
+
+
+class SyncRow(NamedTuple):
+    """A workload as the sync reads it (not its pod sets, labels or explanation): a
+    tuple, not a model instance -- a full sync reads every active workload, and Django's
+    (deferred-field) instances cost several times as much to make."""
+
+    id: int
+    tenant_id: int
+    queue_id: int
+    phase: str
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    object_uid: str
+    pool: str
+    message: str
+    created_at: datetime | None
+    started_at: datetime | None
+    requeue_at: datetime | None
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+SYNC_FIELDS = SyncRow._fields
+Synced = SyncRow | Workload  # what _reconcile reads (the tests hand it model instances)
+
+
+def _rows(query: Any) -> list[SyncRow]:
+    return [SyncRow(*values) for values in query.order_by("id").values_list(*SYNC_FIELDS)]
 
 
 @dataclass(frozen=True)
@@ -134,7 +150,7 @@ def _repair(cluster: Cluster, calls: list[Call], report: SyncReport, fence: Fenc
     run_calls(cluster, [counted(c) for c in calls], fence, report.errors, raise_lost=True)
 
 
-def pool_selector(workload: Workload) -> dict[str, str]:
+def pool_selector(workload: Synced) -> dict[str, str]:
     from django.conf import settings
 
     label = getattr(settings, "KQ_POOL_LABEL", "koord-queue/pool")
@@ -172,11 +188,11 @@ def sync_cluster(
             namespaces = {namespace for _, namespace, _ in keys}
             active = [
                 w
-                for w in Workload.objects.filter(
-                    phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces
+                for w in _rows(
+                    Workload.objects.filter(
+                        phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces
+                    )
                 )
-                .only(*SYNC_FIELDS)
-                .order_by("id")
                 if (w.kind, w.namespace, w.name) in keys
             ]
             jobs = [job for job in infos.values() if job is not None]
@@ -185,9 +201,7 @@ def sync_cluster(
     if keys is None:
         cursor = journal.changed_jobs(None)[0] if journal is not None else (0, 0)
         cluster.tick(now)
-        active = list(
-            Workload.objects.filter(phase__in=ACTIVE_PHASES).only(*SYNC_FIELDS).order_by("id")
-        )
+        active = _rows(Workload.objects.filter(phase__in=ACTIVE_PHASES))
         _sync_jobs(cluster, cluster.jobs(), active, now, report, fence, checks)
         if journal is not None:
             _marks[cluster] = (cursor, time.monotonic() + settings.KQ_FULL_SYNC_S)
@@ -249,7 +263,7 @@ def _checks(cluster: Cluster) -> Checks:
 def _sync_jobs(
     cluster: Cluster,
     jobs: Sequence[JobInfo],
-    active: Sequence[Workload],
+    active: Sequence[Synced],
     now: datetime,
     report: SyncReport,
     fence: Fence,
@@ -324,7 +338,7 @@ def mirror_queue_units(cluster: QueueUnitMirror, now: datetime) -> int:
 
 
 def _reconcile(
-    workload: Workload,
+    workload: Synced,
     job: JobInfo | None,
     now: datetime,
     repairs: list[Call],
@@ -332,7 +346,9 @@ def _reconcile(
     checks: Checks,
 ) -> None:
     """What one workload needs: transitions go to ``moves``, cluster calls to ``repairs``."""
-    ref = actions.workload_ref(workload)
+    ref = JobRef(
+        workload.kind, workload.api_version, workload.namespace, workload.name, workload.object_uid
+    )
     expect = (workload.phase,)
     if job is None:
         if workload.created_at and now - workload.created_at < MISSING_GRACE:
@@ -403,7 +419,7 @@ def _reconcile(
             moves.append(_requeue(workload, now, reason="Evicted", message=workload.message))
 
 
-def _requeue(workload: Workload, now: datetime, *, reason: str, message: str) -> actions.Move:
+def _requeue(workload: Synced, now: datetime, *, reason: str, message: str) -> actions.Move:
     """The cluster confirmed the job is stopped: wait again, keeping the original place."""
     backoff = workload.requeue_at is not None and workload.requeue_at > now
     return actions.Move(

@@ -311,6 +311,19 @@ def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]
 ANNOTATION_FIELDS = ("position", "global_position", "eta_p50", "eta_p90", "reason")
 
 
+class Shown(NamedTuple):
+    """What a waiting row shows beside ``ANNOTATION_FIELDS``, as this process last wrote
+    (or read) it: the engine's explanation (compared as the tuple it is, so an unchanged
+    one is neither rebuilt as a dict nor read back), the stored ETA document
+    (``Workload.eta``) and whether its first forecast is recorded. Kept by the world for
+    as long as the row is not re-read (anyone else's write journals the row, which drops
+    this), so a forecasting cycle reads none of the JSON it compares against."""
+
+    explanation: Any  # engine.types.Explanation | None
+    eta: Mapping[str, Any] | None
+    first: bool
+
+
 def record_cycle(
     root: str,
     moved: Iterable[int],
@@ -434,6 +447,8 @@ class TreeWorld:
         self.reread = 0  # rows re-read by the last refresh
         #: Engine specs of unchanged rows, reused between cycles (state.snapshot).
         self.specs: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] = {}
+        #: What the waiting rows show beside their row's fields (``Shown``), by id.
+        self.shown: dict[int, Shown] = {}
 
     def invalidate(self) -> None:
         self.cursor = None
@@ -480,6 +495,11 @@ class TreeWorld:
             for name in ANNOTATION_FIELDS:
                 if name in fields:
                     row[name] = fields[name]
+            shown = fields.get("shown")
+            if isinstance(shown, Shown):
+                self.shown[workload_id] = shown
+            else:
+                self.shown.pop(workload_id, None)
             self.annotated.add(workload_id)
 
     def _rebuild(self, quota_ids: frozenset[int]) -> None:
@@ -497,6 +517,7 @@ class TreeWorld:
         self.holding = set()
         self.queues = defaultdict(_QueueOrder)
         self.specs = {}
+        self.shown = {}
         for row in rows:
             self._put(row)
         self.quota_ids = quota_ids
@@ -529,6 +550,7 @@ class TreeWorld:
     def _drop(self, workload_id: int) -> None:
         old = self.rows.pop(workload_id, None)
         self.specs.pop(workload_id, None)
+        self.shown.pop(workload_id, None)
         if old is None:
             return
         if old["phase"] in HOLDING_PHASES:
@@ -652,6 +674,10 @@ def _invalidate_all() -> None:
 
 
 def forget() -> None:
-    """Tests: drop every world of this process (as a restarted worker would)."""
+    """Tests: drop every world of this process (as a restarted worker would), and what
+    it remembers of the node view it stored (queueing.nodeview)."""
+    from queueing import nodeview
+
     _worlds.clear()
     notes.clear()
+    nodeview.forget()

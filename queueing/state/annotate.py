@@ -20,6 +20,7 @@ from queueing.models import (
     Workload,
 )
 from queueing.state.snapshot import SnapshotIndex, from_epoch
+from queueing.world import Shown
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,19 @@ def forecast_done(root: str, cost_s: float = 0.0) -> None:
 def pending_annotations(
     result: CycleResult, index: SnapshotIndex, *, full: bool = True
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Per waiting workload, the stored fields that changed: position, ETA, reason.
+    """Per waiting workload whose position, ETA or reason changed, what it shows now.
 
-    ``full=False`` looks only at the front of each queue and at new workloads."""
+    Compared against what the row shows: its position, ETA and reason from the snapshot's
+    rows, its explanation and stored ETA from the tree's world (``world.Shown``: what this
+    process last wrote or read, for as long as nobody else wrote the row), else read here
+    for the rows the world does not know. An explanation equal (as the engine's tuple) to
+    the one shown is not rebuilt. ``full=False`` looks only at the front of each queue and
+    at new workloads. Each change carries ``shown``, what the world keeps once written."""
     admitted = {a.workload_id for a in result.admissions}
-    candidates: list[tuple[int, Mapping[str, Any], Mapping[str, Any]]] = []
+    tree = index.world
+    memory: dict[int, Shown] = tree.shown if tree is not None else {}
+    candidates: list[tuple[int, Mapping[str, Any], dict[str, Any]]] = []
+    unknown: list[int] = []
     for workload_id, row in index.rows.items():
         if row["phase"] not in WAITING_PHASES or workload_id in admitted:
             continue
@@ -134,52 +143,79 @@ def pending_annotations(
                 },
             )
         )
-    # The stored explanations, read only for the rows looked at (JSON is not cheap).
-    if len(candidates) > 2_000:  # most of the tree: select it by tree, not a huge IN list
-        looked_at = Workload.objects.filter(
-            phase__in=WAITING_PHASES, quota_id__in=list(index.quota_ids.values())
-        )
-    else:
-        looked_at = Workload.objects.filter(id__in=[c[0] for c in candidates])
-    stored = (
-        {
+        if workload_id not in memory:
+            unknown.append(workload_id)
+    # What the world does not know is read, for those rows only (JSON is not cheap).
+    stored: dict[int, tuple[Any, Any, Any]] = {}
+    if unknown:
+        if len(unknown) > 2_000:  # most of the tree: select it by tree, not a huge IN list
+            looked_at = Workload.objects.filter(
+                phase__in=WAITING_PHASES, quota_id__in=list(index.quota_ids.values())
+            )
+        else:
+            looked_at = Workload.objects.filter(id__in=unknown)
+        stored = {
             wid: (explanation, eta, first)
             for wid, explanation, eta, first in looked_at.values_list(
                 "id", "explanation", "eta", "first_seen_at"
             )
         }
-        if candidates
-        else {}
-    )
     now_s = index.now.timestamp()
     changed: list[tuple[int, dict[str, Any]]] = []
-    for workload_id, before, fields in candidates:
-        new = dict(fields)
+    for workload_id, before, new in candidates:
         explanation = result.explanations.get(workload_id)
-        as_dict = explanation.to_dict() if explanation else None
-        new["reason"] = as_dict["sentence"][:500] if as_dict else ""
-        new["explanation"] = as_dict
-        old_explanation, old_eta, first_seen = stored.get(workload_id, (None, None, None))
         eta = result.etas.get(workload_id)
+        known = memory.get(workload_id)
+        if known is not None:
+            old_eta: Any = known.eta
+            first_seen = known.first
+            same_explanation = explanation == known.explanation
+        else:
+            old_explanation, old_eta, first_at = stored.get(workload_id, (None, None, None))
+            first_seen = first_at is not None
+            same_explanation = False
+        if same_explanation:
+            new["reason"] = before["reason"]
+            as_dict: Any = _UNCHANGED
+        else:
+            as_dict = explanation.to_dict() if explanation else None
+            new["reason"] = as_dict["sentence"][:500] if as_dict else ""
+            if known is None and as_dict == old_explanation:
+                as_dict = _UNCHANGED
+        new["explanation"] = as_dict
         new["eta"] = forecasting.stored_eta(eta, old_eta, now_s)
         # The first forecast of a wait, once (write_annotations never overwrites it).
         new["first"] = (
             (index.now, eta.p50, eta.p90, eta.forecast)
-            if first_seen is None and eta is not None and eta.p50 is not None
+            if not first_seen and eta is not None and eta.p50 is not None
             else None
         )
+        new["shown"] = Shown(explanation, new["eta"], first_seen or new["first"] is not None)
         if (
             new["first"] is not None
+            or as_dict is not _UNCHANGED
             or new["eta"] != old_eta
             or new["position"] != before["position"]
             or new["global_position"] != before["global_position"]
             or new["reason"] != before["reason"]
-            or new["explanation"] != old_explanation
             or _eta_changed(before["eta_p50"], new["eta_p50"], index.now)
             or _eta_changed(before["eta_p90"], new["eta_p90"], index.now)
         ):
             changed.append((workload_id, new))
+        elif tree is not None:
+            # Unchanged: what the database shows is known now (read above, or already).
+            memory[workload_id] = new["shown"]
     return changed
+
+
+class _Unchanged:
+    """The explanation a row shows stays as it is (write_annotations keeps the column)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+_UNCHANGED: Any = _Unchanged()
 
 
 def _first(
@@ -197,7 +233,8 @@ def _first(
 
 
 # The columns write_annotations sets per row, with their PostgreSQL types; the first
-# forecast's four are written once (COALESCE), never overwritten.
+# forecast's four are written once (COALESCE), never overwritten; the explanation only
+# where it changed (``set_explanation``).
 _ANNOTATED = (
     ("position", "integer"),
     ("global_position", "integer"),
@@ -212,58 +249,91 @@ _ANNOTATED = (
     ("eta_first_forecast", "timestamptz"),
 )
 _ONCE = frozenset(("first_seen_at", "eta_first_p50", "eta_first_p90", "eta_first_forecast"))
-# Rows per statement (PostgreSQL takes 65,535 parameters).
-_ROWS_PER_STATEMENT = 2_500
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: datetime) -> int:
-    """One statement for all changed rows (PostgreSQL: ``UPDATE ... FROM (VALUES ...)``;
-    elsewhere one executemany), guarded by phase so racing moves win."""
+    """One statement for all changed rows, guarded by phase so racing moves win.
+
+    PostgreSQL: ``UPDATE ... FROM jsonb_to_recordset(%s)``, the rows as one JSON document
+    (one parameter, whatever the rows: no per-value placeholders to parse or adapt);
+    elsewhere one executemany."""
     if not changes:
         return 0
     q = connection.ops.quote_name
     table = q(Workload._meta.db_table)
     waiting = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)
-    to_db = connection.ops.adapt_datetimefield_value
-    params = [
-        (
-            new["position"],
-            new["global_position"],
-            to_db(new["eta_p50"]),
-            to_db(new["eta_p90"]),
-            new["reason"],
-            json.dumps(new["explanation"]) if new["explanation"] is not None else None,
-            json.dumps(new["eta"]) if new.get("eta") is not None else None,
-            *_first(new.get("first"), to_db),
-            workload_id,
-        )
-        for workload_id, new in changes
-    ]
 
-    def value(column: str, source: str) -> str:
+    def value(column: str, source: str, keep: str) -> str:
         if column in _ONCE:
             return f"{q(column)} = COALESCE({table}.{q(column)}, {source})"
+        if column == "explanation":
+            return f"{q(column)} = CASE WHEN {keep} THEN {table}.{q(column)} ELSE {source} END"
         return f"{q(column)} = {source}"
 
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
-            sets = ", ".join(value(c, "%s") for c, _ in _ANNOTATED)
+            to_db = connection.ops.adapt_datetimefield_value
+            params = []
+            for workload_id, new in changes:
+                explanation = new["explanation"]
+                keep = explanation is _UNCHANGED
+                params.append(
+                    (
+                        new["position"],
+                        new["global_position"],
+                        to_db(new["eta_p50"]),
+                        to_db(new["eta_p90"]),
+                        new["reason"],
+                        keep,  # the CASE's condition, then its value
+                        None if keep or explanation is None else json.dumps(explanation),
+                        json.dumps(new["eta"]) if new.get("eta") is not None else None,
+                        *_first(new.get("first"), to_db),
+                        to_db(now),
+                        workload_id,
+                    )
+                )
+            sets = ", ".join(value(c, "%s", "%s") for c, _ in _ANNOTATED)
             sql = (
-                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
+                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "  # noqa: S608
                 f"WHERE {q('id')} = %s AND {q('phase')} IN ({waiting})"
             )
-            cursor.executemany(sql, [(*row[:-1], to_db(now), row[-1]) for row in params])
+            cursor.executemany(sql, params)
             return len(changes)
-        row_sql = "(" + ", ".join([*(f"%s::{t}" for _, t in _ANNOTATED), "%s::bigint"]) + ")"
-        names = ", ".join(q(f"v_{c}") for c in [*(c for c, _ in _ANNOTATED), "id"])
-        sets = ", ".join(value(c, f"v.{q('v_' + c)}") for c, _ in _ANNOTATED)
-        for start in range(0, len(params), _ROWS_PER_STATEMENT):
-            chunk = params[start : start + _ROWS_PER_STATEMENT]
-            cursor.execute(
-                # Identifiers from the model's meta, quoted; every value is a parameter.
-                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
-                f"FROM (VALUES {', '.join([row_sql] * len(chunk))}) AS v({names}) "
-                f"WHERE {table}.{q('id')} = v.{q('v_id')} AND {table}.{q('phase')} IN ({waiting})",
-                [to_db(now), *(value for row in chunk for value in row)],
-            )
+        rows = []
+        for workload_id, new in changes:
+            first = new.get("first")
+            row: dict[str, Any] = {
+                "id": workload_id,
+                "position": new["position"],
+                "global_position": new["global_position"],
+                "eta_p50": _iso(new["eta_p50"]),
+                "eta_p90": _iso(new["eta_p90"]),
+                "reason": new["reason"],
+                "eta": new.get("eta"),
+                "keep": new["explanation"] is _UNCHANGED,
+            }
+            if not row["keep"]:
+                row["explanation"] = new["explanation"]
+            if first is not None:
+                seen, p50, p90, forecast = first
+                row["first_seen_at"] = _iso(seen)
+                row["eta_first_p50"] = _iso(from_epoch(p50))
+                row["eta_first_p90"] = _iso(from_epoch(p90))
+                row["eta_first_forecast"] = _iso(from_epoch(forecast if forecast is not None else p50))
+            rows.append(row)
+        record = ", ".join(
+            [*(f"{q(c)} {t}" for c, t in _ANNOTATED), f"{q('id')} bigint", f"{q('keep')} boolean"]
+        )
+        sets = ", ".join(value(c, f"v.{q(c)}", f"v.{q('keep')}") for c, _ in _ANNOTATED)
+        cursor.execute(
+            # Identifiers from the model's meta, quoted; the rows are one parameter.
+            f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "  # noqa: S608
+            f"FROM jsonb_to_recordset(%s::jsonb) AS v({record}) "
+            f"WHERE {table}.{q('id')} = v.{q('id')} AND {table}.{q('phase')} IN ({waiting})",
+            [now, json.dumps(rows, separators=(",", ":"))],
+        )
     return len(changes)

@@ -97,8 +97,11 @@ def apply(
             clock = at
 
     with transaction.atomic():
-        # 1. The fence: the lease is still ours, or nothing of this cycle is written.
-        if lease is not None:
+        # 1. The fence: the lease is still ours, or nothing of this cycle is written. A
+        # cycle that admits takes the placement lock (step 2) in the same statement.
+        if result.admissions:
+            placement.lock(fence=lease)
+        elif lease is not None:
             check(lease)
 
         step("fence")
@@ -216,10 +219,10 @@ def finish_calls(report: ApplyReport) -> None:
 def _placeable(
     result: CycleResult, snapshot: Snapshot, index: SnapshotIndex, report: ApplyReport
 ) -> list[Admission]:
-    """The admissions that still fit the nodes under the placement lock (state.placement)."""
+    """The admissions that still fit the nodes under the placement lock (state.placement),
+    taken by step 1."""
     if not result.admissions:
         return []
-    placement.lock()
     faults.reach("placement.locked")
     now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
     if not placement.grew(index.elsewhere, now_elsewhere):

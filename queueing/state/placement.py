@@ -14,9 +14,9 @@ placed work on the same nodes. ``check`` closes that window at apply time:
    the nodes in the engine's order, and an admission that no longer fits is withdrawn
    (it stays waiting; the woken cycle that follows tries again with the truth).
 
-Cost: two statements per apply that admits (the lock, the holding workloads'
-assignments), and a lock held from that read to the commit. The alternative designs
-are weighed in docs/realtime.md.
+Cost: two statements per apply that admits (the lock, which on PostgreSQL also checks
+the cycle's fence, and the holding workloads' assignments), and a lock held from that
+read to the commit. The alternative designs are weighed in docs/realtime.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from django.db import connection
 
 from queueing.choices import HOLDING_PHASES
 from queueing.engine.types import Admission, Snapshot
+from queueing.lease import Lease, LeaseLost, check, still_held
 from queueing.models import CycleLease, Workload
 
 LOCK_NAME = "placement"
@@ -35,21 +36,42 @@ LOCK_NAME = "placement"
 Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
-def lock() -> None:
+def lock(fence: Lease | None = None) -> None:
     """Inside the apply's transaction: wait for (and hold) the placement lock. One
     statement, which makes the lock's row the first time (an upsert: a racing first
     insert waits for the other's and then updates it, nothing raises into the caller's
-    transaction)."""
+    transaction).
+
+    ``fence``: the cycle's lease, checked first (``lease.check``: its row locked, LeaseLost
+    unless still ours); on PostgreSQL in the same statement as the lock."""
     table = connection.ops.quote_name(CycleLease._meta.db_table)
     q = connection.ops.quote_name
+    upsert = (
+        f"INSERT INTO {table} ({q('name')}, {q('holder')}, {q('token')}, {q('expires_at')}) "  # noqa: S608
+        f"VALUES (%s, '', 1, NULL) ON CONFLICT ({q('name')}) "
+        f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1"
+    )
+    if fence is not None and connection.vendor != "postgresql":
+        check(fence)
+        fence = None
     with connection.cursor() as cursor:
-        cursor.execute(
+        if fence is None:
             # Identifiers from the model's meta, quoted; the name is a parameter.
-            f"INSERT INTO {table} ({q('name')}, {q('holder')}, {q('token')}, {q('expires_at')}) "  # noqa: S608
-            f"VALUES (%s, '', 1, NULL) ON CONFLICT ({q('name')}) "
-            f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1",
-            [LOCK_NAME],
+            cursor.execute(upsert, [LOCK_NAME])
+            return
+        # The fence's row locked and read, and the lock taken, in one round trip (the
+        # upsert runs whatever the read finds; a lost lease rolls it back with the rest).
+        cursor.execute(
+            f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
+            f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
+            "(SELECT count(*) FROM placed) "
+            f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
+            [LOCK_NAME, fence.name],
         )
+        row = cursor.fetchone()
+    if row is None:
+        raise LeaseLost(f"the lease {fence.name!r} #{fence.token} is no longer held")
+    still_held(fence, row[0], row[1], row[2])
 
 
 def held_elsewhere(quota_ids: Iterable[int]) -> Usage:

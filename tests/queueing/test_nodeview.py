@@ -61,14 +61,36 @@ def test_an_unchanged_reading_writes_nothing_and_announces_nothing(
     django_assert_num_queries: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    nodeview.persist([node("a"), node("b")])
+    with django_capture_on_commit_callbacks(execute=True):
+        nodeview.persist([node("a"), node("b")])
+    sent.clear()  # the creation's announcement
     before = list(ClusterNode.objects.values_list("name", "changed_at"))
-    # One read of names and digests; no write.
+    # The reading this process just stored: not even read.
+    with django_capture_on_commit_callbacks(execute=True), django_assert_num_queries(0):
+        changes = nodeview.persist([node("b"), node("a")])
+    assert not changes
+    # Past RECHECK_S (or in another process): one read of names and digests; no write.
+    nodeview.forget()
     with django_capture_on_commit_callbacks(execute=True), django_assert_num_queries(1):
         changes = nodeview.persist([node("b"), node("a")])
     assert not changes
     assert sent == []
     assert list(ClusterNode.objects.values_list("name", "changed_at")) == before
+
+
+def test_a_view_changed_elsewhere_is_put_right_within_the_recheck_bound(
+    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        nodeview.persist([node("a")])
+    # Another process stored an older reading meanwhile.
+    ClusterNode.objects.filter(name="a").update(allocatable={"cpu": 1000}, digest="old")
+    nodeview.persist([node("a")])  # within the bound: taken as stored
+    assert nodeview.read()[0].allocatable["cpu"] == 1000
+    monkeypatch.setattr(nodeview, "RECHECK_S", 0.0)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert nodeview.persist([node("a")]).updated == ["a"]
+    assert nodeview.read()[0].allocatable["cpu"] == 8000
 
 
 def test_changes_are_written_in_bulk_and_a_vanished_node_is_removed(
