@@ -479,17 +479,16 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 f"it requests {fmt_amount(k, v)} but quota {names[c]} has a max of "
                 f"{fmt_amount(k, m)}"
             )
+            to_free = EMPTY
         else:
-            detail = (
-                f"it requests {fmt_amount(k, v)} but the schedulable cluster has "
-                f"{fmt_amount(k, capacity.get(k, 0))}"
-            )
+            detail, to_free = _held_elsewhere(cy, k, v, short)
         out[w.id] = Explanation(
             w.id,
             EXPLAIN_NEVER,
             quota=names[c] if c >= 0 else None,
             shortfall=short,
             limit=lim,
+            to_free=to_free,
             detail=detail,
         )
     for w in cy.backing_off:
@@ -497,6 +496,36 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     for w, what in cy.unknown:
         out[w.id] = Explanation(w.id, EXPLAIN_UNKNOWN, detail=what)
     return out
+
+
+def _held_elsewhere(cy: Cycle, k: str, v: int, short: Resources) -> tuple[str, Resources]:
+    """The detail of a workload set aside at the cluster (``limit="cluster"``), and what
+    must be released for it (``to_free``).
+
+    The tree's cycle counts as free only what the schedulable nodes have left beside
+    what other quota trees hold and pods the queue does not manage (both are the nodes'
+    ``reserved``). When the nodes' allocatable would hold the request, it is not beyond
+    the cluster: it waits for that room (``to_free`` = the shortfall). Beyond the
+    allocatable of every schedulable node it can never fit (``to_free`` empty)."""
+    alloc = 0
+    for spec in cy.nodes.specs:
+        if not spec.unschedulable:
+            alloc += spec.allocatable._d.get(k, 0)
+    free = cy.nodes.capacity.get(k, 0)
+    if v > alloc:
+        return (
+            f"it requests {fmt_amount(k, v)} but the schedulable cluster has "
+            f"{fmt_amount(k, alloc)}"
+            + (f" ({fmt_amount(k, free)} of it left for its quota tree)" if free < alloc else ""),
+            EMPTY,
+        )
+    return (
+        f"it requests {fmt_amount(k, v)}; the schedulable nodes have {fmt_amount(k, alloc)}, "
+        f"of which other quota trees and pods the queue does not manage hold "
+        f"{fmt_amount(k, alloc - free)}, leaving {fmt_amount(k, free)}: it fits once they "
+        f"release {fmt(short)}",
+        short,
+    )
 
 
 def _np_expl(cy: Cycle, w: WorkloadSpec, qi: int) -> Explanation:
