@@ -45,3 +45,25 @@ def test_beyond_every_node_together_it_can_never_fit() -> None:
         "Can never be admitted as specified: it requests 20 cpu but the schedulable "
         "cluster has 16 cpu (4 cpu of it left for its quota tree)."
     )
+
+
+# -- no ETA beside aging's bound -----------------------------------------------------------
+
+
+def test_a_workload_without_an_eta_beside_a_stated_bound_gets_the_bound_as_its_eta() -> None:
+    from queueing.engine.explain import bound_etas
+    from queueing.engine.types import Eta, Explanation
+
+    horizon = "not admitted within the forecast horizon (24 h)"
+    bounded = Explanation(1, "quota", starts_by=100.0)
+    explanations = {1: bounded, 2: bounded._replace(workload_id=2), 3: Explanation(3, "quota")}
+    etas = {
+        1: Eta(None, None, reason=horizon),
+        2: Eta(None, None, reason=horizon),
+        3: Eta(None, None, reason=horizon),  # no bound stated: left as it is
+    }
+    typical = {1: 70.0, 2: 130.0}.get  # 2's typical start is past the bound
+    assert bound_etas(explanations, etas, typical) == 2
+    assert (etas[1].p50, etas[1].p90, etas[1].reason) == (70.0, 100.0, "")
+    assert (etas[2].p50, etas[2].p90, etas[2].reason) == (100.0, 100.0, "")
+    assert (etas[3].p50, etas[3].p90, etas[3].reason) == (None, None, horizon)
