@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet
 
+from portal import eta_text
 from queueing.choices import (
     ACTIVE_PHASES,
     HOLDING_PHASES,
@@ -20,7 +21,6 @@ from queueing.choices import (
     WAITING_PHASES,
     Phase,
 )
-from portal import eta_text
 from queueing.events import iso
 from queueing.models import CycleRun, Queue, Quota, Tenant, UsageSample, Workload
 

@@ -600,9 +600,9 @@ def bound_etas(
             # aging's claim, and "no ETA" beside "starts by T" reads as a contradiction.
             # The bound is its p90; the p50 the same bound with typical runtimes when
             # that is earlier (as below), and the reason goes: there is an ETA now.
-            typ = typical(wid) if typical is not None else None
-            p50 = typ if typ is not None and typ < bound else bound
-            etas[wid] = dataclasses.replace(eta, p50=p50, p90=bound, reason="")
+            typical_start = typical(wid) if typical is not None else None
+            start = typical_start if typical_start is not None and typical_start < bound else bound
+            etas[wid] = dataclasses.replace(eta, p50=start, p90=bound, reason="")
             capped += 1
             continue
         p50 = eta.p50

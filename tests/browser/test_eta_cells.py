@@ -79,9 +79,9 @@ def test_no_waiting_row_shows_a_bare_dash_loaded_or_live(bsite, server_url, brow
     expect(cell).to_have_attribute(
         "title", f"No ETA: {HORIZON}. Waiting for quota: team-a runtime quota is short by 1 cpu."
     )
-    expect(page.locator(f'#pending-rows tr[data-id="{fresh}"] td[data-field=eta_p50]')).to_have_text(
-        "next cycle"
-    )
+    expect(
+        page.locator(f'#pending-rows tr[data-id="{fresh}"] td[data-field=eta_p50]')
+    ).to_have_text("next cycle")
 
     # The stream: a ranked row loses its ETA (other trees took the room) -- its cells
     # say so without a reload; another gets aging's bound beside no ETA.

@@ -38,7 +38,7 @@ def test_room_held_by_other_trees_is_not_never() -> None:
 
 
 def test_beyond_every_node_together_it_can_never_fit() -> None:
-    result, e = _cycle(20000)
+    _result, e = _cycle(20000)
     assert (e.kind, e.limit) == ("never-fits", "cluster")
     assert not e.to_free
     assert e.sentence() == (

@@ -100,18 +100,28 @@ def test_every_waiting_row_shows_its_eta_or_why_not_everywhere_alike(site):
         api = vic.get(f"/api/v1/workloads/{w[name].pk}/").json()
         assert api["eta_note"] == title  # the API says what the hover says
         if name == "bounded":
-            assert _shown(p90)[0].startswith("at the latest in 9 min") or _shown(p90)[0].startswith("at the latest in 10 min")
+            assert _shown(p90)[0].startswith("at the latest in 9 min") or _shown(p90)[0].startswith(
+                "at the latest in 10 min"
+            )
             assert api["starts_by"] == row["starts_by"] is not None
         else:
             assert _shown(p90) == (text, title)
             assert api["starts_by"] is None
     # The full texts say precisely why.
-    assert wire["horizon"]["eta_why"] == f"No ETA: {HORIZON}. Waiting for quota: team-a runtime quota is short by 1 cpu."
-    assert wire["elsewhere"]["eta_why"].startswith("Waiting for room held by other quota trees: it requests 6 cpu;")
+    assert (
+        wire["horizon"]["eta_why"]
+        == f"No ETA: {HORIZON}. Waiting for quota: team-a runtime quota is short by 1 cpu."
+    )
+    assert wire["elsewhere"]["eta_why"].startswith(
+        "Waiting for room held by other quota trees: it requests 6 cpu;"
+    )
     assert wire["never"]["eta_why"].startswith("Can never be admitted as specified")
     assert wire["new"]["eta_why"].startswith("Not ranked yet: the next admission cycle")
     # The live stream's reads go through the same wire form (portal.stream_queries).
-    streamed = {r["name"]: r for r in queries.wire_rows(Workload.objects.filter(pk__in=[x.pk for x in w.values()]))}
+    streamed = {
+        r["name"]: r
+        for r in queries.wire_rows(Workload.objects.filter(pk__in=[x.pk for x in w.values()]))
+    }
     assert {n: (r["eta_note"], r["eta_why"], r["starts_by"]) for n, r in streamed.items()} == {
         n: (r["eta_note"], r["eta_why"], r["starts_by"]) for n, r in wire.items()
     }
@@ -130,6 +140,7 @@ def test_a_row_with_an_eta_shows_times_and_no_note(site):
     live.rank([job.pk])
     page = site.client("vic").get(f"/tenants/{site.tenant.name}/queues/{site.queue.name}/")
     p50, p90 = _eta_cells(page.content.decode())["ranked"]
-    assert "<time" in p50 and "<time" in p90
+    assert "<time" in p50
+    assert "<time" in p90
     row = queries.wire_rows(Workload.objects.filter(pk=job.pk))[0]
     assert (row["eta_note"], row["eta_why"], row["starts_by"]) == ("", "", None)

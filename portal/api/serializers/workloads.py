@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal import eta_text
 from portal.api.fields import (
     INT32,
     FiniteFloatField,
@@ -16,7 +17,6 @@ from portal.api.fields import (
     ResourcesField,
     StringMapField,
 )
-from portal import eta_text
 from portal.api.serializers.base import StrictSerializer, actor_of, int32, queues_of, quotas_of
 from queueing import actions, compat, jobspec
 from queueing.choices import (
@@ -216,7 +216,6 @@ class WorkloadDetailSerializer(WorkloadSerializer):
             "starts_by",
         )  # type: ignore[assignment]
         read_only_fields = fields  # type: ignore[assignment]
-
 
     def get_eta_note(self, w: Workload) -> str:
         return w.eta_note if w.eta_p50 is not None else eta_text.of_workload(w)[1]
