@@ -31,6 +31,7 @@ WORKLOAD_ROW: dict[str, Any] = {
     "required": [
         "id", "name", "namespace", "queue_id", "queue", "quota_id", "quota", "phase",
         "priority", "position", "global_position", "eta_p50", "eta_p90", "reason",
+        "eta_note", "eta_why", "starts_by",
         "queue_order_at", "admitted_at", "started_at", "finished_at",
     ],
     "additionalProperties": False,
@@ -49,6 +50,9 @@ WORKLOAD_ROW: dict[str, Any] = {
         "eta_p50": _TIME,
         "eta_p90": _TIME,
         "reason": {"type": "string"},
+        "eta_note": {"type": "string"},
+        "eta_why": {"type": "string"},
+        "starts_by": _TIME,
         "queue_order_at": _TIME,
         "admitted_at": _TIME,
         "started_at": _TIME,

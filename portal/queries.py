@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet
 
+from portal import eta_text
 from queueing.choices import (
     ACTIVE_PHASES,
     HOLDING_PHASES,
@@ -280,13 +281,24 @@ ROW_FIELDS = (
     "started_at",
     "finished_at",
 )
-ROW_COLUMNS = (*ROW_FIELDS, "quota__name", "queue__name")
+# Besides the row's columns, the few stored keys that say why it has no ETA, and aging's
+# bound (portal.eta_text): read as JSON keys, not the whole explanation.
+ROW_COLUMNS = (
+    *ROW_FIELDS,
+    "quota__name",
+    "queue__name",
+    "eta__reason",
+    *(f"explanation__{k}" for k in eta_text.EXPLANATION_KEYS),
+)
 HOLDING_SHOWN = 100  # a queue page lists this many admitted and running, newest first
 FINISHED_SHOWN = 10
 
 
 def live_row(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The wire form of one workload, from ``values(*ROW_COLUMNS)``."""
+    """The wire form of one workload, from ``values(*ROW_COLUMNS)``: with, when it waits
+    without an ETA, why (``eta_note`` in a few words, ``eta_why`` in full), and the
+    latest start aging promises it (``starts_by``), if any."""
+    note, why = eta_text.of_row(values)
     return {
         "id": values["id"],
         "name": values["name"],
@@ -302,6 +314,9 @@ def live_row(values: Mapping[str, Any]) -> dict[str, Any]:
         "eta_p50": iso(values["eta_p50"]),
         "eta_p90": iso(values["eta_p90"]),
         "reason": values["reason"],
+        "eta_note": note,
+        "eta_why": why,
+        "starts_by": iso(eta_text.starts_by(values["phase"], values["explanation__starts_by"])),
         "queue_order_at": iso(values["queue_order_at"]),
         "admitted_at": iso(values["admitted_at"]),
         "started_at": iso(values["started_at"]),

@@ -100,6 +100,28 @@ def reltime(value: Any, mode: str = "rel") -> str:
     )
 
 
+@register.simple_tag
+def eta_cell(row: Mapping[str, Any], which: str) -> str:
+    """A waiting row's ETA cell (``which`` "p50" or "p90"; JS: queue.js ``etaCell``): the
+    time; else, in the p90 cell, aging's bound ("at the latest in 3 min") when one is
+    stated; else why there is no ETA in a few words, in full on hover."""
+    value = row.get(f"eta_{which}")
+    if value is not None:
+        return reltime(value)
+    if which == "p90" and row.get("starts_by"):
+        return format_html(
+            '<span class="eta-bound" title="Aging\'s bound: it starts by then at the latest">'
+            "at the latest {}</span>",
+            reltime(row["starts_by"]),
+        )
+    note = row.get("eta_note") or ""
+    if not note:
+        return reltime(None)
+    return format_html(
+        '<span class="eta-none" title="{}">{}</span>', row.get("eta_why") or note, note
+    )
+
+
 @register.filter
 def seconds(value: Any) -> str:
     if value is None:

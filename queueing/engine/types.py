@@ -530,7 +530,8 @@ EXPLAIN_BACKOFF = "backoff"  # waiting for requeue_at
 EXPLAIN_POLICY = "policy-blocked"  # a Block/Intelligent head ahead does not fit
 EXPLAIN_PREEMPTING = "preempting"  # victims are being evicted for it
 EXPLAIN_DEPTH = "depth"  # beyond the queue's max_depth look-ahead
-EXPLAIN_NEVER = "never-fits"  # larger than any max or any eligible node, ever
+EXPLAIN_NEVER = "never-fits"  # larger than any max or any eligible node, ever; with
+# limit "cluster" and a to_free, larger than what other trees leave it now (set aside)
 EXPLAIN_UNKNOWN = "unknown-queue"  # names a queue or quota the snapshot lacks
 
 
@@ -710,6 +711,12 @@ class Explanation(NamedTuple):
             )
         if kind == EXPLAIN_DEPTH:
             return f"Beyond its queue's look-ahead depth this cycle.{ahead}"
+        if kind == EXPLAIN_NEVER and self.limit == "cluster" and self.to_free:
+            # Set aside this cycle, but not beyond the cluster: room others hold now.
+            return (
+                f"Waiting for room held by other quota trees: {self.detail}; set aside "
+                f"until then, it blocks nobody.{bound}"
+            )
         if kind == EXPLAIN_NEVER:
             return f"Can never be admitted as specified: {self.detail}."
         if kind == EXPLAIN_UNKNOWN:

@@ -41,6 +41,28 @@
     cell.textContent = "";
     cell.appendChild(KQ.timeElement(iso, mode));
   }
+  // A waiting row's ETA cell, as the server renders it (templatetags kq.eta_cell): the
+  // time; else in the p90 cell aging's bound; else why there is none, in full on hover.
+  function etaCell(cell, r, which) {
+    var at = r["eta_" + which];
+    if (at != null) { setTime(cell, at, "rel"); return; }
+    cell.textContent = "";
+    if (which === "p90" && r.starts_by) {
+      var b = document.createElement("span");
+      b.className = "eta-bound";
+      b.title = "Aging's bound: it starts by then at the latest";
+      b.appendChild(document.createTextNode("at the latest "));
+      b.appendChild(KQ.timeElement(r.starts_by, "rel"));
+      cell.appendChild(b);
+      return;
+    }
+    if (!r.eta_note) { setTime(cell, null, "rel"); return; }
+    var s = document.createElement("span");
+    s.className = "eta-none";
+    s.title = r.eta_why || r.eta_note;
+    s.textContent = r.eta_note;
+    cell.appendChild(s);
+  }
   function badge(phase) {
     var span = document.createElement("span");
     span.className = "phase phase-" + phase.toLowerCase();
@@ -70,8 +92,8 @@
       }
     }],
     queue_order_at: [["queue_order_at"], function (c, r) { setTime(c, r.queue_order_at, "age"); }],
-    eta_p50: [["eta_p50"], function (c, r) { setTime(c, r.eta_p50, "rel"); }],
-    eta_p90: [["eta_p90"], function (c, r) { setTime(c, r.eta_p90, "rel"); }],
+    eta_p50: [["eta_p50", "eta_note", "eta_why"], function (c, r) { etaCell(c, r, "p50"); }],
+    eta_p90: [["eta_p90", "eta_note", "eta_why", "starts_by"], function (c, r) { etaCell(c, r, "p90"); }],
     reason: [["reason", "phase"], function (c, r) {
       c.textContent = "";
       if (r.phase === "Backoff") { c.appendChild(badge("Backoff")); c.appendChild(document.createTextNode(" ")); }

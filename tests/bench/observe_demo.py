@@ -41,6 +41,7 @@ import django
 
 django.setup()
 
+from portal import eta_text  # noqa: E402
 from queueing.engine.aging import order_key as engine_order_key  # noqa: E402
 from queueing.engine.calibration import contradictions  # noqa: E402
 from queueing.engine.resources import Resources  # noqa: E402
@@ -144,6 +145,11 @@ flips_before_p50 = 0  # flips of an ETA whose p50 had not passed yet
 flips_by: dict[str, int] = defaultdict(int)  # explanation kind / Eta.moved -> flips
 flip_samples: dict[str, str] = {}
 loads: list[float] = []  # the machine's 1-minute load average at each poll
+# What the queue page's ETA cells show for a waiting row without an ETA (portal.eta_text,
+# the same function the page, the stream and the API use): "" is a bare "—".
+bare_dash = 0
+eta_notes: dict[str, int] = defaultdict(int)
+eta_note_samples: dict[str, str] = {}
 while time.time() < deadline:
     polls += 1
     loads.append(os.getloadavg()[0])
@@ -211,6 +217,20 @@ while time.time() < deadline:
             contradicted_texts.setdefault(why, r["reason"])
         if r["eta_p50"] is None and not (r["reason"] or "").strip():
             no_eta_no_reason += 1
+        if r["phase"] in ("Pending", "Backoff") and (r["eta_p50"] is None or r["eta_p90"] is None):
+            note, why = eta_text.no_eta(
+                phase=r["phase"],
+                has_eta=r["eta_p50"] is not None,
+                reason=r["reason"],
+                eta_reason=str((r["eta"] or {}).get("reason") or "")
+                if isinstance(r["eta"], dict)
+                else "",
+                explanation=stored or None,
+            )
+            if not note:
+                bare_dash += 1
+            eta_notes[note or "(bare)"] += 1
+            eta_note_samples.setdefault(note or "(bare)", why or r["reason"])
         if re.search(r"\b\d{5,} cpu\b", r["reason"] or ""):
             raw_cores += 1
         if r["eta_p50"] is not None and r["eta_p90"] is not None:
@@ -398,6 +418,8 @@ report = {
     "admitted_after_last_starts_by": bound_after_last,
     "explanation_kinds": dict(kinds),
     "no_eta_by_kind": dict(no_eta_kinds),
+    "bare_dash": bare_dash,
+    "eta_notes": dict(eta_notes),
     "still_waiting": Workload.objects.filter(phase__in=WAITING).count(),
     "admitted_total": Workload.objects.filter(admitted_at__isnull=False).count(),
 }
@@ -413,6 +435,7 @@ with open(out_path, "w") as out:
             "kind_samples": kind_samples,
             "flip_samples": flip_samples,
             "no_eta_beside_starts_by": no_eta_bound_samples,
+            "eta_notes": eta_note_samples,
         },
         out,
     )

@@ -67,7 +67,5 @@ def test_the_page_and_the_api_say_what_moved_the_eta(site):
     )  # fmt: skip
     page = ada.get(page_url).content.decode()
     assert "not admitted within the forecast horizon (24 h)" in page
-    assert (
-        ada.get(f"/api/v1/workloads/{waiting.pk}/").json()["eta_note"]
-        == "not admitted within the forecast horizon (24 h)"
-    )
+    note = ada.get(f"/api/v1/workloads/{waiting.pk}/").json()["eta_note"]
+    assert note == f"No ETA: not admitted within the forecast horizon (24 h). {waiting.reason}"

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal import eta_text
 from portal.api.fields import (
     INT32,
     FiniteFloatField,
@@ -197,13 +198,31 @@ class WorkloadDetailSerializer(WorkloadSerializer):
             "(first, kept, earlier, later, overdue) and last_move {moved, delta_s, at}."
         ),
     )
-    eta_note = serializers.CharField(
-        read_only=True, help_text="What moved the ETA, or why there is none, in words."
+    eta_note = serializers.SerializerMethodField(
+        help_text="What moved the ETA, or why there is none, in words (the queue page's "
+        "hover text; portal.eta_text)."
+    )
+    starts_by = serializers.SerializerMethodField(
+        help_text="Aging's bound: the latest start the engine promises (ISO 8601), or null."
     )
 
     class Meta(WorkloadSerializer.Meta):
-        fields = (*WorkloadSerializer.Meta.fields, "explanation", "assignment", "eta", "eta_note")  # type: ignore[assignment]
+        fields = (
+            *WorkloadSerializer.Meta.fields,
+            "explanation",
+            "assignment",
+            "eta",
+            "eta_note",
+            "starts_by",
+        )  # type: ignore[assignment]
         read_only_fields = fields  # type: ignore[assignment]
+
+    def get_eta_note(self, w: Workload) -> str:
+        return w.eta_note if w.eta_p50 is not None else eta_text.of_workload(w)[1]
+
+    def get_starts_by(self, w: Workload) -> str | None:
+        explanation = w.explanation if isinstance(w.explanation, dict) else {}
+        return iso(eta_text.starts_by(w.phase, explanation.get("starts_by")))
 
 
 class WorkloadSubmitSerializer(StrictSerializer):
