@@ -328,6 +328,8 @@ def test_the_recorder_measures_coverage_error_and_flips() -> None:
     assert m["p50_coverage_pct"] == 0.0
     assert m["p90_coverage_pct"] == 0.0
     assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # The same error by band of the actual wait (150 s): [waits, median error].
+    assert m["p50_err_by_wait"] == {"120-600s": [1, round(50 / 150, 3)]}
     # Started 50 s later than said (signed > 0); uncalibrated, the simulation said the same.
     assert m["p50_median_signed_err"] == pytest.approx(round(50 / 150, 3))
     assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
