@@ -328,6 +328,8 @@ def test_the_recorder_measures_coverage_error_and_flips() -> None:
     assert m["p50_coverage_pct"] == 0.0
     assert m["p90_coverage_pct"] == 0.0
     assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # The same error by band of the actual wait (150 s): [waits, median error].
+    assert m["p50_err_by_wait"] == {"120-600s": [1, round(50 / 150, 3)]}
     # Started 50 s later than said (signed > 0); uncalibrated, the simulation said the same.
     assert m["p50_median_signed_err"] == pytest.approx(round(50 / 150, 3))
     assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
@@ -389,3 +391,36 @@ def test_aging_is_off_only_on_purpose() -> None:
     assert QueueSpec("q").aging_bound_s == 300.0
     with pytest.raises(ValueError, match="aging_bound_s"):
         QueueSpec("q", aging_bound_s=-1.0)
+
+
+def strict_world(policy: str, **kw: object) -> Snapshot:
+    """A 6-cpu head (priority 20) and a 2-cpu job (priority 0) behind it, both waiting
+    for the 8 cpu a running job (not preemptible by them) holds until +100 s; ``policy``
+    is q's."""
+    return snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", {"cpu": 8})],
+        workloads=[
+            running(
+                1, "q", "n", req={"cpu": 8}, started_at=NOW, expected_runtime_s=100.0, priority=30
+            ),
+            workload(2, "q", req={"cpu": 6}, expected_runtime_s=50.0, ts=NOW, priority=20),
+            workload(3, "q", req={"cpu": 2}, expected_runtime_s=50.0, ts=NOW, priority=0),
+        ],
+        queues=[QueueSpec("q", policy=policy), QueueSpec("root")],
+        now=NOW,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_behind_a_blocking_head_only_the_gap_is_stretched() -> None:
+    # Work of priority 10 arrives at half the capacity: it goes before the 2-cpu job,
+    # not before the head. In a Priority queue the 2-cpu job's 100 s wait doubles.
+    load = {"q": {10: {"cpu": 0.5}}}
+    free = run_cycle(strict_world("Priority", arrival_load=load)).etas
+    assert (free[2].p50, free[3].p50) == pytest.approx((NOW + 100, NOW + 200))
+    # In a Block queue it waits for the head, which that load does not delay, and starts
+    # with it: the arrivals queued between the two can delay it only after the head has
+    # started (here, no gap) -- it was published at +200 s, a 100 s after the head.
+    strict = run_cycle(strict_world("Block", arrival_load=load)).etas
+    assert (strict[2].p50, strict[3].p50) == pytest.approx((NOW + 100, NOW + 100))
