@@ -95,6 +95,7 @@ class QueueState:
 
     __slots__ = (
         "aged_before",
+        "aged_heads",
         "block_all",
         "blocked",
         "cands",
@@ -118,8 +119,13 @@ class QueueState:
         self.pos = 0
         depth = spec.max_depth
         self.limit = len(cands) if depth <= 0 else min(depth, len(cands))
-        #: quota index -> id of the head that blocks it (Block / Intelligent).
+        #: quota index -> id of the head that blocks it (Block / Intelligent, or an
+        #: aged head short of quota).
         self.blocked: dict[int, int] = {}
+        #: quota index -> id of its aged head that failed, in a queue whose policy does
+        #: not block it (Priority, Intelligent below the threshold): the one workload
+        #: of the quota in this queue that holds room for itself (:meth:`holds`).
+        self.aged_heads: dict[int, int] = {}
         self.block_all = spec.blocking
         self.intelligent = spec.policy == POLICY_INTELLIGENT
         self.threshold = spec.priority_threshold
@@ -128,6 +134,16 @@ class QueueState:
     def blocks(self, w: WorkloadSpec) -> bool:
         """Whether a failure of ``w`` blocks those behind it on the same quota."""
         return self.block_all or (self.intelligent and w.priority >= self.threshold)
+
+    def aged(self, w: WorkloadSpec) -> bool:
+        """Whether ``w`` has waited its queue's ``aging_bound_s`` (first in its order)."""
+        return w.queue_order_at <= self.aged_before
+
+    def holds(self, w: WorkloadSpec, qi: int) -> bool:
+        """Whether ``w`` holds room for itself until it starts, so that aging's bound
+        applies to it: a strict-order head (:meth:`blocks`), or the aged head of its
+        quota in any queue (:mod:`.aging`)."""
+        return self.blocks(w) or self.aged_heads.get(qi) == w.id
 
 
 class CycleState:
@@ -355,7 +371,7 @@ class CycleState:
         self._load_version = 0
         self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
         self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
-        #: Aged strict-order heads holding back their scarcest resource: id -> resource.
+        #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []

@@ -400,7 +400,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                                 victims_free=hint[2],
                                 no_preempt=why,
                             )
-                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.blocks(w):
+                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.holds(w, qi):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
@@ -419,7 +419,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 else:
                     tmpl = nodes_expl(arg, cy.reqs(w))
                 e = with_id(tmpl, wid, ahead, idx)
-                if is_head and aging and e.kind == EXPLAIN_NODES and q.blocks(w):
+                if is_head and aging and e.kind == EXPLAIN_NODES and q.holds(w, qi):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
@@ -445,6 +445,9 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                         *policy_end,
                     ),
                 )
+                if q.aged_heads.get(qi) == arg:
+                    # behind an aged head of a queue whose policy does not block
+                    out[wid] = out[wid]._replace(limit="aged")
             elif kind == F_DEPTH:
                 out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)
             elif kind == F_WAITING:

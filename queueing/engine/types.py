@@ -204,7 +204,8 @@ class QuotaNode:
 class QueueSpec:
     """An ordering context (kube-queue / koord-queue Queue).
 
-    ``policy``: ``Priority`` (best effort: a head that does not fit is skipped),
+    ``policy``: ``Priority`` (best effort: a head that does not fit is skipped --
+    until it has waited ``aging_bound_s``, then it holds the room it waits for),
     ``Block`` (strict FIFO: a head that does not fit blocks those behind it on the
     same quota), ``Intelligent`` (workloads with priority >= ``priority_threshold``
     block, lower ones may be skipped), ``FIFO`` (alias of Block). ``max_depth``
@@ -576,7 +577,8 @@ class Explanation(NamedTuple):
     kind: str
     quota: str | None = None
     shortfall: Resources = EMPTY
-    limit: str | None = None  # quota: "runtime" | "max" | "cluster" | "min"; preempting: see above
+    limit: str | None = None  # quota: "runtime" | "max" | "cluster" | "min"; preempting: see
+    # above; policy-blocked: "aged" when the head blocks only because it has aged
     largest_free_slot: Resources | None = None
     eligible_nodes: int | None = None
     ahead: tuple[int, ...] = ()
@@ -679,8 +681,14 @@ class Explanation(NamedTuple):
             )
         if kind == EXPLAIN_POLICY:
             why = f" ({self.detail})" if self.detail else ""
+            head = self.blocked_by_name or "the head of its queue"
+            if self.limit == "aged":
+                return (
+                    f"Blocked behind {head}, which has waited its queue's aging bound and "
+                    f"keeps its quota's room in this queue until it starts{why}.{ahead}"
+                )
             return (
-                f"Blocked behind {self.blocked_by_name or 'the head of its queue'}, the head "
+                f"Blocked behind {head}, the head "
                 f"of a strict-order queue that does not fit yet{why}.{ahead}"
             )
         if kind == EXPLAIN_BACKOFF:

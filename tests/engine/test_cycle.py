@@ -135,7 +135,12 @@ def test_intelligent_blocks_only_at_or_above_the_threshold() -> None:
                     workload(1, "q0", req=one(3), priority=head_priority),
                     workload(2, "q0", req=one(2), priority=10),
                 ],
-                queues=[QueueSpec("q0", policy="Intelligent", priority_threshold=100)],
+                # (aging off: an aged head holds its room under any policy)
+                queues=[
+                    QueueSpec(
+                        "q0", policy="Intelligent", priority_threshold=100, aging_bound_s=None
+                    )
+                ],
             )
         )
 
@@ -154,7 +159,7 @@ def test_max_depth_bounds_the_look_ahead() -> None:
             workload(2, "q0", req=one(4)),
             workload(3, "q0", req=one(1)),
         ],
-        queues=[QueueSpec("q0", max_depth=2)],
+        queues=[QueueSpec("q0", max_depth=2, aging_bound_s=None)],
     )
     result = run_cycle(snap, forecast=False)
     assert result.admissions == ()
@@ -284,6 +289,8 @@ def test_gang_is_admitted_whole_or_not_at_all() -> None:
         workloads=[
             workload(1, "q0", pod_sets=[podset(2, one(3), name="w"), podset(1, one(2), name="ps")])
         ],
+        # (aging off: aged, the gang would hold back the nodes' free room for itself)
+        queues=[QueueSpec("q0", aging_bound_s=None)],
     )
     result = run_cycle(snap, forecast=False)
     assert result.admissions == ()
