@@ -346,7 +346,8 @@ def test_forecasts_take_at_most_their_share_of_the_time(settings, monkeypatch):
     monkeypatch.setattr(state.annotate, "_forecasts", {"a": now - 2.0, "b": now - 9.0})
     monkeypatch.setattr(state.annotate, "_forecast_costs", {"a": 0.01, "b": 0.01})
     # Cheap forecasts: every KQ_FORECAST_EVERY_S.
-    assert state.forecast_due("a") and state.forecast_due("b")
+    assert state.forecast_due("a")
+    assert state.forecast_due("b")
     # Forecasts of 1 s each: the two trees' together (2 s) take at most a quarter of
     # the time, so each comes round every 8 s.
     state.annotate._forecast_costs.update(a=1.0, b=1.0)

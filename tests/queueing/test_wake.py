@@ -156,7 +156,8 @@ def test_a_sync_leaves_a_touched_tree_to_the_react_on_its_way(world, sent, setti
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
     assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
     # That react will see the finish: the sync neither cycles the tree nor queues another.
-    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert summary.roots == []
+    assert summary.woken == ["cluster"]
     assert sent == []
     assert Workload.objects.get(pk=second.pk).phase == Phase.PENDING
     # With KQ_SYNC_CYCLES off, a sync wakes each tree it touched as a task of its own.
@@ -165,7 +166,8 @@ def test_a_sync_leaves_a_touched_tree_to_the_react_on_its_way(world, sent, setti
     settings.KQ_SYNC_CYCLES = False
     world.clock.advance(30)
     summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
-    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert summary.roots == []
+    assert summary.woken == ["cluster"]
     assert ("cluster", 0.0) in sent
 
 
@@ -440,7 +442,9 @@ def test_beats_tick_dispatches_reacts_instead_of_cycling(world, sent, settings, 
     sent.clear()
     summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
     # Nothing ran in the tick: a sync and each tree are woken, due now.
-    assert syncs == [] and summary.roots == [] and summary.admitted == 0
+    assert syncs == []
+    assert summary.roots == []
+    assert summary.admitted == 0
     assert sorted(sent) == [("cluster", 0.0), ("other", 0.0), (wake.SYNC, 0.0)]
     assert summary.woken == ["cluster", "other"]
     assert Workload.objects.get(name="w").phase == Phase.PENDING
@@ -464,7 +468,8 @@ def test_beats_tick_does_the_work_itself_when_no_react_serves_its_wakes(
     submit(world, "w", cpu="1")
     settings.KQ_CYCLE_INTERVAL_S = 0.05
     summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
-    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert summary.roots == []
+    assert summary.woken == ["cluster"]
     # No cycle worker takes the wakes (none runs, or it is stuck): two intervals on, the
     # tick cycles by itself -- the safety net does not depend on the cycle queue.
     time.sleep(0.12)
@@ -478,5 +483,6 @@ def test_beats_tick_does_the_work_itself_when_no_react_serves_its_wakes(
     time.sleep(0.12)
     cache.delete_many([wake.key("cluster"), wake.key(wake.SYNC)])
     summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
-    assert summary.roots == [] and summary.woken == ["cluster"]
+    assert summary.roots == []
+    assert summary.woken == ["cluster"]
     assert Workload.objects.get(name="w2").phase == Phase.PENDING
