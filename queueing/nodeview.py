@@ -59,11 +59,7 @@ def _confirm(documents: dict[str, dict[str, Any]]) -> None:
 def _unchanged(documents: Mapping[str, Mapping[str, Any]]) -> bool:
     with _lock:
         known = _confirmed
-    return (
-        known is not None
-        and time.monotonic() - known[1] < RECHECK_S
-        and known[0] == documents
-    )
+    return known is not None and time.monotonic() - known[1] < RECHECK_S and known[0] == documents
 
 
 @dataclass

@@ -317,10 +317,11 @@ def _sync_jobs(
         for key, job in by_name.items()
         if key not in seen and job.state not in (SUCCEEDED, FAILED)
     ]
+    memo: dict[tuple[str, str, str], Placement] = {}  # one lookup per placement per sync
     for start in range(0, len(new), CHUNK):
         repairs = []
         with transaction.atomic():
-            _register_all(new[start : start + CHUNK], report, repairs)
+            _register_all(new[start : start + CHUNK], report, repairs, memo)
         _repair(cluster, repairs, report, fence)
 
 
@@ -460,10 +461,14 @@ def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Pla
     return memo[key]
 
 
-def _register_all(jobs: Sequence[JobInfo], report: SyncReport, repairs: list[Call]) -> None:
+def _register_all(
+    jobs: Sequence[JobInfo],
+    report: SyncReport,
+    repairs: list[Call],
+    memo: dict[tuple[str, str, str], Placement],
+) -> None:
     """New jobs become Pending workloads: one insert for all that can be placed (one by
     one when that insert collides, to find the one that does)."""
-    memo: dict[tuple[str, str, str], Placement] = {}
     items: list[tuple[JobInfo, dict[str, Any]]] = []
     for job in jobs:
         item = _registration(job, _placement(job, memo), report)

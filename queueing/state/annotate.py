@@ -298,7 +298,7 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
                 )
             sets = ", ".join(value(c, "%s", "%s") for c, _ in _ANNOTATED)
             sql = (
-                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "  # noqa: S608
+                f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
                 f"WHERE {q('id')} = %s AND {q('phase')} IN ({waiting})"
             )
             cursor.executemany(sql, params)
@@ -323,7 +323,9 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
                 row["first_seen_at"] = _iso(seen)
                 row["eta_first_p50"] = _iso(from_epoch(p50))
                 row["eta_first_p90"] = _iso(from_epoch(p90))
-                row["eta_first_forecast"] = _iso(from_epoch(forecast if forecast is not None else p50))
+                row["eta_first_forecast"] = _iso(
+                    from_epoch(forecast if forecast is not None else p50)
+                )
             rows.append(row)
         record = ", ".join(
             [*(f"{q(c)} {t}" for c, t in _ANNOTATED), f"{q('id')} bigint", f"{q('keep')} boolean"]
@@ -331,7 +333,7 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
         sets = ", ".join(value(c, f"v.{q(c)}", f"v.{q('keep')}") for c, _ in _ANNOTATED)
         cursor.execute(
             # Identifiers from the model's meta, quoted; the rows are one parameter.
-            f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "  # noqa: S608
+            f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
             f"FROM jsonb_to_recordset(%s::jsonb) AS v({record}) "
             f"WHERE {table}.{q('id')} = v.{q('id')} AND {table}.{q('phase')} IN ({waiting})",
             [now, json.dumps(rows, separators=(",", ":"))],

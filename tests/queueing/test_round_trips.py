@@ -202,7 +202,8 @@ def test_a_forecasting_cycle_reads_back_only_what_someone_else_wrote(
     assert "forecasting.previous_etas" not in quiet.sql, dict(quiet.sql)
     row = Workload.objects.get(name="w3")
     shown = row.explanation
-    assert shown and shown["sentence"] == row.reason
+    assert shown
+    assert shown["sentence"] == row.reason
     # Another writer (another process's cycle of the tree) changed its explanation only,
     # and journalled the row: the world reads it again, and the cycle restores it.
     Workload.objects.filter(pk=row.pk).update(explanation={"sentence": "elsewhere"})

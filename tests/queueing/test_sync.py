@@ -163,6 +163,30 @@ def test_new_jobs_are_registered_in_one_insert_with_their_timeline_and_audit(
     assert AuditEvent.objects.filter(action="workload.submit", source="cluster").count() >= 30
 
 
+def test_a_placement_is_looked_up_once_a_sync_whatever_its_chunks(world, monkeypatch):
+    from queueing import sync
+
+    for i in range(6):
+        world.cluster.create_job(
+            JobRequest(
+                namespace="team-a",
+                name=f"batch-{i}",
+                pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+            )
+        )
+    monkeypatch.setattr(sync, "CHUNK", 2)  # three chunks of new jobs
+    looked_up: list[str | None] = []
+    resolve = actions.resolve_placement
+
+    def counted(*args, **kwargs):
+        looked_up.append(kwargs.get("namespace"))
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "resolve_placement", counted)
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 6
+    assert looked_up == ["team-a"]
+
+
 def test_a_job_colliding_with_a_live_workload_does_not_stop_the_others(world):
     """A live workload still holds the name of a job that was replaced: the new job cannot
     be registered until the old workload ends, and the jobs beside it are not held up."""
