@@ -505,28 +505,30 @@ def _held_elsewhere(cy: Cycle, k: str, v: int, short: Resources) -> tuple[str, R
     """The detail of a workload set aside at the cluster (``limit="cluster"``), and what
     must be released for it (``to_free``).
 
-    The tree's cycle counts as free only what the schedulable nodes have left beside
-    what other quota trees hold and pods the queue does not manage (both are the nodes'
-    ``reserved``). When the nodes' allocatable would hold the request, it is not beyond
-    the cluster: it waits for that room (``to_free`` = the shortfall). Beyond the
-    allocatable of every schedulable node it can never fit (``to_free`` empty)."""
-    alloc = 0
+    A tree's cycle counts as free only what the schedulable nodes have left beside what
+    other quota trees hold (``NodeSpec.held_elsewhere``) and pods the queue does not
+    manage. When the request fits what other trees' work would leave once it ends, it
+    is not beyond the cluster: it waits for that room (``to_free`` = the shortfall).
+    Beyond that it can never fit (``to_free`` empty)."""
+    alloc = elsewhere = 0
     for spec in cy.nodes.specs:
         if not spec.unschedulable:
             alloc += spec.allocatable._d.get(k, 0)
+            elsewhere += spec.held_elsewhere._d.get(k, 0)
     free = cy.nodes.capacity.get(k, 0)
-    if v > alloc:
+    others = max(0, alloc - free - elsewhere)  # pods the queue does not manage
+    unmanaged = f", {fmt_amount(k, others)} of it held by pods the queue does not manage"
+    if v > free + elsewhere:
         return (
             f"it requests {fmt_amount(k, v)} but the schedulable cluster has "
-            f"{fmt_amount(k, alloc)}"
-            + (f" ({fmt_amount(k, free)} of it left for its quota tree)" if free < alloc else ""),
+            f"{fmt_amount(k, alloc)}" + (unmanaged if others else ""),
             EMPTY,
         )
     return (
-        f"it requests {fmt_amount(k, v)}; the schedulable nodes have {fmt_amount(k, alloc)}, "
-        f"of which other quota trees and pods the queue does not manage hold "
-        f"{fmt_amount(k, alloc - free)}, leaving {fmt_amount(k, free)}: it fits once they "
-        f"release {fmt(short)}",
+        f"it requests {fmt_amount(k, v)}; other quota trees hold {fmt_amount(k, elsewhere)} "
+        f"of the schedulable nodes' {fmt_amount(k, alloc)}"
+        + (f" (and pods the queue does not manage {fmt_amount(k, others)})" if others else "")
+        + f", leaving {fmt_amount(k, free)}: it fits once they release {fmt(short)}",
         short,
     )
 

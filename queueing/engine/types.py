@@ -139,7 +139,9 @@ class NodeSpec:
 
     ``reserved`` is the requests of pods the queue does not manage (daemon sets,
     system pods, other schedulers); free capacity for the queue is
-    ``allocatable - reserved - held by admitted workloads``.
+    ``allocatable - reserved - held by admitted workloads``. ``held_elsewhere``: the
+    part of ``reserved`` that workloads of other quota trees hold (a tree's cycle
+    counts them as reserved); it is released as their work ends, the rest is not.
     """
 
     name: str
@@ -148,10 +150,12 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    held_elsewhere: Resources = EMPTY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocatable", _res(self.allocatable))
         object.__setattr__(self, "reserved", _res(self.reserved))
+        object.__setattr__(self, "held_elsewhere", _res(self.held_elsewhere))
 
 
 # -- quota and queues -----------------------------------------------------------------

@@ -538,6 +538,7 @@ def _node_spec(node: NodeInfo, elsewhere: Mapping[str, int] | None) -> NodeSpec:
         name=node.name,
         allocatable=Resources(node.allocatable),
         reserved=Resources(reserved),
+        held_elsewhere=Resources(dict(elsewhere or {})),
         labels=dict(node.labels),
         taints=tuple(
             Taint(

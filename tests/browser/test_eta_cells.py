@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 HORIZON = "not admitted within the forecast horizon (24 h)"
 ELSEWHERE = (
-    "Waiting for room held by other quota trees: it requests 6 cpu; the schedulable nodes "
-    "have 16 cpu, of which other quota trees and pods the queue does not manage hold 12 cpu, "
-    "leaving 4 cpu: it fits once they release 2 cpu; set aside until then, it blocks nobody."
+    "Waiting for room held by other quota trees: it requests 6 cpu; other quota trees hold "
+    "12 cpu of the schedulable nodes' 16 cpu, leaving 4 cpu: it fits once they release 2 "
+    "cpu; set aside until then, it blocks nobody."
 )
 
 

@@ -3,8 +3,11 @@ it can never fit or waits for room that other quota trees hold (issue 11, item 4
 
 from __future__ import annotations
 
+import dataclasses
+
 from queueing.engine import run_cycle
 from queueing.engine.calibration import contradictions
+from queueing.engine.resources import Resources
 from queueing.engine.types import QueueSpec
 
 from .builders import node, quota, snapshot, workload
@@ -12,12 +15,20 @@ from .builders import node, quota, snapshot, workload
 CPU = "cpu"
 
 
-def _cycle(request_cpu: int):
-    # Two 8-cpu nodes; other trees hold 6 cpu of each (the snapshot counts what other
-    # trees hold as the nodes' reserved, state.snapshot), so 4 cpu are left for this tree.
+def _cycle(request_cpu: int, *, elsewhere: int = 5000):
+    # Two 8-cpu nodes; on each, other trees hold ``elsewhere`` cpu (the snapshot counts it
+    # in the nodes' reserved and says how much, state.snapshot) and pods the queue does
+    # not manage the rest of 6 cpu: 4 cpu are left for this tree.
+    nodes = [
+        dataclasses.replace(
+            node(n, {CPU: 8000}, reserved={CPU: 6000}),
+            held_elsewhere=Resources({CPU: elsewhere} if elsewhere else {}),
+        )
+        for n in ("a", "b")
+    ]
     snap = snapshot(
         quotas=[quota("root"), quota("team", "root")],
-        nodes=[node(n, {CPU: 8000}, reserved={CPU: 6000}) for n in ("a", "b")],
+        nodes=nodes,
         workloads=[workload(1, "team", "q", req={CPU: request_cpu})],
         queues=[QueueSpec("q")],
     )
@@ -31,20 +42,30 @@ def test_room_held_by_other_trees_is_not_never() -> None:
     assert e.to_free.raw == {CPU: 2000}
     text = e.sentence()
     assert not text.startswith("Can never"), text
-    assert text.startswith("Waiting for room held by other quota trees: it requests 6 cpu;")
-    assert "the schedulable nodes have 16 cpu, of which other quota trees" in text
-    assert "hold 12 cpu, leaving 4 cpu: it fits once they release 2 cpu" in text
+    assert text == (
+        "Waiting for room held by other quota trees: it requests 6 cpu; other quota trees "
+        "hold 10 cpu of the schedulable nodes' 16 cpu (and pods the queue does not manage "
+        "2 cpu), leaving 4 cpu: it fits once they release 2 cpu; set aside until then, it "
+        "blocks nobody."
+    )
     assert contradictions(e, {1: "w1"}, result) == ""
 
 
-def test_beyond_every_node_together_it_can_never_fit() -> None:
-    _result, e = _cycle(20000)
+def test_beyond_what_other_trees_would_leave_it_can_never_fit() -> None:
+    # 15 cpu: more than the 14 cpu left once other trees' work ends.
+    _result, e = _cycle(15000)
     assert (e.kind, e.limit) == ("never-fits", "cluster")
     assert not e.to_free
     assert e.sentence() == (
-        "Can never be admitted as specified: it requests 20 cpu but the schedulable "
-        "cluster has 16 cpu (4 cpu of it left for its quota tree)."
+        "Can never be admitted as specified: it requests 15 cpu but the schedulable "
+        "cluster has 16 cpu, 2 cpu of it held by pods the queue does not manage."
     )
+
+
+def test_room_held_only_by_pods_the_queue_does_not_manage_is_never() -> None:
+    _result, e = _cycle(6000, elsewhere=0)
+    assert not e.to_free
+    assert e.sentence().startswith("Can never be admitted as specified: it requests 6 cpu")
 
 
 # -- no ETA beside aging's bound -----------------------------------------------------------

@@ -4,6 +4,7 @@ as the live stream sends it, on the workload page and in the API, in the same wo
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -12,6 +13,7 @@ import time
 from portal import queries
 from queueing.choices import Phase
 from queueing.engine import run_cycle
+from queueing.engine.resources import Resources
 from queueing.engine.types import QueueSpec
 from queueing.models import Workload
 from tests.builders import submit
@@ -22,9 +24,15 @@ HORIZON = "not admitted within the forecast horizon (24 h)"
 
 def _held_elsewhere_explanation() -> dict:
     """What the engine says of a 6-cpu job when other trees hold 12 of the nodes' 16 cpu."""
+    held = {"cpu": 6000}
     snap = snapshot(
         quotas=[quota("root"), quota("team", "root")],
-        nodes=[node(n, {"cpu": 8000}, reserved={"cpu": 6000}) for n in ("a", "b")],
+        nodes=[
+            dataclasses.replace(
+                node(n, {"cpu": 8000}, reserved=held), held_elsewhere=Resources(held)
+            )
+            for n in ("a", "b")
+        ],
         workloads=[workload(1, "team", "q", req={"cpu": 6000})],
         queues=[QueueSpec("q")],
     )
@@ -144,3 +152,37 @@ def test_a_row_with_an_eta_shows_times_and_no_note(site):
     assert "<time" in p90
     row = queries.wire_rows(Workload.objects.filter(pk=job.pk))[0]
     assert (row["eta_note"], row["eta_why"], row["starts_by"]) == ("", "", None)
+
+
+def test_a_job_waiting_for_room_another_tree_holds_reads_so_through_the_whole_stack(site):
+    from queueing import actions
+    from queueing.admission import cycle_root
+    from tests.builders import SYSTEM
+
+    # A second quota tree takes both 8-cpu nodes; team-a's 12-cpu job (within its max of
+    # 16) waits for that room -- it is not beyond the cluster.
+    root = actions.create_quota(
+        SYSTEM, name="other", tenant=None, parent=None, min={"cpu": "16"}, max={"cpu": "16"}
+    )
+    tenant = actions.create_tenant(SYSTEM, name="other-t")
+    leaf = actions.create_quota(
+        SYSTEM, name="other-q", tenant=tenant, parent=root, min={"cpu": "16"},
+        max={"cpu": "16"}, namespaces=["other-t"],
+    )  # fmt: skip
+    for i in range(2):
+        submit(site.world, f"theirs-{i}", cpu="8", runtime=600, quota=leaf)
+    cycle_root("other", cluster=site.world.cluster, now=site.world.clock())
+    assert Workload.objects.filter(quota=leaf, phase=Phase.ADMITTED).count() == 2
+    job = submit(site.world, "mine", cpu="4", count=3, runtime=600)
+    cycle_root("cluster", cluster=site.world.cluster, now=site.world.clock.advance(2))
+    job.refresh_from_db()
+    assert job.phase == Phase.PENDING
+    assert job.explanation["kind"] == "never-fits"
+    assert job.reason == (
+        "Waiting for room held by other quota trees: it requests 12 cpu; other quota trees "
+        "hold 16 cpu of the schedulable nodes' 16 cpu, leaving 0 cpu: it fits once they "
+        "release 12 cpu; set aside until then, it blocks nobody."
+    )
+    page = site.client("vic").get(f"/tenants/{site.tenant.name}/queues/{site.queue.name}/")
+    p50, _p90 = _eta_cells(page.content.decode())["mine"]
+    assert _shown(p50) == ("room held by other trees", job.reason)
