@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from queueing.choices import WAITING_PHASES, Phase
-from queueing.engine.calibration import ARRIVALS, FLOOR_S, Residuals, banded, eta_classes
+from queueing.engine.calibration import (
+    ARRIVALS,
+    FLOOR_S,
+    SQUARES,
+    Residuals,
+    banded,
+    eta_classes,
+)
 from queueing.engine.types import Eta, Snapshot
 from queueing.models import Workload
 
@@ -236,7 +243,9 @@ def arrival_load(
         for k, v in (request or {}).items():
             c = qcap.get(k, 0)
             if c > 0 and int(v) > 0 and seconds > 0:
-                acc[k] = acc.get(k, 0.0) + int(v) / c * seconds / span
+                x = int(v) / c * seconds / span
+                acc[k] = acc.get(k, 0.0) + x
+                acc[SQUARES + k] = acc.get(SQUARES + k, 0.0) + x * x
     return out
 
 

@@ -50,6 +50,7 @@ from queueing.engine.types import (
 
 __all__ = [
     "ARRIVALS",
+    "SQUARES",
     "ArrivalLoad",
     "EtaRecorder",
     "Residuals",
@@ -63,6 +64,12 @@ __all__ = [
 #: In ``Snapshot.arrival_load``, the key that holds how many arrivals a load is made of
 #: (not a resource): the engine trusts a load only as far as its count allows.
 ARRIVALS = "#arrivals"
+#: In ``Snapshot.arrival_load``, this prefix and a resource name key the sum of the
+#: squares of each arrival's share of that load: a load made of a few large arrivals
+#: (an hour-long 32-GPU gang in a 5-minute window is twice a tree's capacity alone) is
+#: known far less well than ``1/sqrt(n)`` of itself -- the sampling error of a compound
+#: Poisson load is ``sqrt(sum of squares)`` (see :mod:`.eta`).
+SQUARES = "#sq:"
 
 #: Waits shorter than this are measured against it (a relative error of a 1-second
 #: forecast says nothing).
@@ -254,6 +261,8 @@ class ArrivalLoad:
             acc = out.setdefault(queue, {}).setdefault(prio, {})
             for k, v in work.items():
                 acc[k] = acc.get(k, 0.0) + v / span
+                sq = SQUARES + k
+                acc[sq] = acc.get(sq, 0.0) + (v / span) ** 2
             acc[ARRIVALS] = acc.get(ARRIVALS, 0.0) + 1.0
         return out
 

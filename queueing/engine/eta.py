@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import claim_full_at
-from queueing.engine.calibration import ARRIVALS, FLOOR_S, banded, eta_classes
+from queueing.engine.calibration import ARRIVALS, FLOOR_S, SQUARES, banded, eta_classes
 from queueing.engine.forecast_sim import runtime_of
 from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
 
@@ -427,24 +427,41 @@ def _load_above(
                 for work in bands.values():
                     for k, v in work.items():
                         first[k] = first.get(k, 0.0) + v
-        # A load made of n arrivals is known to about 1/sqrt(n) of itself (Poisson),
-        # and 1 / (1 - rho) magnifies that error without bound near saturation: the
-        # stretch uses the one-sigma lower bound, so a few large jobs in the window do
-        # not read as a saturated queue. A count is not known: trusted as it stands.
+        # An offered load is an estimate from the arrivals of a window: the sum of n
+        # shares x_i (size x runtime over the window), whose sampling error (compound
+        # Poisson) is sqrt(sum x_i^2) -- 1/sqrt(n) of the load when the arrivals are
+        # alike, all of it when one arrival dominates (an hour-long 32-GPU gang in a
+        # 5-minute window reads as twice the tree's capacity by itself). 1 / (1 - rho)
+        # magnifies that error without bound near saturation: the stretch uses the
+        # one-sigma lower bound, of the load that goes first and of the other queues'
+        # (which leave the queue less capacity the larger they are). Without the squares
+        # (a caller that counts arrivals only) the bound is rho (1 - 1/sqrt(n)); without
+        # a count the load is trusted as it stands.
         n = first.pop(ARRIVALS, None)
         trust = 1.0 if n is None else max(0.0, 1.0 - 1.0 / math.sqrt(n)) if n > 0 else 0.0
         own = per_queue.get(queue, {})
         tree_load = total.get(root, {})
-        rho = 0.0
+        rho = low = 0.0
         for k in key[3]:
             c = tc.get(k, 0)
-            if c <= 0 or first.get(k, 0.0) <= 0:
+            ahead = first.get(k, 0.0)
+            if c <= 0 or ahead <= 0:
                 continue
+            sq = SQUARES + k
             others = max(0.0, tree_load.get(k, 0.0) - own.get(k, 0.0))
-            serve = c * max(0.0, 1.0 - others)
-            serve = min(max(serve, tree.mins[qi].get(k, 0)), tree.maxes[qi].get(k, c), c)
-            rho = max(rho, first[k] * c / serve if serve > 0 else 1.0)
-        memo[key] = got = (trust * rho, rho)
+            if sq in first:
+                ahead_low = max(0.0, ahead - math.sqrt(first[sq]))
+                others_sq = max(0.0, tree_load.get(sq, 0.0) - own.get(sq, 0.0))
+                others_low = max(0.0, others - math.sqrt(others_sq))
+            else:
+                ahead_low, others_low = trust * ahead, others
+            lo_k = tree.mins[qi].get(k, 0)
+            hi_k = min(tree.maxes[qi].get(k, c), c)
+            serve = min(max(c * max(0.0, 1.0 - others), lo_k), hi_k)
+            rho = max(rho, ahead * c / serve if serve > 0 else 1.0)
+            serve = min(max(c * max(0.0, 1.0 - others_low), lo_k), hi_k)
+            low = max(low, ahead_low * c / serve if serve > 0 else 1.0)
+        memo[key] = got = (low, rho)
         return got
 
     return above

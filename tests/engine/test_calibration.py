@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from queueing.engine import run_cycle
 from queueing.engine.calibration import (
     ARRIVALS,
+    SQUARES,
     ArrivalLoad,
     EtaRecorder,
     Residuals,
@@ -292,6 +294,22 @@ def test_a_load_of_few_arrivals_stretches_less_than_its_estimate() -> None:
     assert run_cycle(many).etas[2].p50 == pytest.approx(NOW + 100 / (1 - 0.5 * 0.99))
 
 
+def test_a_load_made_of_one_large_arrival_is_known_as_little_as_that_arrival() -> None:
+    # Half of q's capacity arriving ahead in 4 arrivals, one of them 0.44 of it (an
+    # hour-long gang in a 5-minute window): the load's sampling error is sqrt(sum of
+    # the squares) = 0.441, not 1/sqrt(4) of it -- the lower bound is 0.059, and the
+    # 100 s wait stretches to 106 s, not to 133 s as four alike arrivals would.
+    shares = (0.44, 0.02, 0.02, 0.02)
+    lopsided = {"cpu": sum(shares), SQUARES + "cpu": sum(x * x for x in shares), ARRIVALS: 4.0}
+    low = sum(shares) - math.sqrt(sum(x * x for x in shares))
+    got = run_cycle(world(arrival_load={"q": {10: lopsided}})).etas[2].p50
+    assert got == pytest.approx(NOW + 100 / (1 - low))
+    # Four alike arrivals (0.125 each): sqrt(4 x 0.125^2) = 0.25, the 1/sqrt(n) bound.
+    alike = {"cpu": 0.5, SQUARES + "cpu": 4 * 0.125**2, ARRIVALS: 4.0}
+    got = run_cycle(world(arrival_load={"q": {10: alike}})).etas[2].p50
+    assert got == pytest.approx(NOW + 100 / 0.75)
+
+
 def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
     load = ArrivalLoad(window_s=300.0)
     # What already waits (and runs) at the first look arrived at unknown times.
@@ -308,7 +326,10 @@ def test_the_backlog_at_the_first_look_is_not_an_arrival_rate() -> None:
         ),
     )
     load.update(later, {})
-    assert load.load(NOW + 10) == {"q": {7: {"cpu": pytest.approx(5.0), ARRIVALS: 1.0}}}
+    # With the sum of the squares of each arrival's share: its sampling error.
+    assert load.load(NOW + 10) == {
+        "q": {7: {"cpu": pytest.approx(5.0), SQUARES + "cpu": pytest.approx(25.0), ARRIVALS: 1.0}}
+    }
 
 
 def test_the_recorder_measures_coverage_error_and_flips() -> None:

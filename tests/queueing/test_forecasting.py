@@ -14,6 +14,7 @@ from queueing.admission import tick
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.cluster.simulated import SIM_RUNTIME_ANNOTATION
 from queueing.engine import run_cycle
+from queueing.engine.calibration import SQUARES
 from queueing.engine.types import Eta
 from queueing.models import Queue, Workload
 from queueing.state.annotate import write_annotations
@@ -202,6 +203,8 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world):
     assert span == pytest.approx(50.0)
     assert load[1000]["cpu"] == pytest.approx(25.0 / span)
     assert load[0]["cpu"] == pytest.approx(12.5 / span)
+    # And the squares of each arrival's share (one each): the load's sampling error.
+    assert load[1000][SQUARES + "cpu"] == pytest.approx((25.0 / span) ** 2)
     # Out of the window, an arrival no longer counts.
     snapshot, _ = state.build_snapshot(
         world.root.name,
