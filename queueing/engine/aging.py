@@ -19,6 +19,12 @@ with an age factor; here the age raises the head's *claim*:
   smaller work keeps filling them holds back its scarcest resource on just enough of
   the nodes it may use (the freest first) for the rest of the cycle, as a backfill
   reservation does: nothing else takes that room until the gang fits.
+* In a queue whose policy does not block (Priority, Intelligent below its threshold)
+  the aged head of each quota holds its room as a strict-order head does
+  (``Cycle.hold_aged``): short of quota, the work of its quota behind it in its queue
+  waits; short of nodes, the nodes it needs are held back as above. Without it smaller
+  work of its own quota took every slot and share that freed (the live demo's 128-cpu
+  gangs of analytics-adhoc and nlp-research: 1,023 s).
 * Age also orders a queue (:func:`queue_order_key`): a workload that has waited
   ``aging_bound_s`` goes ahead of every workload that has not, whatever their
   priorities; among themselves the aged go in the order they queued. Without it, a queue fed

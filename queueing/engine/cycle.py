@@ -509,6 +509,11 @@ class Cycle(CycleState):
         positions: dict[int, Any] = {}
         etas: dict[int, Any] = {}
         if forecast:
+            # The forecast starts from true usage: what the drains held back for aged
+            # heads is free room there (the heads come first in its order anyway).
+            for take in self.drained:
+                self.nodes.release(take)
+            self.drained.clear()
             positions, etas = run_forecast(self)
             # never after the aging bound stated (a typical p50 below it), nor after
             # the start a preemptor's sentence implies
