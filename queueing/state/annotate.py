@@ -234,7 +234,7 @@ def _first(
 
 # The columns write_annotations sets per row, with their PostgreSQL types; the first
 # forecast's four are written once (COALESCE), never overwritten; the explanation only
-# where it changed (``set_explanation``).
+# where it changed (``keep`` false).
 _ANNOTATED = (
     ("position", "integer"),
     ("global_position", "integer"),
