@@ -52,6 +52,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 JOBS = 500
 FIRST_WAVE = 300  # submitted before the workers start; the rest arrive while they run
+# The rest arrive in this many batches, one after each kill: the work cannot be over
+# before the chaos has happened (a faster cycle once finished all 500 jobs before the
+# fifth kill, and the test failed its own "the chaos really happened" check).
+KILLED_BATCHES = 5
 WORKERS = 3
 FAULT_RATE = 0.1
 TIME_SCALE = "0.1"  # a job's 1-3 s of declared runtime takes 0.1-0.3 s
@@ -261,10 +265,12 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cach
 
             def progress() -> bool:
                 nonlocal next_kill
-                if chaos.submitted < JOBS:  # the second wave, a few at a time
-                    for i in range(chaos.submitted, min(JOBS, chaos.submitted + 10)):
-                        submit(rng, quotas, i)
-                    chaos.submitted = min(JOBS, chaos.submitted + 10)
+                # The second wave, a batch after each kill (KILLED_BATCHES).
+                batch = -(-(JOBS - FIRST_WAVE) // KILLED_BATCHES)
+                due = min(JOBS, FIRST_WAVE + batch * min(chaos.kills, KILLED_BATCHES))
+                for i in range(chaos.submitted, due):
+                    submit(rng, quotas, i)
+                chaos.submitted = max(chaos.submitted, due)
                 # Only once every worker is up (then at most every 1-2.5 s): under load a
                 # worker takes many seconds to start, and kills on the clock alone came
                 # faster than starts and than the dead holders' leases (5 s) ran out: no
@@ -338,7 +344,7 @@ def test_killed_workers_and_failing_api_calls_break_nothing(tmp_path: Path, cach
 
     # The chaos really happened.
     faulted = Counter(str(r["fault"]).split("-")[0] for r in requests if r.get("fault"))
-    assert chaos.kills >= 5
+    assert chaos.kills >= KILLED_BATCHES
     assert state["faultsInjected"] >= 0.05 * state["requests"]
     assert faulted["committed"] > 0
     # Preemptions, and suspensions that reached a job just as it finished.
