@@ -308,7 +308,10 @@ class Simulation:
                         sq.window -= 1
                         continue
                     self._file(c, fc, fk)
-                    if blocks(w):
+                    # A strict-order head blocks its quota's work behind it; so does the
+                    # aged head of a Priority queue short of quota that the cycle made
+                    # hold its quota's room (Cycle.hold_aged: it is the quota's blocker).
+                    if blocks(w) or sq.state.blocked.get(qi) == w.id:
                         sq.block_at[qi] = i
                     continue
             heapq.heappush(sq.dirty, i)

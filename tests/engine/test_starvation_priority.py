@@ -103,6 +103,9 @@ class Watch:
         self.bounds: list[float] = []
         self.late_etas: list[tuple[float, float]] = []  # (p90, bound beside it)
         self.held_back: set[str] = set()  # sentences of those blocked behind it
+        # Those blocked behind it whose p50 came before the gang's own, and all of them.
+        self.ahead_of_gang: list[int] = []
+        self.behind: int = 0
 
     def before(self, snap: Snapshot) -> Snapshot:
         return snap
@@ -110,9 +113,16 @@ class Watch:
     def after(self, snap: Snapshot, result: CycleResult) -> None:
         if any(a.workload_id == self.gang for a in result.admissions):
             self.admitted = snap.now - EPOCH
-        for b in result.explanations.values():
+        own = result.etas.get(self.gang)
+        for wid, b in result.explanations.items():
             if b.kind == "policy-blocked" and b.blocked_by == self.gang:
                 self.held_back.add(b.sentence().split(" (")[0])
+                mine = result.etas.get(wid)
+                if own is None or own.p50 is None or mine is None or mine.p50 is None:
+                    continue
+                self.behind += 1
+                if mine.p50 < own.p50:
+                    self.ahead_of_gang.append(wid)
         e = result.explanations.get(self.gang)
         if e is not None and e.starts_by is not None:
             assert "at the latest" in e.sentence()
@@ -158,6 +168,9 @@ def test_an_aged_gang_of_a_priority_queue_starts_within_its_bound(short_of: str)
     # Short of quota, the work of its quota behind it waits, and says why; short of
     # nodes, it goes on elsewhere (only the nodes the gang needs are held back).
     if short_of == "quota":
+        # The forecast knows they wait for it: none is forecast to start before it.
+        assert watch.behind > 0
+        assert watch.ahead_of_gang == []
         assert watch.held_back == {
             f"Blocked behind large-{watch.gang}, which has waited its queue's aging bound "
             "and keeps its quota's room in this queue until it starts"
