@@ -29,8 +29,9 @@ position, so the expensive parts are cached per (quota node, request) and shared
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import admitted_by_age_ahead, claim_full_at
 from queueing.engine.cyclestate import (
@@ -117,15 +118,27 @@ def _latest_end(cy: Cycle, root: int) -> float | None:
     return latest
 
 
+# The fields of an Explanation that differ between the waiting workloads sharing a
+# template: 0 (workload_id), 7 (ahead) and 14 (waiting_ahead). A template is kept as
+# the three runs of fields around them, so that each explanation is one tuple build.
+_Parts = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+
+
+def _parts(t: Explanation) -> _Parts:
+    return (tuple(t[1:7]), tuple(t[8:14]), tuple(t[15:]))
+
+
 def explain_all(cy: Cycle) -> dict[int, Explanation]:
     """Explanations for every waiting workload of the cycle, by workload id."""
     cfg = cy.config
     n_ahead = max(0, cfg.explain_ahead)
     out: dict[int, Explanation] = {}
-    fail = cy.fail
+    fail_get = cy.fail.get
     admitted = cy.admitted_ids
+    quota_of = cy.quota_of
     tree = cy.tree
     names = tree.names
+    chains = tree.chains
     load = cy.load
     limit = cy.limit
     runtime = cy.runtime
@@ -135,22 +148,46 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     awaiting = cy.awaiting
     capacity = nodes.capacity
 
-    quota_cache: dict[tuple[int, Resources], Explanation] = {}
-    nodes_cache: dict[object, Explanation] = {}
+    # Templates (workload_id 0) and their parts, per (quota, request) and node shape.
+    quota_cache: dict[tuple[int, Resources], tuple[Explanation, _Parts]] = {}
+    nodes_cache: dict[object, tuple[Explanation, _Parts]] = {}
+    # Per quota: per resource, the most a request may ask before _never_quota has a
+    # reason (the tightest max on the chain, or the cluster's capacity).
+    never_bound: dict[int, dict[str, int]] = {}
+    # Per (quota, the request's resources): ``borrowable`` depends on nothing else.
+    borrow_cache: dict[tuple[int, tuple[str, ...]], Resources] = {}
 
-    def quota_expl(qi: int, c: int, request: Resources) -> Explanation:
+    def quota_expl(qi: int, c: int, request: Resources) -> tuple[Explanation, _Parts]:
         key = (qi, request)
-        tmpl = quota_cache.get(key)
-        if tmpl is None:
+        got = quota_cache.get(key)
+        if got is None:
             req = request.raw
+            chain = chains[qi]
             # Report the highest quota node that is short: the leaf is often short only
             # because an ancestor's max or the cluster caps it.
-            for x in tree.chains[qi]:
+            for x in chain:
                 lx = load[x]
                 limx = limit[x]
-                if any(lx.get(k, 0) + v > limx.get(k, 0) for k, v in req.items()):
-                    c = x
-            never = _never_quota(cy, qi, req)
+                for k, v in req.items():
+                    if lx.get(k, 0) + v > limx.get(k, 0):
+                        c = x
+                        break
+            bound = never_bound.get(qi)
+            if bound is None:
+                bound = never_bound[qi] = {}
+            never = None
+            for k, v in req.items():
+                b = bound.get(k)
+                if b is None:
+                    b = capacity.get(k, 0)
+                    for x in chain:
+                        m = maxes[x].get(k)
+                        if m is not None and m < b:
+                            b = m
+                    bound[k] = b
+                if v > b:
+                    never = _never_quota(cy, qi, req)
+                    break
             if never is not None:
                 tmpl = Explanation(0, EXPLAIN_NEVER, quota=names[c], limit="max", detail=never)
             else:
@@ -170,19 +207,22 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                         kind_limit = "max"
                     elif tree.parent[c] < 0 and rt >= capacity.get(r, 0):
                         kind_limit = "cluster"
-                # Idle under every max on the chain (and at the root, in the cluster):
-                # what the quota could borrow if its runtime quota gave it.
-                borrow: dict[str, int] = {}
-                chain = tree.chains[qi]
-                root = chain[-1]
-                for k in req:
-                    idle = limit[root].get(k, 0) - load[root].get(k, 0)
-                    for x in chain[:-1]:
-                        m = maxes[x].get(k)
-                        if m is not None and m - load[x].get(k, 0) < idle:
-                            idle = m - load[x].get(k, 0)
-                    if idle > 0:
-                        borrow[k] = idle
+                bkey = (qi, tuple(req))
+                borrowable = borrow_cache.get(bkey)
+                if borrowable is None:
+                    # Idle under every max on the chain (and at the root, in the
+                    # cluster): what the quota could borrow if its runtime quota gave it.
+                    borrow: dict[str, int] = {}
+                    root = chain[-1]
+                    for k in req:
+                        idle = limit[root].get(k, 0) - load[root].get(k, 0)
+                        for x in chain[:-1]:
+                            m = maxes[x].get(k)
+                            if m is not None and m - load[x].get(k, 0) < idle:
+                                idle = m - load[x].get(k, 0)
+                        if idle > 0:
+                            borrow[k] = idle
+                    borrowable = borrow_cache[bkey] = Resources.from_raw(borrow)
                 shortfall = Resources.from_raw(short)
                 tmpl = Explanation(
                     0,
@@ -191,14 +231,14 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     shortfall=shortfall,
                     limit=kind_limit,
                     to_free=shortfall,
-                    borrowable=Resources.from_raw(borrow),
+                    borrowable=borrowable,
                 )
-            quota_cache[key] = tmpl
-        return tmpl
+            got = quota_cache[key] = (tmpl, _parts(tmpl))
+        return got
 
-    def nodes_expl(shape: object, wreqs: tuple[PodSetReq, ...]) -> Explanation:
-        tmpl = nodes_cache.get(shape)
-        if tmpl is None:
+    def nodes_expl(shape: object, wreqs: tuple[PodSetReq, ...]) -> tuple[Explanation, _Parts]:
+        got = nodes_cache.get(shape)
+        if got is None:
             never = nodes.never_fits(wreqs)
             if never is not None:
                 tmpl = Explanation(0, EXPLAIN_NEVER, limit="nodes", detail=never)
@@ -214,22 +254,22 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     eligible_nodes=n_elig,
                     to_free=Resources.from_raw(need),
                 )
-            nodes_cache[shape] = tmpl
-        return tmpl
+            got = nodes_cache[shape] = (tmpl, _parts(tmpl))
+        return got
 
     new = tuple.__new__
     _policy = Explanation(0, EXPLAIN_POLICY)
-    policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
+    policy_pre = tuple(_policy[1:7])  # kind .. eligible_nodes
+    policy_pre_aged = (*policy_pre[:3], "aged", *policy_pre[4:])  # limit="aged"
     policy_tail = tuple(_policy[9:13])  # to_free .. requeue_at
-    policy_end = tuple(_policy[16:])  # victim_names .. starts_by
-    blockers: dict[int, tuple[str, str]] = {}  # head id -> (name, what it waits for)
+    policy_end = tuple(_policy[16:])  # victim_names .. no_preempt
+    # Per blocking head id: the parts after ``ahead`` (blocked_by .. detail) and after
+    # ``waiting_ahead`` (blocked_by_name ..): its name, and what it waits for.
+    blockers: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+    behind_pre, behind_mid, behind_post = _parts(Explanation(0, EXPLAIN_BEHIND))
+    depth_pre, depth_mid, depth_post = _parts(Explanation(0, EXPLAIN_DEPTH))
 
-    def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...], n: int) -> Explanation:
-        # Fields 0 (workload_id), 7 (ahead) and 14 (waiting_ahead) differ; the rest
-        # comes from the template.
-        return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:14], n, *tmpl[15:]))
-
-    victims_cache: dict[tuple[int, int], list[WorkloadSpec]] = {}
+    victims_cache: dict[int, tuple[list[int], list[WorkloadSpec]]] = {}
     Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...]]
     hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
     # Never candidates of a search: chosen as victims, or awaited by another preemptor.
@@ -243,27 +283,26 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         As many as free the shortfall, at most ``explain_ahead`` of them; with what
         they free of the short resources (which may be less than the shortfall).
         """
-        key = (qi, priority)
-        lower = victims_cache.get(key)
-        if lower is None:
-            lower = [
+        cands = victims_cache.get(qi)
+        if cands is None:
+            # The quota's possible victims in victim order, lowest priority first: those
+            # below a priority are a prefix of it.
+            ordered = [
                 v
                 for v in cy.holding[qi]
-                if v.priority < priority
-                and v.phase != PREEMPTED
-                and v.preemptible
-                and v.id not in skip_victims
+                if v.phase != PREEMPTED and v.preemptible and v.id not in skip_victims
             ]
-            lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
-            victims_cache[key] = lower
-        if not lower:
+            ordered.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
+            cands = victims_cache[qi] = ([v.priority for v in ordered], ordered)
+        n_lower = bisect_left(cands[0], priority)
+        if not n_lower:
             return None
         hkey = (qi, priority, short)
         if hkey in hint_cache:
             return hint_cache[hkey]
         freed: dict[str, int] = {}
         chosen: list[WorkloadSpec] = []
-        for v in lower[: max(1, n_ahead)]:
+        for v in cands[1][: min(n_lower, max(1, n_ahead))]:
             if chosen and all(freed.get(k, 0) >= x for k, x in short.items()):
                 break
             useful = False
@@ -359,32 +398,67 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     for q in cy.queues:
         in_quota_preemption = q.spec.preempt_within_quota != "Never"
         aging = q.spec.aging_bound_s is not None
-        waiting_ids: list[int] = []
-        head: tuple[int, ...] = ()
+        aged_head = q.aged_heads.get
+        idx = 0  # waiting ahead of the next one
+        ahead: tuple[int, ...] = ()  # the first ``explain_ahead`` of them
         head_of: set[int] = set()  # quotas whose head in this queue was seen
         head_names: dict[int, str] = {}
         for w in q.cands:
             wid = w.id
             if wid in admitted:
                 continue
-            f = fail.get(wid)
+            f = fail_get(wid)
             if f is not None and f[0] == F_NEVER:
                 out[wid] = Explanation(wid, EXPLAIN_NEVER, limit="nodes", detail=str(f[1]))
                 continue
-            idx = len(waiting_ids)
-            waiting_ids.append(wid)
-            if idx <= n_ahead:
-                head = tuple(waiting_ids[:n_ahead])
-            ahead = head[:idx] if idx < n_ahead else head
-            qi = cy.quota_of[wid]
-            is_head = qi not in head_of
-            head_of.add(qi)
+            i = idx
+            idx += 1
+            cur = ahead
+            if i < n_ahead:
+                ahead = (*ahead, wid)
+            qi = quota_of[wid]
+            if qi in head_of:
+                is_head = False
+            else:
+                is_head = True
+                head_of.add(qi)
             if f is None:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *behind_pre, cur, *behind_mid, i, *behind_post))
                 continue
             kind, arg = f
-            if kind == F_QUOTA:
-                e = with_id(quota_expl(qi, arg, w._request), wid, ahead, idx)
+            if kind == F_POLICY:
+                got = blockers.get(arg)
+                if got is None:
+                    # blocked_by .. detail, and blocked_by_name .. no_preempt
+                    got = blockers[arg] = (
+                        (arg, *policy_tail, head_summary(out.get(arg))),
+                        (head_names.get(arg, ""), *policy_end),
+                    )
+                # limit="aged": behind an aged head of a queue whose policy does not block
+                pre = policy_pre_aged if aged_head(qi) == arg else policy_pre
+                out[wid] = new(Explanation, (wid, *pre, cur, *got[0], i, *got[1]))
+            elif kind == F_NODES:
+                if arg is None:
+                    # Fast-failed in the tournament (a single pod set that no node could
+                    # hold): key the explanation without building the placer's view.
+                    ps = w.pod_sets[0]
+                    key: object = (elig_key(ps), frozenset(ps.requests._d.items()), ps.count)
+                    tp = nodes_cache.get(key)
+                    if tp is None:
+                        tp = nodes_expl(key, podset_reqs(w.pod_sets))
+                else:
+                    tp = nodes_cache.get(arg)
+                    if tp is None:
+                        tp = nodes_expl(arg, cy.reqs(w))
+                pre, mid, post = tp[1]
+                e = new(Explanation, (wid, *pre, cur, *mid, i, *post))
+                if is_head and aging and e.kind == EXPLAIN_NODES and q.holds(w, qi):
+                    e = e._replace(starts_by=starts_by(w, qi))
+                out[wid] = e
+                head_names[wid] = w.name
+            elif kind == F_QUOTA:
+                pre, mid, post = quota_expl(qi, arg, w._request)[1]
+                e = new(Explanation, (wid, *pre, cur, *mid, i, *post))
                 if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
                     hint = victims_hint(qi, w.priority, e.shortfall)
                     if hint:
@@ -405,51 +479,10 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 out[wid] = e
                 head_names[wid] = w.name
             elif kind == F_NPMIN:
-                out[wid] = _np_expl(cy, w, arg)._replace(ahead=ahead, waiting_ahead=idx)
+                out[wid] = _np_expl(cy, w, arg)._replace(ahead=cur, waiting_ahead=i)
                 head_names[wid] = w.name
-            elif kind == F_NODES:
-                if arg is None:
-                    # Fast-failed in the tournament (a single pod set that no node could
-                    # hold): key the explanation without building the placer's view.
-                    ps = w.pod_sets[0]
-                    key: object = (elig_key(ps), frozenset(ps.requests._d.items()), ps.count)
-                    tmpl = nodes_cache.get(key)
-                    if tmpl is None:
-                        tmpl = nodes_expl(key, podset_reqs(w.pod_sets))
-                else:
-                    tmpl = nodes_expl(arg, cy.reqs(w))
-                e = with_id(tmpl, wid, ahead, idx)
-                if is_head and aging and e.kind == EXPLAIN_NODES and q.holds(w, qi):
-                    e = e._replace(starts_by=starts_by(w, qi))
-                out[wid] = e
-                head_names[wid] = w.name
-            elif kind == F_POLICY:
-                got = blockers.get(arg)
-                if got is None:
-                    got = blockers[arg] = (head_names.get(arg, ""), head_summary(out.get(arg)))
-                # Built field by field (tens of thousands per cycle): workload_id, kind,
-                # quota .. eligible_nodes, ahead, blocked_by, to_free .. requeue_at,
-                # detail, waiting_ahead, blocked_by_name, victim_names .. starts_by.
-                out[wid] = new(
-                    Explanation,
-                    (
-                        wid,
-                        EXPLAIN_POLICY,
-                        *policy_mid,
-                        ahead,
-                        arg,
-                        *policy_tail,
-                        got[1],
-                        idx,
-                        got[0],
-                        *policy_end,
-                    ),
-                )
-                if q.aged_heads.get(qi) == arg:
-                    # behind an aged head of a queue whose policy does not block
-                    out[wid] = out[wid]._replace(limit="aged")
             elif kind == F_DEPTH:
-                out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *depth_pre, cur, *depth_mid, i, *depth_post))
             elif kind == F_WAITING:
                 # Its victims being evicted (in flight from earlier cycles or chosen in
                 # this one); else the workloads finishing soon it waits for instead of
@@ -464,16 +497,16 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     EXPLAIN_PREEMPTING,
                     quota=w.quota,
                     limit=how or None,
-                    ahead=ahead,
+                    ahead=cur,
                     victims=vids,
                     to_free=EMPTY,
-                    waiting_ahead=idx,
+                    waiting_ahead=i,
                     victim_names=names_of(vids),
                     awaited_until=cy.awaited_until.get(wid) if how == "finishing" else None,
                 )
                 head_names[wid] = w.name
             else:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *behind_pre, cur, *behind_mid, i, *behind_post))
     for w, c, lim, k, short in cy.never:
         v = w._request._d[k]
         if c >= 0:
