@@ -59,7 +59,6 @@ from queueing.engine.types import (
     Eta,
     Explanation,
     WorkloadSpec,
-    covers,
     fmt,
     fmt_amount,
     fmt_time,
@@ -119,13 +118,25 @@ def _latest_end(cy: Cycle, root: int) -> float | None:
 
 
 # The fields of an Explanation that differ between the waiting workloads sharing a
-# template: 0 (workload_id), 7 (ahead) and 14 (waiting_ahead). A template is kept as
-# the three runs of fields around them, so that each explanation is one tuple build.
+# template: workload_id (the first), ahead and waiting_ahead. A template is kept as
+# the three runs of fields around them, so that each explanation is one tuple build;
+# the hints of a quota explanation are set by position in that build.
+_AHEAD = Explanation._fields.index("ahead")
+_WAITING_AHEAD = Explanation._fields.index("waiting_ahead")
+_VICTIMS = Explanation._fields.index("victims")
+_VICTIM_NAMES = Explanation._fields.index("victim_names")
+_VICTIMS_FREE = Explanation._fields.index("victims_free")
+_NO_PREEMPT = Explanation._fields.index("no_preempt")
+_STARTS_BY = Explanation._fields.index("starts_by")
 _Parts = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
 
 
 def _parts(t: Explanation) -> _Parts:
-    return (tuple(t[1:7]), tuple(t[8:14]), tuple(t[15:]))
+    return (
+        tuple(t[1:_AHEAD]),
+        tuple(t[_AHEAD + 1 : _WAITING_AHEAD]),
+        tuple(t[_WAITING_AHEAD + 1 :]),
+    )
 
 
 def explain_all(cy: Cycle) -> dict[int, Explanation]:
@@ -259,10 +270,8 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
 
     new = tuple.__new__
     _policy = Explanation(0, EXPLAIN_POLICY)
-    policy_pre = tuple(_policy[1:7])  # kind .. eligible_nodes
-    policy_pre_aged = (*policy_pre[:3], "aged", *policy_pre[4:])  # limit="aged"
-    policy_tail = tuple(_policy[9:13])  # to_free .. requeue_at
-    policy_end = tuple(_policy[16:])  # victim_names .. no_preempt
+    policy_pre = _parts(_policy)[0]
+    policy_pre_aged = _parts(_policy._replace(limit="aged"))[0]
     # Per blocking head id: the parts after ``ahead`` (blocked_by .. detail) and after
     # ``waiting_ahead`` (blocked_by_name ..): its name, and what it waits for.
     blockers: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
@@ -270,12 +279,16 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     depth_pre, depth_mid, depth_post = _parts(Explanation(0, EXPLAIN_DEPTH))
 
     victims_cache: dict[int, tuple[list[int], list[WorkloadSpec]]] = {}
-    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...]]
+    # ids, names, what they free of the short resources, the workloads, and whether
+    # that covers the shortfall
+    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...], bool]
     hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
     # Never candidates of a search: chosen as victims, or awaited by another preemptor.
     skip_victims = set(cy.victim_ids)
     for vids in awaiting.values():
         skip_victims.update(vids)
+
+    n_victims = max(1, n_ahead)
 
     def victims_hint(qi: int, priority: int, short: Resources) -> Hint | None:
         """Lower-priority workloads of the quota (victim order) as the victims fields.
@@ -285,29 +298,38 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         """
         cands = victims_cache.get(qi)
         if cands is None:
-            # The quota's possible victims in victim order, lowest priority first: those
-            # below a priority are a prefix of it.
-            ordered = [
-                v
+            # The first ``n_victims`` of the quota's possible victims in victim order,
+            # lowest priority first: those below a priority are a prefix of it, and
+            # only the first ``n_victims`` of them are ever looked at.
+            order = [
+                (v.priority, -(v.admitted_at or 0.0), -v.id, v)
                 for v in cy.holding[qi]
                 if v.phase != PREEMPTED and v.preemptible and v.id not in skip_victims
             ]
-            ordered.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
-            cands = victims_cache[qi] = ([v.priority for v in ordered], ordered)
+            order.sort()  # (ids are unique: the workloads themselves are never compared)
+            top = order[:n_victims]
+            cands = victims_cache[qi] = ([t[0] for t in top], [t[3] for t in top])
         n_lower = bisect_left(cands[0], priority)
         if not n_lower:
             return None
         hkey = (qi, priority, short)
         if hkey in hint_cache:
             return hint_cache[hkey]
+        # (Plain loops over the raw dicts: a few thousand misses per cycle at 60k.)
+        need = short.raw
         freed: dict[str, int] = {}
         chosen: list[WorkloadSpec] = []
-        for v in cands[1][: min(n_lower, max(1, n_ahead))]:
-            if chosen and all(freed.get(k, 0) >= x for k, x in short.items()):
-                break
+        for v in cands[1][:n_lower]:
+            if chosen:
+                for k, x in need.items():
+                    if freed.get(k, 0) < x:
+                        break
+                else:
+                    break  # what is chosen frees the shortfall
             useful = False
-            for k in short:
-                x = v._request._d.get(k, 0)
+            d = v._request._d
+            for k in need:
+                x = d.get(k, 0)
                 if x:
                     freed[k] = freed.get(k, 0) + x
                     useful = True
@@ -315,11 +337,17 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 chosen.append(v)
         got: Hint | None = None
         if chosen:
+            enough = True  # types.covers(freed, short)
+            for k, x in need.items():
+                if x > 0 and freed.get(k, 0) < x:
+                    enough = False
+                    break
             got = (
-                tuple(v.id for v in chosen),
-                tuple(v.name for v in chosen),
+                tuple([v.id for v in chosen]),
+                tuple([v.name for v in chosen]),
                 Resources.from_raw(freed),
                 tuple(chosen),
+                enough,
             )
         hint_cache[hkey] = got
         return got
@@ -429,11 +457,16 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
             if kind == F_POLICY:
                 got = blockers.get(arg)
                 if got is None:
-                    # blocked_by .. detail, and blocked_by_name .. no_preempt
-                    got = blockers[arg] = (
-                        (arg, *policy_tail, head_summary(out.get(arg))),
-                        (head_names.get(arg, ""), *policy_end),
+                    parts = _parts(
+                        Explanation(
+                            0,
+                            EXPLAIN_POLICY,
+                            blocked_by=arg,
+                            detail=head_summary(out.get(arg)),
+                            blocked_by_name=head_names.get(arg, ""),
+                        )
                     )
+                    got = blockers[arg] = (parts[1], parts[2])
                 # limit="aged": behind an aged head of a queue whose policy does not block
                 pre = policy_pre_aged if aged_head(qi) == arg else policy_pre
                 out[wid] = new(Explanation, (wid, *pre, cur, *got[0], i, *got[1]))
@@ -457,26 +490,25 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 out[wid] = e
                 head_names[wid] = w.name
             elif kind == F_QUOTA:
-                pre, mid, post = quota_expl(qi, arg, w._request)[1]
-                e = new(Explanation, (wid, *pre, cur, *mid, i, *post))
-                if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
-                    hint = victims_hint(qi, w.priority, e.shortfall)
+                tmpl, (pre, mid, post) = quota_expl(qi, arg, w._request)
+                fields = [wid, *pre, cur, *mid, i, *post]
+                if tmpl.kind == EXPLAIN_QUOTA:
+                    hint = (
+                        victims_hint(qi, w.priority, tmpl.shortfall)
+                        if in_quota_preemption
+                        else None
+                    )
                     if hint:
-                        why = ""
-                        if covers(hint[2], e.shortfall):
-                            why = no_preempt(q, w, qi, hint)
-                            if not why:
-                                hint = None
-                        if hint:
-                            e = e._replace(
-                                victims=hint[0],
-                                victim_names=hint[1],
-                                victims_free=hint[2],
-                                no_preempt=why,
-                            )
-                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.holds(w, qi):
-                    e = e._replace(starts_by=starts_by(w, qi))
-                out[wid] = e
+                        # hint[4]: its victims would free the shortfall
+                        why = no_preempt(q, w, qi, hint) if hint[4] else ""
+                        if why or not hint[4]:
+                            fields[_VICTIMS] = hint[0]
+                            fields[_VICTIM_NAMES] = hint[1]
+                            fields[_VICTIMS_FREE] = hint[2]
+                            fields[_NO_PREEMPT] = why
+                    if is_head and aging and q.holds(w, qi):
+                        fields[_STARTS_BY] = starts_by(w, qi)
+                out[wid] = new(Explanation, fields)
                 head_names[wid] = w.name
             elif kind == F_NPMIN:
                 out[wid] = _np_expl(cy, w, arg)._replace(ahead=cur, waiting_ahead=i)
