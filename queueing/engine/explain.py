@@ -29,8 +29,9 @@ position, so the expensive parts are cached per (quota node, request) and shared
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import admitted_by_age_ahead, claim_full_at
 from queueing.engine.cyclestate import (
@@ -58,7 +59,6 @@ from queueing.engine.types import (
     Eta,
     Explanation,
     WorkloadSpec,
-    covers,
     fmt,
     fmt_amount,
     fmt_time,
@@ -117,15 +117,39 @@ def _latest_end(cy: Cycle, root: int) -> float | None:
     return latest
 
 
+# The fields of an Explanation that differ between the waiting workloads sharing a
+# template: workload_id (the first), ahead and waiting_ahead. A template is kept as
+# the three runs of fields around them, so that each explanation is one tuple build;
+# the hints of a quota explanation are set by position in that build.
+_AHEAD = Explanation._fields.index("ahead")
+_WAITING_AHEAD = Explanation._fields.index("waiting_ahead")
+_VICTIMS = Explanation._fields.index("victims")
+_VICTIM_NAMES = Explanation._fields.index("victim_names")
+_VICTIMS_FREE = Explanation._fields.index("victims_free")
+_NO_PREEMPT = Explanation._fields.index("no_preempt")
+_STARTS_BY = Explanation._fields.index("starts_by")
+_Parts = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+
+
+def _parts(t: Explanation) -> _Parts:
+    return (
+        tuple(t[1:_AHEAD]),
+        tuple(t[_AHEAD + 1 : _WAITING_AHEAD]),
+        tuple(t[_WAITING_AHEAD + 1 :]),
+    )
+
+
 def explain_all(cy: Cycle) -> dict[int, Explanation]:
     """Explanations for every waiting workload of the cycle, by workload id."""
     cfg = cy.config
     n_ahead = max(0, cfg.explain_ahead)
     out: dict[int, Explanation] = {}
-    fail = cy.fail
+    fail_get = cy.fail.get
     admitted = cy.admitted_ids
+    quota_of = cy.quota_of
     tree = cy.tree
     names = tree.names
+    chains = tree.chains
     load = cy.load
     limit = cy.limit
     runtime = cy.runtime
@@ -135,22 +159,46 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     awaiting = cy.awaiting
     capacity = nodes.capacity
 
-    quota_cache: dict[tuple[int, Resources], Explanation] = {}
-    nodes_cache: dict[object, Explanation] = {}
+    # Templates (workload_id 0) and their parts, per (quota, request) and node shape.
+    quota_cache: dict[tuple[int, Resources], tuple[Explanation, _Parts]] = {}
+    nodes_cache: dict[object, tuple[Explanation, _Parts]] = {}
+    # Per quota: per resource, the most a request may ask before _never_quota has a
+    # reason (the tightest max on the chain, or the cluster's capacity).
+    never_bound: dict[int, dict[str, int]] = {}
+    # Per (quota, the request's resources): ``borrowable`` depends on nothing else.
+    borrow_cache: dict[tuple[int, tuple[str, ...]], Resources] = {}
 
-    def quota_expl(qi: int, c: int, request: Resources) -> Explanation:
+    def quota_expl(qi: int, c: int, request: Resources) -> tuple[Explanation, _Parts]:
         key = (qi, request)
-        tmpl = quota_cache.get(key)
-        if tmpl is None:
+        got = quota_cache.get(key)
+        if got is None:
             req = request.raw
+            chain = chains[qi]
             # Report the highest quota node that is short: the leaf is often short only
             # because an ancestor's max or the cluster caps it.
-            for x in tree.chains[qi]:
+            for x in chain:
                 lx = load[x]
                 limx = limit[x]
-                if any(lx.get(k, 0) + v > limx.get(k, 0) for k, v in req.items()):
-                    c = x
-            never = _never_quota(cy, qi, req)
+                for k, v in req.items():
+                    if lx.get(k, 0) + v > limx.get(k, 0):
+                        c = x
+                        break
+            bound = never_bound.get(qi)
+            if bound is None:
+                bound = never_bound[qi] = {}
+            never = None
+            for k, v in req.items():
+                b = bound.get(k)
+                if b is None:
+                    b = capacity.get(k, 0)
+                    for x in chain:
+                        m = maxes[x].get(k)
+                        if m is not None and m < b:
+                            b = m
+                    bound[k] = b
+                if v > b:
+                    never = _never_quota(cy, qi, req)
+                    break
             if never is not None:
                 tmpl = Explanation(0, EXPLAIN_NEVER, quota=names[c], limit="max", detail=never)
             else:
@@ -170,19 +218,22 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                         kind_limit = "max"
                     elif tree.parent[c] < 0 and rt >= capacity.get(r, 0):
                         kind_limit = "cluster"
-                # Idle under every max on the chain (and at the root, in the cluster):
-                # what the quota could borrow if its runtime quota gave it.
-                borrow: dict[str, int] = {}
-                chain = tree.chains[qi]
-                root = chain[-1]
-                for k in req:
-                    idle = limit[root].get(k, 0) - load[root].get(k, 0)
-                    for x in chain[:-1]:
-                        m = maxes[x].get(k)
-                        if m is not None and m - load[x].get(k, 0) < idle:
-                            idle = m - load[x].get(k, 0)
-                    if idle > 0:
-                        borrow[k] = idle
+                bkey = (qi, tuple(req))
+                borrowable = borrow_cache.get(bkey)
+                if borrowable is None:
+                    # Idle under every max on the chain (and at the root, in the
+                    # cluster): what the quota could borrow if its runtime quota gave it.
+                    borrow: dict[str, int] = {}
+                    root = chain[-1]
+                    for k in req:
+                        idle = limit[root].get(k, 0) - load[root].get(k, 0)
+                        for x in chain[:-1]:
+                            m = maxes[x].get(k)
+                            if m is not None and m - load[x].get(k, 0) < idle:
+                                idle = m - load[x].get(k, 0)
+                        if idle > 0:
+                            borrow[k] = idle
+                    borrowable = borrow_cache[bkey] = Resources.from_raw(borrow)
                 shortfall = Resources.from_raw(short)
                 tmpl = Explanation(
                     0,
@@ -191,14 +242,14 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     shortfall=shortfall,
                     limit=kind_limit,
                     to_free=shortfall,
-                    borrowable=Resources.from_raw(borrow),
+                    borrowable=borrowable,
                 )
-            quota_cache[key] = tmpl
-        return tmpl
+            got = quota_cache[key] = (tmpl, _parts(tmpl))
+        return got
 
-    def nodes_expl(shape: object, wreqs: tuple[PodSetReq, ...]) -> Explanation:
-        tmpl = nodes_cache.get(shape)
-        if tmpl is None:
+    def nodes_expl(shape: object, wreqs: tuple[PodSetReq, ...]) -> tuple[Explanation, _Parts]:
+        got = nodes_cache.get(shape)
+        if got is None:
             never = nodes.never_fits(wreqs)
             if never is not None:
                 tmpl = Explanation(0, EXPLAIN_NEVER, limit="nodes", detail=never)
@@ -214,28 +265,30 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     eligible_nodes=n_elig,
                     to_free=Resources.from_raw(need),
                 )
-            nodes_cache[shape] = tmpl
-        return tmpl
+            got = nodes_cache[shape] = (tmpl, _parts(tmpl))
+        return got
 
     new = tuple.__new__
     _policy = Explanation(0, EXPLAIN_POLICY)
-    policy_mid = tuple(_policy[2:7])  # quota .. eligible_nodes
-    policy_tail = tuple(_policy[9:13])  # to_free .. requeue_at
-    policy_end = tuple(_policy[16:])  # victim_names .. starts_by
-    blockers: dict[int, tuple[str, str]] = {}  # head id -> (name, what it waits for)
+    policy_pre = _parts(_policy)[0]
+    policy_pre_aged = _parts(_policy._replace(limit="aged"))[0]
+    # Per blocking head id: the parts after ``ahead`` (blocked_by .. detail) and after
+    # ``waiting_ahead`` (blocked_by_name ..): its name, and what it waits for.
+    blockers: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+    behind_pre, behind_mid, behind_post = _parts(Explanation(0, EXPLAIN_BEHIND))
+    depth_pre, depth_mid, depth_post = _parts(Explanation(0, EXPLAIN_DEPTH))
 
-    def with_id(tmpl: Explanation, wid: int, ahead: tuple[int, ...], n: int) -> Explanation:
-        # Fields 0 (workload_id), 7 (ahead) and 14 (waiting_ahead) differ; the rest
-        # comes from the template.
-        return new(Explanation, (wid, *tmpl[1:7], ahead, *tmpl[8:14], n, *tmpl[15:]))
-
-    victims_cache: dict[tuple[int, int], list[WorkloadSpec]] = {}
-    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...]]
+    victims_cache: dict[int, tuple[list[int], list[WorkloadSpec]]] = {}
+    # ids, names, what they free of the short resources, the workloads, and whether
+    # that covers the shortfall
+    Hint = tuple[tuple[int, ...], tuple[str, ...], Resources, tuple[WorkloadSpec, ...], bool]
     hint_cache: dict[tuple[int, int, Resources], Hint | None] = {}
     # Never candidates of a search: chosen as victims, or awaited by another preemptor.
     skip_victims = set(cy.victim_ids)
     for vids in awaiting.values():
         skip_victims.update(vids)
+
+    n_victims = max(1, n_ahead)
 
     def victims_hint(qi: int, priority: int, short: Resources) -> Hint | None:
         """Lower-priority workloads of the quota (victim order) as the victims fields.
@@ -243,32 +296,40 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
         As many as free the shortfall, at most ``explain_ahead`` of them; with what
         they free of the short resources (which may be less than the shortfall).
         """
-        key = (qi, priority)
-        lower = victims_cache.get(key)
-        if lower is None:
-            lower = [
-                v
+        cands = victims_cache.get(qi)
+        if cands is None:
+            # The first ``n_victims`` of the quota's possible victims in victim order,
+            # lowest priority first: those below a priority are a prefix of it, and
+            # only the first ``n_victims`` of them are ever looked at.
+            order = [
+                (v.priority, -(v.admitted_at or 0.0), -v.id, v)
                 for v in cy.holding[qi]
-                if v.priority < priority
-                and v.phase != PREEMPTED
-                and v.preemptible
-                and v.id not in skip_victims
+                if v.phase != PREEMPTED and v.preemptible and v.id not in skip_victims
             ]
-            lower.sort(key=lambda v: (v.priority, -(v.admitted_at or 0.0), -v.id))
-            victims_cache[key] = lower
-        if not lower:
+            order.sort()  # (ids are unique: the workloads themselves are never compared)
+            top = order[:n_victims]
+            cands = victims_cache[qi] = ([t[0] for t in top], [t[3] for t in top])
+        n_lower = bisect_left(cands[0], priority)
+        if not n_lower:
             return None
         hkey = (qi, priority, short)
         if hkey in hint_cache:
             return hint_cache[hkey]
+        # (Plain loops over the raw dicts: a few thousand misses per cycle at 60k.)
+        need = short.raw
         freed: dict[str, int] = {}
         chosen: list[WorkloadSpec] = []
-        for v in lower[: max(1, n_ahead)]:
-            if chosen and all(freed.get(k, 0) >= x for k, x in short.items()):
-                break
+        for v in cands[1][:n_lower]:
+            if chosen:
+                for k, x in need.items():
+                    if freed.get(k, 0) < x:
+                        break
+                else:
+                    break  # what is chosen frees the shortfall
             useful = False
-            for k in short:
-                x = v._request._d.get(k, 0)
+            d = v._request._d
+            for k in need:
+                x = d.get(k, 0)
                 if x:
                     freed[k] = freed.get(k, 0) + x
                     useful = True
@@ -276,11 +337,17 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                 chosen.append(v)
         got: Hint | None = None
         if chosen:
+            enough = True  # types.covers(freed, short)
+            for k, x in need.items():
+                if x > 0 and freed.get(k, 0) < x:
+                    enough = False
+                    break
             got = (
-                tuple(v.id for v in chosen),
-                tuple(v.name for v in chosen),
+                tuple([v.id for v in chosen]),
+                tuple([v.name for v in chosen]),
                 Resources.from_raw(freed),
                 tuple(chosen),
+                enough,
             )
         hint_cache[hkey] = got
         return got
@@ -359,97 +426,95 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     for q in cy.queues:
         in_quota_preemption = q.spec.preempt_within_quota != "Never"
         aging = q.spec.aging_bound_s is not None
-        waiting_ids: list[int] = []
-        head: tuple[int, ...] = ()
+        aged_head = q.aged_heads.get
+        idx = 0  # waiting ahead of the next one
+        ahead: tuple[int, ...] = ()  # the first ``explain_ahead`` of them
         head_of: set[int] = set()  # quotas whose head in this queue was seen
         head_names: dict[int, str] = {}
         for w in q.cands:
             wid = w.id
             if wid in admitted:
                 continue
-            f = fail.get(wid)
+            f = fail_get(wid)
             if f is not None and f[0] == F_NEVER:
                 out[wid] = Explanation(wid, EXPLAIN_NEVER, limit="nodes", detail=str(f[1]))
                 continue
-            idx = len(waiting_ids)
-            waiting_ids.append(wid)
-            if idx <= n_ahead:
-                head = tuple(waiting_ids[:n_ahead])
-            ahead = head[:idx] if idx < n_ahead else head
-            qi = cy.quota_of[wid]
-            is_head = qi not in head_of
-            head_of.add(qi)
+            i = idx
+            idx += 1
+            cur = ahead
+            if i < n_ahead:
+                ahead = (*ahead, wid)
+            qi = quota_of[wid]
+            if qi in head_of:
+                is_head = False
+            else:
+                is_head = True
+                head_of.add(qi)
             if f is None:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *behind_pre, cur, *behind_mid, i, *behind_post))
                 continue
             kind, arg = f
-            if kind == F_QUOTA:
-                e = with_id(quota_expl(qi, arg, w._request), wid, ahead, idx)
-                if in_quota_preemption and e.kind == EXPLAIN_QUOTA:
-                    hint = victims_hint(qi, w.priority, e.shortfall)
-                    if hint:
-                        why = ""
-                        if covers(hint[2], e.shortfall):
-                            why = no_preempt(q, w, qi, hint)
-                            if not why:
-                                hint = None
-                        if hint:
-                            e = e._replace(
-                                victims=hint[0],
-                                victim_names=hint[1],
-                                victims_free=hint[2],
-                                no_preempt=why,
-                            )
-                if is_head and aging and e.kind == EXPLAIN_QUOTA and q.holds(w, qi):
-                    e = e._replace(starts_by=starts_by(w, qi))
-                out[wid] = e
-                head_names[wid] = w.name
-            elif kind == F_NPMIN:
-                out[wid] = _np_expl(cy, w, arg)._replace(ahead=ahead, waiting_ahead=idx)
-                head_names[wid] = w.name
+            if kind == F_POLICY:
+                got = blockers.get(arg)
+                if got is None:
+                    parts = _parts(
+                        Explanation(
+                            0,
+                            EXPLAIN_POLICY,
+                            blocked_by=arg,
+                            detail=head_summary(out.get(arg)),
+                            blocked_by_name=head_names.get(arg, ""),
+                        )
+                    )
+                    got = blockers[arg] = (parts[1], parts[2])
+                # limit="aged": behind an aged head of a queue whose policy does not block
+                pre = policy_pre_aged if aged_head(qi) == arg else policy_pre
+                out[wid] = new(Explanation, (wid, *pre, cur, *got[0], i, *got[1]))
             elif kind == F_NODES:
                 if arg is None:
                     # Fast-failed in the tournament (a single pod set that no node could
                     # hold): key the explanation without building the placer's view.
                     ps = w.pod_sets[0]
                     key: object = (elig_key(ps), frozenset(ps.requests._d.items()), ps.count)
-                    tmpl = nodes_cache.get(key)
-                    if tmpl is None:
-                        tmpl = nodes_expl(key, podset_reqs(w.pod_sets))
+                    tp = nodes_cache.get(key)
+                    if tp is None:
+                        tp = nodes_expl(key, podset_reqs(w.pod_sets))
                 else:
-                    tmpl = nodes_expl(arg, cy.reqs(w))
-                e = with_id(tmpl, wid, ahead, idx)
+                    tp = nodes_cache.get(arg)
+                    if tp is None:
+                        tp = nodes_expl(arg, cy.reqs(w))
+                pre, mid, post = tp[1]
+                e = new(Explanation, (wid, *pre, cur, *mid, i, *post))
                 if is_head and aging and e.kind == EXPLAIN_NODES and q.holds(w, qi):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
                 head_names[wid] = w.name
-            elif kind == F_POLICY:
-                got = blockers.get(arg)
-                if got is None:
-                    got = blockers[arg] = (head_names.get(arg, ""), head_summary(out.get(arg)))
-                # Built field by field (tens of thousands per cycle): workload_id, kind,
-                # quota .. eligible_nodes, ahead, blocked_by, to_free .. requeue_at,
-                # detail, waiting_ahead, blocked_by_name, victim_names .. starts_by.
-                out[wid] = new(
-                    Explanation,
-                    (
-                        wid,
-                        EXPLAIN_POLICY,
-                        *policy_mid,
-                        ahead,
-                        arg,
-                        *policy_tail,
-                        got[1],
-                        idx,
-                        got[0],
-                        *policy_end,
-                    ),
-                )
-                if q.aged_heads.get(qi) == arg:
-                    # behind an aged head of a queue whose policy does not block
-                    out[wid] = out[wid]._replace(limit="aged")
+            elif kind == F_QUOTA:
+                tmpl, (pre, mid, post) = quota_expl(qi, arg, w._request)
+                fields = [wid, *pre, cur, *mid, i, *post]
+                if tmpl.kind == EXPLAIN_QUOTA:
+                    hint = (
+                        victims_hint(qi, w.priority, tmpl.shortfall)
+                        if in_quota_preemption
+                        else None
+                    )
+                    if hint:
+                        # hint[4]: its victims would free the shortfall
+                        why = no_preempt(q, w, qi, hint) if hint[4] else ""
+                        if why or not hint[4]:
+                            fields[_VICTIMS] = hint[0]
+                            fields[_VICTIM_NAMES] = hint[1]
+                            fields[_VICTIMS_FREE] = hint[2]
+                            fields[_NO_PREEMPT] = why
+                    if is_head and aging and q.holds(w, qi):
+                        fields[_STARTS_BY] = starts_by(w, qi)
+                out[wid] = new(Explanation, fields)
+                head_names[wid] = w.name
+            elif kind == F_NPMIN:
+                out[wid] = _np_expl(cy, w, arg)._replace(ahead=cur, waiting_ahead=i)
+                head_names[wid] = w.name
             elif kind == F_DEPTH:
-                out[wid] = Explanation(wid, EXPLAIN_DEPTH, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *depth_pre, cur, *depth_mid, i, *depth_post))
             elif kind == F_WAITING:
                 # Its victims being evicted (in flight from earlier cycles or chosen in
                 # this one); else the workloads finishing soon it waits for instead of
@@ -464,16 +529,16 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
                     EXPLAIN_PREEMPTING,
                     quota=w.quota,
                     limit=how or None,
-                    ahead=ahead,
+                    ahead=cur,
                     victims=vids,
                     to_free=EMPTY,
-                    waiting_ahead=idx,
+                    waiting_ahead=i,
                     victim_names=names_of(vids),
                     awaited_until=cy.awaited_until.get(wid) if how == "finishing" else None,
                 )
                 head_names[wid] = w.name
             else:
-                out[wid] = Explanation(wid, EXPLAIN_BEHIND, ahead=ahead, waiting_ahead=idx)
+                out[wid] = new(Explanation, (wid, *behind_pre, cur, *behind_mid, i, *behind_post))
     for w, c, lim, k, short in cy.never:
         v = w._request._d[k]
         if c >= 0:
