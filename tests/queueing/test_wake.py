@@ -36,6 +36,22 @@ def sent(settings) -> Iterator[Sent]:
     cache.clear()
 
 
+@pytest.fixture
+def syncs(monkeypatch) -> list[int]:
+    """One entry per sync the cycle's code runs (beat's tick or a react)."""
+    from queueing import admission
+
+    ran: list[int] = []
+    real_sync = admission.sync_cluster
+
+    def counted(*args, **kwargs):
+        ran.append(1)
+        return real_sync(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "sync_cluster", counted)
+    return ran
+
+
 def second_tree() -> Quota:
     root = actions.create_quota(
         SYSTEM, name="other", tenant=None, parent=None, min={"cpu": "8"}, max={"cpu": "8"}
@@ -220,7 +236,7 @@ def test_a_fan_out_wakes_each_tree_as_its_own_task(world, sent):
     assert sorted(sent) == [("cluster", 0.0), ("other", 0.0)]
 
 
-def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, monkeypatch):
+def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, syncs):
     import time
 
     from queueing import admission
@@ -228,14 +244,6 @@ def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, 
 
     other = second_tree()
     settings.KQ_CYCLE_INTERVAL_S = 3.0
-    syncs: list[int] = []
-    real_sync = admission.sync_cluster
-
-    def counted(*args, **kwargs):
-        syncs.append(1)
-        return real_sync(*args, **kwargs)
-
-    monkeypatch.setattr(admission, "sync_cluster", counted)
     react(wake.SYNC, cluster=world.cluster, now=world.clock())
     react("cluster", cluster=world.cluster, now=world.clock())
     assert len(syncs) == 1
@@ -425,20 +433,12 @@ def test_a_sync_that_fails_after_committing_still_wakes_the_trees_it_touched(
     assert sent == [("cluster", 0.0)]
 
 
-def test_beats_tick_dispatches_reacts_instead_of_cycling(world, sent, settings, monkeypatch):
+def test_beats_tick_dispatches_reacts_instead_of_cycling(world, sent, settings, syncs):
     from queueing import admission
 
     second_tree()
     submit(world, "w", cpu="1")
     settings.KQ_CYCLE_INTERVAL_S = 3.0
-    syncs: list[int] = []
-    real_sync = admission.sync_cluster
-
-    def counted(*args, **kwargs):
-        syncs.append(1)
-        return real_sync(*args, **kwargs)
-
-    monkeypatch.setattr(admission, "sync_cluster", counted)
     sent.clear()
     summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
     # Nothing ran in the tick: a sync and each tree are woken, due now.
