@@ -356,27 +356,31 @@ def react(
             # The trees this sync touched, cycled now: no broker hop, no wait behind the
             # queue's other tasks for the quota a finish just freed.
             try:
-                _cycle_roots(cluster, inline, now, summary)
+                _cycle_woken(cluster, inline, now, summary)
             except BaseException:
                 wake.wake_now([root for root in inline if root not in summary.roots])
                 raise
-            for root in summary.roots:
-                wake.not_busy(root)
-            wake.wake_busy([root for root in summary.skipped if root in inline])
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
     else:
-        _cycle_roots(cluster, [target], now, summary)
-        for root in summary.roots:
-            wake.not_busy(root)
-        # A tree whose lease is busy (beat's tick or another worker cycles it) is woken
-        # again a little later rather than dropped: the holder may have read before the
-        # change (100 ms, doubling while it stays busy).
-        wake.wake_busy([root for root in summary.skipped if root != "sync"])
+        _cycle_woken(cluster, [target], now, summary)
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
+
+
+def _cycle_woken(
+    cluster: Cluster, roots: list[str], now: datetime | None, summary: CycleSummary
+) -> None:
+    """Cycle trees a wake asked for. A tree whose lease is busy (beat's tick or another
+    worker cycles it) is woken again a little later rather than dropped: the holder may
+    have read before the change (100 ms, doubling while it stays busy)."""
+    _cycle_roots(cluster, roots, now, summary)
+    for root in roots:
+        if root in summary.roots:
+            wake.not_busy(root)
+    wake.wake_busy([root for root in summary.skipped if root in roots])
 
 
 def _cycled_here(roots: list[str]) -> list[str]:
