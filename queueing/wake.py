@@ -271,50 +271,49 @@ def covered(whats: Iterable[str], seconds: float) -> set[str]:
 # --- beat's tick as a dispatcher: whether the cycle queue is being served ------------------
 
 DISPATCHED_KEY = "kq:tick:dispatched"
-REACT_STARTED_KEY = "kq:react:started"
-# A tick's wakes are trusted to be served when some react started since, or while they
-# are younger than this many intervals; past that the cycle queue is taken as unserved
-# (no cycle worker, or one stuck) and the tick does the work itself.
+# A tick's wakes are trusted to be served while the oldest of them no react has served
+# yet is younger than this many intervals; past that the cycle queue is taken as
+# unserved (no cycle worker, or one stuck) and the tick does the work itself.
 SERVED_TICKS = 2
 
 
 def react_started() -> None:
-    """A react starts: the cycle queue is being served (``reacts_served``)."""
+    """A react starts: the cycle queue is being served, whatever ticks asked is due."""
     try:
-        cache.set(REACT_STARTED_KEY, time.time(), timeout=3600)
+        cache.delete(DISPATCHED_KEY)
     except Exception:
         log.exception("could not note that a react started")
 
 
 def dispatched() -> None:
-    """Beat's tick just sent (or rode on) wakes, and expects a react to start."""
+    """Beat's tick just sent (or rode on) wakes, and expects a react to start. Only the
+    first such tick since the last react is noted: a tick that asks again, riding on
+    the wakes still waiting, is not served by asking."""
     try:
-        cache.set(DISPATCHED_KEY, time.time(), timeout=3600)
+        cache.add(DISPATCHED_KEY, time.time(), timeout=3600)
     except Exception:
         log.exception("could not note the tick's dispatch")
 
 
 def reacts_served(seconds: float) -> bool:
-    """Whether beat's tick (every ``seconds``) may leave its work to reacts: no wake of
-    its own is still waiting for a react after ``SERVED_TICKS`` intervals. False sends
-    the tick back to doing the work in its own process (a cycle worker down or stuck:
-    the safety net must not depend on it); the first react to start again restores
-    the dispatch."""
+    """Whether beat's tick (every ``seconds``) may leave its work to reacts: no wake it
+    asked for has waited ``SERVED_TICKS`` intervals without a react starting. False
+    sends the tick back to doing the work in its own process (a cycle worker down or
+    stuck: the safety net must not depend on it); the first react to start again
+    restores the dispatch."""
     if not enabled():
         return False
     try:
-        found = cache.get_many([DISPATCHED_KEY, REACT_STARTED_KEY])
+        sent = cache.get(DISPATCHED_KEY)
     except Exception:
         log.exception("could not read whether the cycle queue is served")
         return False
-    try:
-        sent = float(found[DISPATCHED_KEY]) if DISPATCHED_KEY in found else None
-        started = float(found[REACT_STARTED_KEY]) if REACT_STARTED_KEY in found else None
-    except (TypeError, ValueError):
-        return False
-    if sent is None or (started is not None and started >= sent):
+    if sent is None:
         return True
-    return sent > time.time() - seconds * SERVED_TICKS
+    try:
+        return float(sent) > time.time() - seconds * SERVED_TICKS
+    except (TypeError, ValueError):  # a key of an older version: not trusted
+        return False
 
 
 # --- trees waiting for room on the nodes, not for quota ------------------------------------

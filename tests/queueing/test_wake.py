@@ -486,3 +486,29 @@ def test_beats_tick_does_the_work_itself_when_no_react_serves_its_wakes(
     assert summary.roots == []
     assert summary.woken == ["cluster"]
     assert Workload.objects.get(name="w2").phase == Phase.PENDING
+
+
+def test_ticks_that_keep_asking_do_not_keep_the_cycle_queue_served(
+    world, sent, settings, monkeypatch
+):
+    import types
+
+    from queueing import admission
+
+    # Beat's ticks on time, no cycle worker (a worker that consumes only beat's queue):
+    # each tick rides on the wakes the first one sent. Asking again is not being served:
+    # two intervals after the first unserved dispatch the tick cycles by itself.
+    clock = [1000.0]
+    monkeypatch.setattr(wake, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    submit(world, "w", cpu="1")
+    settings.KQ_CYCLE_INTERVAL_S = 0.3
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.woken == ["cluster"]
+    clock[0] += 0.4  # past an interval: the reacts are not trusted, the tick asks again
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.roots == []
+    assert summary.woken == ["cluster"]
+    clock[0] += 0.4  # 0.8 s after the first dispatch, 0.4 s after the second
+    summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
+    assert summary.roots == ["cluster"]
+    assert summary.admitted == 1
