@@ -317,6 +317,18 @@ def _sync_jobs(
         for key, job in by_name.items()
         if key not in seen and job.state not in (SUCCEEDED, FAILED)
     ]
+    # A view that lags (a watch cache) may still show a job running whose workload another
+    # worker has already finished: it is no longer among the active, yet it is not new.
+    # Read after ``active``, so any finish committed before that read is seen here.
+    uids = [job.ref.uid for job in new if job.ref.uid]
+    known: set[str] = set()
+    for start in range(0, len(uids), CHUNK):
+        known.update(
+            Workload.objects.filter(object_uid__in=uids[start : start + CHUNK]).values_list(
+                "object_uid", flat=True
+            )
+        )
+    new = [job for job in new if job.ref.uid not in known]
     memo: dict[tuple[str, str, str], Placement] = {}  # one lookup per placement per sync
     for start in range(0, len(new), CHUNK):
         repairs = []

@@ -92,6 +92,8 @@ class Workload(models.Model):
             models.Index(fields=["quota", "phase"], name="workload_quota_phase"),
             models.Index(fields=["queue", "position"], name="workload_queue_position"),
             models.Index(fields=["-created_at"], name="workload_created"),
+            # The sync's "is this job already ours?" for jobs no active workload stands for.
+            models.Index(fields=["object_uid"], name="workload_object_uid"),
         ]
         constraints = [
             # One live workload per cluster object name; a finished one may be recreated.

@@ -97,7 +97,7 @@ def test_random_frames_get_schema_answers_and_the_connection_survives(
         async def scenario() -> None:
             comm = WebsocketCommunicator(app, f"/ws/tenants/{world.tenant.pk}/")
             comm.scope["user"] = viewer
-            connected, _ = await comm.connect()
+            connected, _ = await comm.connect(timeout=10)  # the default 1 s failed under CI's load
             assert connected
             assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
             for frame in batch:

@@ -265,3 +265,45 @@ def test_a_lagging_view_cancels_only_what_a_fresh_read_cannot_find(world):
 
     sync_cluster(Blind(world.cluster, missing), now=world.clock.advance(1))
     assert Workload.objects.get(pk=workload.pk).phase == Phase.CANCELLED
+
+
+def test_a_lagging_view_of_a_finished_job_does_not_register_it_again(world):
+    """Seen in CI's chaos run (watch cache, three workers): one worker's cache still showed
+    a Job running after another worker had marked its workload Succeeded. The Job was
+    among the listed jobs and no active workload stood for it, so it was registered a
+    second time and ran its quota's accounting twice (501 workloads for 500 Jobs)."""
+    workload = submit(world, "done", runtime=5)
+    admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())  # re-admits: the job runs
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    sync_cluster(world.cluster, now=world.clock.advance(10))
+    assert Workload.objects.get(pk=workload.pk).phase == Phase.SUCCEEDED
+
+    def job_of(ref):
+        return next(j for j in world.cluster.jobs() if j.ref.uid == ref.uid)
+
+    class StillRunning(LaggingView):
+        def jobs(self):  # the cache has not seen the job finish yet
+            return [
+                replace(j, suspended=False, state="Running", active=1)
+                if j.ref.name == "done"
+                else j
+                for j in self.inner.jobs()
+            ]
+
+    report = sync_cluster(StillRunning(world.cluster, job_of), now=world.clock.advance(1))
+    assert report.registered == 0
+    assert Workload.objects.filter(name="done").count() == 1
+
+    # A new Job of the same name (another uid) is registered as before.
+    SimJob.objects.filter(name="done").delete()
+    world.cluster.create_job(
+        JobRequest(
+            namespace=workload.namespace,
+            name="done",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+    report = sync_cluster(world.cluster, now=world.clock.advance(1))
+    assert report.registered == 1
+    assert Workload.objects.filter(name="done").count() == 2
