@@ -103,3 +103,26 @@ def test_the_cycle_process_adapter_is_wired_to_wake(settings: Any, monkeypatch: 
         clusters.set_cluster(None)
     assert isinstance(Stub.reader.on_change, watch.Coalescer)
     assert Stub.reader.on_change.trigger is watch.wake_sync
+
+
+def test_bursts_are_coalesced_and_fired_from_one_thread_of_its_own():
+    """One trigger per burst, every burst from the same long-lived thread: a thread per
+    burst cost its start and a new Redis connection for the wake's key each time."""
+    import threading
+
+    heard: list[tuple[dict[str, int], threading.Thread]] = []
+    coalescer = watch.Coalescer(
+        lambda reasons: heard.append((dict(reasons), threading.current_thread())),
+        debounce_s=0.05,
+    )
+    for reason in ("Job added", "Job added", "capacity"):
+        coalescer(reason)
+    wait_until(lambda: len(heard) == 1, timeout=5, interval=0.01)
+    coalescer("Job succeeded")
+    wait_until(lambda: len(heard) == 2, timeout=5, interval=0.01)
+    assert [batch for batch, _ in heard] == [
+        {"Job added": 2, "capacity": 1},
+        {"Job succeeded": 1},
+    ]
+    assert heard[0][1] is heard[1][1] is not threading.main_thread()
+    assert coalescer.fired == 2
