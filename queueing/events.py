@@ -32,10 +32,12 @@ database when a notification concerns it; docs/events.md describes the whole pat
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import secrets
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -61,6 +63,7 @@ ALL_GROUP = "tenant.all"  # cluster admins watching every tenant
 
 
 SEND_TIMEOUT_S = 5.0
+EXIT_FLUSH_S = 2.0  # the longest a process's exit waits for its queued live events
 
 
 def iso(value: datetime | None) -> str | None:
@@ -79,22 +82,44 @@ class _SenderLoop:
     Redis channel layer keeps its connections per loop: every notification of a worker
     would connect to Redis anew. Sends to a cross-process layer go through this
     long-lived loop instead and reuse one connection. (A forked child starts its own.)
+
+    ``submit`` does not wait for the send: the caller -- a cycle's or a sync's commit --
+    goes on while the loop sends, one message after another in the order submitted (a
+    config message carries whole rows: an older one must not overtake a newer one). A
+    notification is a hint to re-read the database, never needed for a decision; waiting
+    for its round trips (two commands per group, two groups per tenant) was the largest
+    step of a cycle's commit on a loaded machine. At most ``MAX_BACKLOG`` sends wait;
+    beyond that (Redis stalled) new ones are dropped and logged, as a failed send was.
     """
+
+    MAX_BACKLOG = 10_000
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: deque[Callable[[], Awaitable[Any]]] = deque()
+        self._draining = False
         self._pid = 0
+        self._dropped = 0
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="kq-events", daemon=True).start()
+                if self._pid == 0:
+                    # A process that ends (a command, a worker shutting down) sends what
+                    # it queued first; the loop's thread is a daemon, cut at the exit.
+                    atexit.register(self.flush, EXIT_FLUSH_S)
                 self._loop, self._pid = loop, os.getpid()
+                self._waiting = deque()  # a forked child's backlog was its parent's
+                self._draining = False
             return self._loop
 
     def run(self, make: Callable[[], Awaitable[Any]], timeout_s: float) -> None:
+        """Send now and wait for it (what ``submit`` queues behind is not waited for)."""
+
         async def call() -> Any:
             return await make()
 
@@ -104,6 +129,47 @@ class _SenderLoop:
         except TimeoutError:
             future.cancel()
             raise
+
+    def submit(self, make: Callable[[], Awaitable[Any]], timeout_s: float) -> bool:
+        """Queue a send, in order after those submitted before; returns at once. False
+        when the backlog is full and it was dropped."""
+        loop = self._running_loop()
+        with self._lock:
+            if len(self._waiting) >= self.MAX_BACKLOG:
+                self._dropped += 1
+                if self._dropped == 1 or self._dropped % 1000 == 0:
+                    log.warning("live stream backlog full: %d event(s) dropped", self._dropped)
+                return False
+            # Under the lock: the order of submits is the order of sends, across threads.
+            self._waiting.append(make)
+            if not self._draining:
+                # One drain at a time, gone once the backlog is empty (no task is left
+                # pending in an idle process).
+                self._draining = True
+                asyncio.run_coroutine_threadsafe(self._drain(timeout_s), loop)
+        return True
+
+    async def _drain(self, timeout_s: float) -> None:
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    self._draining = False
+                    self._idle.notify_all()
+                    return
+                make = self._waiting[0]
+            try:
+                await asyncio.wait_for(make(), timeout_s)
+            except Exception:  # the stream is best effort; the database is the truth
+                log.exception("could not publish a live event")
+            finally:
+                with self._lock:
+                    self._waiting.popleft()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every submitted send is done (tests; a process about to exit).
+        False if some were still waiting after ``timeout_s``."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._draining, timeout_s)
 
 
 _sender = _SenderLoop()
@@ -116,7 +182,8 @@ def _cross_process(layer: Any) -> bool:
 
 
 def send(tenant_id: int | None, payload: dict) -> None:
-    """Deliver now. Use notify_changes / publish_on_commit from code that writes.
+    """Deliver (to a cross-process layer: queued in order, not waited for; ``flush``).
+    Use notify_changes / publish_on_commit from code that writes.
 
     A tenant's message goes to its group and to the cluster admins'; a cluster-wide one
     (``tenant_id`` None) to the cluster admins' only."""
@@ -132,11 +199,17 @@ def send(tenant_id: int | None, payload: dict) -> None:
 
     try:
         if _cross_process(layer):
-            _sender.run(both, SEND_TIMEOUT_S)
+            _sender.submit(both, SEND_TIMEOUT_S)  # in order, not waited for
         else:
             async_to_sync(both)()
     except Exception:  # the stream is best effort; the database is the truth
         log.exception("could not publish a live event for tenant %s", tenant_id)
+
+
+def flush(timeout_s: float = SEND_TIMEOUT_S) -> bool:
+    """Wait until the live events sent so far have left this process (``send`` does not
+    wait for a cross-process layer). False if some had not after ``timeout_s``."""
+    return _sender.flush(timeout_s)
 
 
 def publish_on_commit(tenant_id: int | None, payload: dict) -> None:

@@ -123,10 +123,49 @@ def test_sends_from_sync_code_share_one_long_lived_loop(monkeypatch: pytest.Monk
     monkeypatch.setattr(events, "_sender", events._SenderLoop())
     events.send(7, {"type": "changed"})
     events.send(8, {"type": "changed"})
+    assert events.flush(5)
     groups = [group for group, _, _ in layer.sent]
     assert groups == ["tenant.7", "tenant.all", "tenant.8", "tenant.all"]
     loops = {id(loop) for _, _, loop in layer.sent}
     assert len(loops) == 1  # one loop, so the layer keeps one connection
+
+
+class SlowLayer:
+    """A Redis layer that answers only once ``gate`` is set."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.sent: list[tuple[str, Any]] = []
+
+    async def group_send(self, group: str, message: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.gate.wait, 5)
+        self.sent.append((group, message["payload"]["n"]))
+
+
+def test_a_send_does_not_wait_for_the_layer_and_delivers_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A cycle's commit goes on while its notifications are sent: the caller returns
+    before the layer has answered, and the messages still arrive, in the order sent."""
+    layer = SlowLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(events, "_sender", events._SenderLoop())
+    monkeypatch.setattr(events, "SEND_TIMEOUT_S", 3.0)
+    for n in range(3):
+        events.send(7, {"type": "changed", "n": n})
+    events.send(None, {"type": "nodes", "n": 3})
+    assert layer.sent == []  # every send returned with the layer still silent
+    layer.gate.set()
+    assert events.flush(10)
+    assert layer.sent == [
+        ("tenant.7", 0),
+        ("tenant.all", 0),
+        ("tenant.7", 1),
+        ("tenant.all", 1),
+        ("tenant.7", 2),
+        ("tenant.all", 2),
+        ("tenant.all", 3),
+    ]
 
 
 def test_a_forked_process_starts_a_loop_of_its_own(monkeypatch: pytest.MonkeyPatch):
