@@ -36,6 +36,13 @@ promise one can hold the engine to:
    inflow ends needs (Kueue's burst: its wait is constant in clock time, no multiple
    of the simulated wait fits it). Only the p90: the p50 keeps what the simulation
    knows (Gott's median, ``now + t``, ignores that the head may be about to start).
+   **Under overload** -- the work that goes first arriving at least as fast as the
+   capacity serving the queue (``rho >= 1``, its load known to within half of itself)
+   -- no busy period ends while the inflow lasts: the wait is the simulated ``d`` plus
+   everything that arrives ahead meanwhile, ``d + rho L`` for an inflow lasting ``L``
+   more. The older workload of its class has been held back ``t``, so the overload has
+   lasted at least that, and Gott bounds ``L`` by ``9 t``: the p90 is at least
+   ``now + d + 9 rho t`` (Kueue's burst: the small jobs of its first seconds).
 
 A competing workload the simulation did not reach gets a reason instead of a time.
 """
@@ -65,6 +72,10 @@ MAX_STRETCH = 3.0
 #: Gott's Copernican bound: what has lasted ``t`` lasts at most ``9 t`` more with
 #: probability 0.9 (J. R. Gott, Nature 363, 1993).
 GOTT_P90 = 9.0
+#: A load ahead is taken as an overload (at or above the capacity serving the queue)
+#: only when its estimate is known to within this share of itself (its compound-Poisson
+#: sampling error; four alike arrivals or more): a single large arrival is no rate.
+OVERLOAD_MAX_ERROR = 0.5
 
 
 def finish_etas(
@@ -87,6 +98,9 @@ def finish_etas(
     )
     classes: dict[int, tuple[str, ...]] = {}
     stretch: dict[int, float] = {}
+    # The load ahead of workloads whose work ahead arrives at least as fast as it is
+    # served (an overload, see below).
+    flooded: dict[int, float] = {}
     # How long the oldest workload of the same class ahead of each one has waited: same
     # queue, quota, priority and request -- it starts no earlier than that workload.
     # Only for workloads with a simulated start, and only their (quota, priority) pairs
@@ -120,11 +134,13 @@ def finish_etas(
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
                 if above is not None:
-                    low, _ = above(
+                    low, rho = above(
                         q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw
                     )
                     if low > 0:
                         stretch[cw.id] = 1.0 / max(1.0 - low, 1.0 / MAX_STRETCH)
+                    if rho >= 1.0 and rho - low <= OVERLOAD_MAX_ERROR * rho:
+                        flooded[cw.id] = rho
     stretched = _stretched(cy, pos, p50, stretch) if stretch else None
     model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}
@@ -153,6 +169,15 @@ def finish_etas(
         span = ahead_wait.get(wid)
         if span is not None:
             hi = max(hi, now + GOTT_P90 * span)
+            over = flooded.get(wid)
+            if over is not None:
+                # Overload: what goes first arrives at rho >= 1 times the capacity
+                # serving the queue, so no busy period ends while the inflow lasts; the
+                # wait is the simulated one plus all that arrives ahead meanwhile,
+                # ``d + rho L`` for an inflow lasting ``L`` more. The older workload of
+                # its class has been held back ``span``: the overload has lasted at
+                # least that, and Gott puts ``L <= 9 span`` with probability 0.9.
+                hi = max(hi, max(a, now) + over * GOTT_P90 * span)
         raw[wid] = (lo, max(hi, lo))
     _order(cy, raw)
     etas: dict[int, Eta] = {}
