@@ -14,7 +14,9 @@ deduplicates and rate-limits. What becomes an Event:
 
 Running, Succeeded and Failed are the job controller's to report. The timeline cursor
 (the last WorkloadEvent id published) is kept in the cache shared by the workers, so a
-restarted worker goes on where the last one stopped; each sync publishes at most
+restarted worker goes on where the last one stopped (it is written once per telling,
+after the steps told: a worker killed in between tells those steps again, which the
+recorder folds into the same Events' counts); each sync publishes at most
 ``BUDGET`` steps and spends at most ``TIME_BUDGET_S`` on it (the rest follow at the
 next), and steps older than ``STALE`` are skipped: a burst of thousands of jobs is told,
 not replayed an hour late, and never slows the sync by more than that.
@@ -152,13 +154,18 @@ def publish(cluster: Any, now: datetime, *, clock: Any = time.monotonic) -> int:
         return 0
     deadline = clock() + TIME_BUDGET_S
     written = 0
+    told: int | None = None  # the last step told: the cursor is written once, at the end
     try:
-        for step_id, event in _steps(now):
-            if clock() > deadline:
-                return written
-            if event is not None:
-                written += cluster.record_events([event])
-            cache.set(CURSOR_KEY, step_id, None)
+        try:
+            for step_id, event in _steps(now):
+                if clock() > deadline:
+                    return written
+                if event is not None:
+                    written += cluster.record_events([event])
+                told = step_id
+        finally:
+            if told is not None:
+                cache.set(CURSOR_KEY, told, None)
         for workload_id, kind, event in _pending(now):
             if clock() > deadline:
                 _since.pop("pending", None)  # look at them all again next time
