@@ -114,8 +114,10 @@ def cycle_root(
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
         quotas = state.read_quotas()  # one read: the world's tree and the snapshot's
+        seen: str | None = None
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root, quotas))
+            seen = tree.cursor  # what of the journal this cycle has read (wake.covered)
         refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
             root,
@@ -129,8 +131,6 @@ def cycle_root(
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
         engine_ms = (time.perf_counter() - engine_started) * 1000
-        if wake.enabled():
-            wake.note_node_bound(root, waits_for_nodes(result))
         # The quota invariants, checked on what this very cycle decided (head-only and
         # world-fed snapshots included): a break is an error of the cycle, not silence.
         broken = check_cycle(snapshot, result)
@@ -147,6 +147,8 @@ def cycle_root(
             then=release if background else None,
             started=started,
         )
+        report.seen = seen
+        report.node_bound = waits_for_nodes(result)
         if forecast:
             state.forecast_done(root, time.perf_counter() - started)
         assert report.cycle_id is not None
@@ -325,8 +327,7 @@ def react(
       registrations, configuration), each its own task at once, plus the trees waiting
       for room on the nodes when it moved something (``summary.woken``);
     - ``wake.ALL``: a wake of each tree, at once."""
-    wake.taken(target)
-    wake.react_started()
+    wake.started(target)  # its wake key and the tick's dispatch note, one round trip
     faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
@@ -342,24 +343,28 @@ def react(
             # Whatever it committed before any error wakes its trees all the same.
             every = state.roots()
             woken = set(every) if wake.ALL in touched else touched.intersection(every)
+            queued: set[str] = set()
             if touched:
-                woken |= wake.node_bound(set(every) - woken)
+                # Which trees have a react on its way, which wait for node room: one read.
+                queued, bound = wake.lookout(every)
+                woken |= bound
             summary.woken = sorted(woken)
-            inline = _cycled_here(summary.woken) if synced else []
+            inline = _cycled_here(summary.woken, queued) if synced else []
             wake.wake_now([root for root in summary.woken if root not in inline], reason="sync")
         if not synced:
             wake.wake_busy([wake.SYNC], reason="sync busy")
         else:
-            wake.not_busy(wake.SYNC)
             wake.woken_done(wake.WOKEN_SYNC)
         if inline:
             # The trees this sync touched, cycled now: no broker hop, no wait behind the
             # queue's other tasks for the quota a finish just freed.
             try:
-                _cycle_woken(cluster, inline, now, summary)
+                _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
             except BaseException:
                 wake.wake_now([root for root in inline if root not in summary.roots])
                 raise
+        elif synced:
+            wake.not_busy(wake.SYNC)
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -371,26 +376,29 @@ def react(
 
 
 def _cycle_woken(
-    cluster: Cluster, roots: list[str], now: datetime | None, summary: CycleSummary
+    cluster: Cluster,
+    roots: list[str],
+    now: datetime | None,
+    summary: CycleSummary,
+    *,
+    done: tuple[str, ...] = (),
 ) -> None:
     """Cycle trees a wake asked for. A tree whose lease is busy (beat's tick or another
     worker cycles it) is woken again a little later rather than dropped: the holder may
-    have read before the change (100 ms, doubling while it stays busy)."""
+    have read before the change (100 ms, doubling while it stays busy). ``done``: other
+    targets that got their lease (the sync before these cycles), noted with them."""
     _cycle_roots(cluster, roots, now, summary)
-    for root in roots:
-        if root in summary.roots:
-            wake.not_busy(root)
+    wake.not_busy(*done, *(root for root in roots if root in summary.roots))
     wake.wake_busy([root for root in summary.skipped if root in roots])
 
 
-def _cycled_here(roots: list[str]) -> list[str]:
+def _cycled_here(roots: list[str], queued: set[str]) -> list[str]:
     """Of the trees a woken sync touched, those it cycles itself (KQ_SYNC_CYCLES): each
-    with no react of its own on the way (that one will see the change)."""
+    with no react of its own on the way (``queued``: that one will see the change)."""
     from django.conf import settings
 
     if not roots or not settings.KQ_SYNC_CYCLES:
         return []
-    queued = wake.on_its_way(roots)
     return [root for root in roots if root not in queued]
 
 
@@ -445,7 +453,6 @@ def _cycle_roots(
     )
     # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
-        head = wake.journal_head(root)
         try:
             applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
         except leases.LeaseLost as exc:
@@ -456,7 +463,9 @@ def _cycle_roots(
             trace.mark("cycle_busy", root=root)
             summary.skipped.append(root)
             continue
-        wake.cycled(root, head)
+        # What of the journal it read (its world's cursor, None without worlds) and
+        # whether it left work waiting for node room: one round trip.
+        wake.cycled(root, applied.seen, node_bound=applied.node_bound)
         summary.roots.append(root)
         summary.admitted += len(applied.admitted)
         summary.preempted += len(applied.preempted)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.db import transaction
 from django.utils import timezone
 
@@ -50,6 +51,38 @@ TIMER_SLACK_S = 0.005
 Sender = Callable[[str, float], None]
 
 _local = threading.local()
+
+
+class _ProcessCache:
+    """The default cache, one client for every thread of the process.
+
+    Django keeps a cache object per thread, and its Redis client a connection pool per
+    object: a wake from a short-lived thread (the informers' coalescing timer, a new
+    thread at every burst of watch events) connected to Redis anew each time (a TCP
+    connect and the client's handshake) and left the pool to the garbage collector.
+    redis-py's client and pool are thread-safe; Django's locmem cache shares its store
+    by name. Made again after a fork or when the CACHES setting changes (tests)."""
+
+    def __init__(self) -> None:
+        self._made: tuple[int, Any, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        made = self._made
+        config = settings.CACHES
+        if made is None or made[0] != os.getpid() or made[1] is not config:
+            with self._lock:
+                made = self._made
+                if made is None or made[0] != os.getpid() or made[1] is not config:
+                    made = (os.getpid(), config, caches.create_connection(DEFAULT_CACHE_ALIAS))
+                    self._made = made
+        return made[2]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+
+cache: Any = _ProcessCache()
 
 
 def enabled() -> bool:
@@ -199,12 +232,19 @@ def journal_head(root: str) -> str | None:
         return None
 
 
-def cycled(root: str, head: str | None) -> None:
-    """A cycle of ``root`` (woken or beat's) succeeded, having read after ``head``."""
+def cycled(root: str, head: str | None, *, node_bound: bool | None = None) -> None:
+    """A cycle of ``root`` (woken or beat's) succeeded, having read after ``head``.
+    ``node_bound``: whether it left work waiting for room on the nodes
+    (``note_node_bound``), noted in the same round trip."""
     if not enabled():
         return
+    values: dict[str, Any] = {cycled_key(root): [time.time(), head]}
+    if node_bound is not None:
+        values[node_bound_key(root)] = int(node_bound)
     try:
-        cache.set(cycled_key(root), [time.time(), head], timeout=3600)
+        # Both keys live NODE_BOUND_TTL_S: a tree not cycled for that long is cycled by
+        # the tick anyway (``covered``: UNCHANGED_TICKS intervals at most).
+        cache.set_many(values, timeout=NODE_BOUND_TTL_S)
     except Exception:
         log.exception("could not note the cycle of %s", root)
 
@@ -331,10 +371,7 @@ def note_node_bound(root: str, bound: bool) -> None:
     sync that moved something wakes such a tree too (``node_bound``); a tree waiting for
     quota only is woken by its own changes."""
     try:
-        if bound:
-            cache.set(node_bound_key(root), 1, timeout=NODE_BOUND_TTL_S)
-        else:
-            cache.delete(node_bound_key(root))
+        cache.set(node_bound_key(root), int(bound), timeout=NODE_BOUND_TTL_S)
     except Exception:  # the cache is down: beat's tick still cycles every tree
         log.exception("could not note whether %s waits for node room", root)
 
@@ -349,7 +386,23 @@ def node_bound(roots: Iterable[str]) -> set[str]:
     except Exception:
         log.exception("could not read which trees wait for node room")
         return set(wanted)  # when in doubt, wake them: a wake too many costs a cycle
-    return {root for root in wanted if node_bound_key(root) in found}
+    return {root for root in wanted if found.get(node_bound_key(root))}
+
+
+def lookout(roots: Iterable[str]) -> tuple[set[str], set[str]]:
+    """``(on_its_way(roots), node_bound(roots))`` in one round trip (a woken sync's)."""
+    wanted = list(roots)
+    if not wanted:
+        return set(), set()
+    try:
+        found = cache.get_many([key(r) for r in wanted] + [node_bound_key(r) for r in wanted])
+    except Exception:
+        log.exception("could not read which trees are woken or wait for node room")
+        return set(wanted), set(wanted)  # as on_its_way and node_bound say in doubt
+    return (
+        {root for root in wanted if key(root) in found},
+        {root for root in wanted if found.get(node_bound_key(root))},
+    )
 
 
 def on_worker_start(queues: Iterable[str] | None) -> int:
@@ -394,12 +447,15 @@ def wake_busy(targets: Iterable[str], *, reason: str = "lease busy") -> int:
     return sent
 
 
-def not_busy(target: str) -> None:
-    """``target`` got its lease: the next busy retry starts short again."""
+def not_busy(*targets: str) -> None:
+    """``targets`` got their lease: the next busy retry starts short again (one round
+    trip for all of them)."""
+    if not targets:
+        return
     try:
-        cache.delete(busy_key(target))
+        cache.delete_many([busy_key(target) for target in targets])
     except Exception:
-        log.exception("could not reset the busy retries of %s", target)
+        log.exception("could not reset the busy retries of %s", ", ".join(targets))
 
 
 def on_its_way(targets: Iterable[str]) -> set[str]:
@@ -420,6 +476,14 @@ def on_its_way(targets: Iterable[str]) -> set[str]:
 def taken(target: str) -> None:
     """A react for ``target`` starts: wakes from now on need a react of their own."""
     cache.delete(key(target))
+
+
+def started(target: str) -> None:
+    """A react for ``target`` starts: ``taken`` and ``react_started`` in one round trip."""
+    try:
+        cache.delete_many([key(target), DISPATCHED_KEY])
+    except Exception:
+        log.exception("could not note that a react of %s started", target)
 
 
 # --- which trees a change touches ----------------------------------------------------

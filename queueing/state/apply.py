@@ -60,6 +60,10 @@ class ApplyReport:
     errors: list[str] = field(default_factory=list)
     #: The cluster calls still running (``apply(then=...)``), in the background.
     pending: Future[None] | None = None
+    #: Set by the caller (admission.cycle_root): the journal cursor its world read up
+    #: to, and whether work was left waiting for room on the nodes (queueing.wake).
+    seen: str | None = None
+    node_bound: bool = False
 
 
 def apply(

@@ -512,3 +512,56 @@ def test_ticks_that_keep_asking_do_not_keep_the_cycle_queue_served(
     summary = admission.tick(cluster=world.cluster, now=world.clock(), dispatch=True)
     assert summary.roots == ["cluster"]
     assert summary.admitted == 1
+
+
+class CountingCache:
+    """The wake's cache, counting its calls (each one round trip on Redis: get_many,
+    set_many and delete_many are one command or pipeline each)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_woken_syncs_bookkeeping_costs_one_cache_round_trip_per_tree_it_cycles(
+    world, sent, monkeypatch
+):
+    """What a woken sync notes for beat's tick and the next wakes (its key, the trees on
+    their way or waiting for node room, each cycle's journal cursor, busy streaks) is
+    batched: a tree cycled more costs one cache round trip more, not three (its cycle's
+    note, its node-room note, its busy streak's reset)."""
+    other = second_tree()
+    submit(world, "a", cpu="1", runtime=30)
+    submit(world, "b", cpu="1", quota=other, runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    react("other", cluster=world.cluster, now=world.clock())
+    counting = CountingCache(wake.cache)
+    monkeypatch.setattr(wake, "cache", counting)
+
+    def woken_sync() -> list[str]:
+        world.clock.advance(30)
+        cache.clear()  # no wake on its way, no timer armed
+        counting.calls.clear()
+        summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+        return summary.roots
+
+    assert woken_sync() == ["cluster", "other"]  # both finished: both trees cycled
+    two = len(counting.calls)
+    submit(world, "c", cpu="1", runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert woken_sync() == ["cluster"]
+    one = len(counting.calls)
+    assert two - one == 1, counting.calls
+    assert one <= 7, counting.calls  # started, lookout, done, cycled, not busy; the timer
