@@ -568,6 +568,12 @@ def run_cycle(snapshot: Snapshot, *, forecast: bool = True) -> CycleResult:
         cycle = Cycle(snapshot)
         cycle.run()
         result = cycle.result(forecast=forecast)
+        # The cycle's working state (indexes, failure records, caches: a few hundred
+        # thousand containers at 60k) is freed here by reference counting. Left until
+        # the function returns, it would still be alive when the collector is enabled
+        # again, and the first allocation after that would traverse all of it in a
+        # young-generation collection (~0.1 s of the 60k cycle) only to free it next.
+        del cycle
     finally:
         if gc_was_enabled:
             gc.enable()
