@@ -371,6 +371,9 @@ class CycleState:
         self._load_version = 0
         self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
         self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
+        #: Aged heads of queues that do not block holding their quota's room in their
+        #: queue (short of quota): id -> request (``Cycle.passes_hold``).
+        self.holding_quota: dict[int, Mapping[str, int]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
