@@ -43,7 +43,9 @@ across evictions), which the engine knows without memory of earlier cycles.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Protocol
 
 from queueing.engine.quota import QuotaTree
@@ -59,6 +61,7 @@ __all__ = [
     "claim_full_at",
     "order_key",
     "queue_order_key",
+    "sort_in_queue_order",
 ]
 
 #: How many candidates of a queue are looked at to find the head of each of its quotas
@@ -120,6 +123,29 @@ def order_key(aging_bound_s: float | None, now: float) -> Callable[[Queued], Ord
         return (1, -w.priority, w.queue_order_at, w.id)
 
     return key
+
+
+_by_time = attrgetter("queue_order_at", "id")
+_by_priority = attrgetter("priority")
+_time = attrgetter("queue_order_at")
+
+
+def sort_in_queue_order(ws: list[WorkloadSpec], aging_bound_s: float | None, now: float) -> None:
+    """Sort ``ws`` in place into :func:`order_key`'s order, without a key per workload
+    built in Python (the 60k cycle sorts 60,000 candidates so).
+
+    By queue-order time and id first: the aged are then a prefix, already in their
+    order; the rest is sorted by priority, highest first -- a stable sort keeps time
+    and id order among equal priorities (``reverse=True`` keeps it too).
+    """
+    ws.sort(key=_by_time)
+    n = bisect_right(ws, aged_cutoff(aging_bound_s, now), key=_time)
+    if n == 0:
+        ws.sort(key=_by_priority, reverse=True)
+    elif n < len(ws):
+        rest = ws[n:]
+        rest.sort(key=_by_priority, reverse=True)
+        ws[n:] = rest
 
 
 def aged_before(spec: QueueSpec, now: float) -> float:

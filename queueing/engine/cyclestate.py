@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from queueing.engine.aging import aged_before, aged_claims, queue_order_key
+from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
 from queueing.engine.quota import QuotaTree
@@ -85,7 +85,8 @@ def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
     """Priority order: higher priority first, then earlier queue-order time, then id.
 
     A queue's own order also puts its aged workloads first
-    (:func:`.aging.queue_order_key`); ``QueueState.cands`` is in that order.
+    (:func:`.aging.queue_order_key`); ``QueueState.cands`` is in that order
+    (:func:`.aging.sort_in_queue_order`).
     """
     return (-w.priority, w.queue_order_at, w.id)
 
@@ -266,7 +267,7 @@ class CycleState:
         self.queues: list[QueueState] = []
         for name in sorted(per_queue):
             cands = per_queue[name]
-            cands.sort(key=queue_order_key(queue_specs[name], now))
+            sort_in_queue_order(cands, queue_specs[name].aging_bound_s, now)
             self.queues.append(QueueState(len(self.queues), queue_specs[name], cands, now))
         # Step 2: runtime quota, with the aged claims of long-waiting heads.
         own_demand = [dict(u) for u in own_used]
@@ -371,6 +372,9 @@ class CycleState:
         self._load_version = 0
         self._headroom: list[tuple[int, dict[str, tuple[int, int]]] | None] = [None] * nq
         self.preemptor: Preemptor | None = None  # victim-search indexes, built on demand
+        #: Aged heads of queues that do not block holding their quota's room in their
+        #: queue (short of quota): id -> request (``Cycle.passes_hold``).
+        self.holding_quota: dict[int, Mapping[str, int]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).

@@ -172,3 +172,24 @@ def test_a_workload_admitted_by_age_is_not_evicted_for_a_fresher_higher_priority
     assert evictable(admitted_after_s=350.0) == []
     # Positive control: admitted at once (not by age), priority decides as before.
     assert evictable(admitted_after_s=1.0) == [1]
+
+
+def test_the_cycle_sorts_a_queue_as_its_order_key_does() -> None:
+    # sort_in_queue_order (the cycle's sort, no key built per workload) against
+    # order_key's own sort: ties of time, priority bands, the aged, aging off.
+    import random
+
+    from queueing.engine.aging import order_key, sort_in_queue_order
+
+    rng = random.Random(7)
+    for trial in range(300):
+        n = rng.randint(0, 40)
+        ws = [
+            spec(i, rng.choice((0, 5, 9)), float(rng.randint(0, 30)))
+            for i in rng.sample(range(1000), n)
+        ]
+        bound = (None, 0.0, 10.0, 25.0)[trial % 4]
+        now = 30.0
+        got = list(ws)
+        sort_in_queue_order(got, bound, now)
+        assert [w.id for w in got] == [w.id for w in sorted(ws, key=order_key(bound, now))]
