@@ -13,7 +13,12 @@ Simplifications, on purpose:
   queue's next victim search (one per queue and quota per cycle). Victims release at
   once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
-* runtime quota is recomputed every so many completions, not at each one;
+* runtime quota is recomputed every so many completions, not at each one -- but at
+  every instant while aged heads claim, and when a head's claim becomes whole
+  (:mod:`.forecast_aging`): the cycle splits it with the claims of that time, and a
+  head whose claim is whole may start on capacity already idle. An aged workload of a
+  queue whose policy does not block holds its quota's room once it fails (as
+  ``Cycle.hold_aged``), at the start and in virtual time;
 * preempted victims and requeued workloads release at once; victims compete again
   with their original order; a waiting preemptor fits by the runtime quota without
   aged claims (``limit_base``: preemption judged it by that, and claims stay frozen
@@ -58,6 +63,8 @@ from queueing.engine.cyclestate import (
     order_key,
 )
 from queueing.engine.fairshare import FairShare
+from queueing.engine.forecast_aging import SPACE as _SPACE
+from queueing.engine.forecast_aging import age, claims_at
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
@@ -111,15 +118,10 @@ class _Cand:
         self.filed = False
 
 
-#: A candidate's key in its queue is its list index shifted by this many bits; one
-#: that ages in virtual time is given a key between the workloads aged at the start
-#: and the rest (``Simulation._age``).
-_SPACE = 24
-
-
 class _SimQueue:
     __slots__ = (
         "aged_base",
+        "aged_heads",
         "aged_n",
         "ages",
         "behind",
@@ -150,10 +152,15 @@ class _SimQueue:
         self.aged_base = 0
         self.aged_n = 0
         self.moved: set[int] = set()  # list indices brought into the window by age
+        #: quota -> id of its aged head that failed (``QueueState.aged_heads``): the
+        #: one workload of the quota in this queue that holds room for itself.
+        self.aged_heads: dict[int, int] = dict(state.aged_heads)
 
 
 class Simulation:
     """One forward run (p50 or p90) of the cycle in virtual time."""
+
+    cand_type = _Cand
 
     def __init__(self, cy: Cycle, q: int, events: list[Event], deadline: float) -> None:
         self.cy = cy
@@ -198,6 +205,13 @@ class Simulation:
         self.next_search: dict[tuple[int, int], float] = {}
         #: (time its next workload ages, queue index), built at the first step.
         self.age_heap: list[tuple[float, int]] | None = None
+        #: Aged claims in virtual time: modelled when any queue ages (the cycle's
+        #: own claims are in ``limit`` at the start); ``claiming`` while some head
+        #: claims; ``claim_times``: when a head's claim becomes whole (a heap).
+        self.claims_mode = any(q.spec.aging_bound_s is not None for q in cy.queues)
+        self.claiming = cy.claims is not None
+        self.claim_times: list[float] = []
+        self.claim_seen: set[float] = set()
         tick = cfg.cycle_interval_s
         self.tick = tick if tick > 0 else 1.0
 
@@ -393,19 +407,35 @@ class Simulation:
         for sq in self.queues:
             self._fill(sq, initial=True)
             self._schedule(sq)
+        if self.claims_mode:
+            claims_at(self, self.now)  # when the heads' claims become whole
         t = self.now
         n_running = len(self.events)
         recompute_every = max(64, n_running // 4)
         since = 0
         tree = self.tree
+        claims = self.claims_mode
         while True:
             self._admit_round(t)
-            if self.out_of_time or not self.events:
+            if self.out_of_time or not (self.events or self.claim_times):
                 break
             if perf_counter() > self.deadline:
                 # Stopped by its budget, not its horizon: the reason must say which.
                 self.out_of_time = True
                 break
+            if self.claim_times and (not self.events or self.claim_times[0] < self.events[0][0]):
+                # No work ends before an aged head's claim becomes whole: the runtime
+                # quota moves then, and the head may start on capacity already idle.
+                t = heapq.heappop(self.claim_times)
+                tick = self.cy.config.cycle_interval_s
+                if tick > 0:  # seen by the next cycle
+                    t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
+                if t > self.end:
+                    break
+                age(self, t)
+                self._requota(t)
+                self._wake_quota(set(self.quota_files))
+                continue
             t = self.events[0][0]
             if t > self.end:
                 break
@@ -441,96 +471,43 @@ class Simulation:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
-            if since >= recompute_every:
+            if since >= recompute_every or (claims and self.claiming):
+                # Every so many completions -- and at every instant while aged heads
+                # claim (their claims grow with time and lapse as they start).
                 since = 0
-                self.runtime, _ = tree.runtime(self.own_demand, self.nodes.capacity)
-                self._limits()
-                self.fair = self._fair()
+                self._requota(t)
                 touched_q = set(self.quota_files)
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
-            self._age(t)
+            age(self, t)
         return self.eta
 
-    def _age(self, t: float) -> None:
-        """Workloads that reach their queue's ``aging_bound_s`` by ``t`` go first in it.
+    def _requota(self, t: float) -> None:
+        """Runtime quota (and fair share) for the simulation's state at ``t``.
 
-        As :func:`.aging.queue_order_key` orders a queue: the aged ahead of the rest, in
-        the order they queued (which is the order they age in). Each is given a key
-        after those aged at the start and before the others, brought into the window if
-        it was beyond it, and looked at again.
+        As the cycle splits it: without aged claims (``limit_base``, what a waiting
+        preemptor is judged by) and, where some claim is not met by water-filling
+        alone, again with the claims (``limit``).
         """
-        queues = self.queues
-        heap = self.age_heap
-        if heap is None:
-            # Per queue, when its next workload ages (one pass, no sorting): a queue's
-            # own heap is built only once the simulation reaches that time.
-            heap = self.age_heap = []
-            for sq in queues:
-                bound = sq.state.spec.aging_bound_s
-                if bound is None:
-                    continue
-                start = self.now - max(0.0, bound)
-                aged = 0
-                first = math.inf
-                for w in sq.ws:
-                    at = w.queue_order_at
-                    if at <= start:
-                        aged += 1
-                    elif at < first:
-                        first = at
-                sq.aged_base = (aged << _SPACE) - (1 << (_SPACE - 1))
-                if first < math.inf:
-                    heap.append((first + max(0.0, bound), sq.index))
-            heapq.heapify(heap)
-        while heap and heap[0][0] <= t:
-            _, qidx = heapq.heappop(heap)
-            sq = queues[qidx]
-            bound = max(0.0, sq.state.spec.aging_bound_s or 0.0)
-            h = sq.ages
-            if h is None:
-                start = self.now - bound
-                h = sq.ages = [
-                    (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
-                ]
-                heapq.heapify(h)
-            cutoff = t - bound
-            while h and h[0][0] <= cutoff:
-                _, li = heapq.heappop(h)
-                self._aged(sq, li)
-            if h:
-                heapq.heappush(heap, (h[0][0] + bound, qidx))
+        tree = self.tree
+        cap = self.nodes.capacity
+        self.runtime, _ = tree.runtime(self.own_demand, cap)
+        self.limit = self.limit_base = self._limits()
+        self.claiming = False
+        if self.claims_mode:
+            claims = claims_at(self, t)
+            base = self.runtime
+            if claims is not None and any(
+                v > base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
+            ):
+                # Some claim is not met by water-filling alone: split again with them,
+                # and look again at every instant while that lasts.
+                self.claiming = True
+                self.runtime, _ = tree.runtime(self.own_demand, cap, claims)
+                self.limit = self._limits()
+        self.fair = self._fair()
 
-    def _aged(self, sq: _SimQueue, li: int) -> None:
-        """``sq.ws[li]`` has aged: it goes after those aged before it, before the rest."""
-        cy = self.cy
-        w = sq.ws[li]
-        if w.id in self.eta or w.id in cy.admitted_ids:
-            return
-        old = li << _SPACE
-        c = sq.cands.pop(old, None)
-        if c is None:
-            if li < sq.nxt:
-                return  # set aside, or looked at and gone
-            f0 = cy.fail.get(w.id)
-            if f0 is not None and f0[0] == F_NEVER:
-                return
-            qi = cy.quota_of.get(w.id)
-            if qi is None:
-                qi = cy.tree.index.get(w.quota, -1)
-            sq.moved.add(li)
-            sq.window += 1
-            c = _Cand(w, qi, sq.index, 0, w.id in cy.waiting)
-        new = sq.aged_base + sq.aged_n
-        sq.aged_n += 1
-        c.idx = new
-        for qb, b in list(sq.block_at.items()):
-            if b == old:
-                sq.block_at[qb] = new
-        sq.cands[new] = c
-        self._mark(c)
-
-    def _limits(self) -> None:
+    def _limits(self) -> list[dict[str, int]]:
         maxes = self.tree.maxes
         limit = []
         for i, rt in enumerate(self.runtime):
@@ -539,7 +516,7 @@ class Simulation:
                 if lim.get(k, 0) > cap:
                     lim[k] = cap
             limit.append(lim)
-        self.limit = self.limit_base = limit
+        return limit
 
     def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, float, int, float, int]:
         if c.first:
@@ -622,14 +599,29 @@ class Simulation:
             elif not c.first and self._preempt(sq, c, t, fail_c):
                 self._admitted(sq, i, qi)
             else:
-                if sq.state.blocks(w) and (b is None or i < b):
-                    sq.block_at[qi] = i
+                if sq.state.blocks(w):
+                    if b is None or i < b:
+                        sq.block_at[qi] = i
+                elif not c.first and qi not in sq.aged_heads and self._aged_at(sq, w, t):
+                    # The first aged workload of its quota to fail holds its room in a
+                    # queue whose policy does not block (Cycle.hold_aged): short of
+                    # quota, the work of its quota behind it waits.
+                    sq.aged_heads[qi] = w.id
+                    if fail_c >= 0 and (b is None or i < b):
+                        sq.block_at[qi] = i
                 self._file(c, fail_c, fail_k)
             self._schedule(sq)
 
+    @staticmethod
+    def _aged_at(sq: _SimQueue, w: WorkloadSpec, t: float) -> bool:
+        bound = sq.state.spec.aging_bound_s
+        return bound is not None and w.queue_order_at <= t - max(0.0, bound)
+
     def _admitted(self, sq: _SimQueue, i: int, qi: int) -> None:
-        del sq.cands[i]
+        c = sq.cands.pop(i)
         sq.window -= 1
+        if sq.aged_heads.get(qi) == c.w.id:
+            del sq.aged_heads[qi]  # the next aged workload of its quota may hold
         if sq.block_at.get(qi) == i:
             del sq.block_at[qi]
             for j in sq.behind.pop(qi, []):
