@@ -53,9 +53,18 @@ Cursor = str  # a stream id ("<ms>-<seq>"); "0-0" before the first entry
 
 
 class Journal(Protocol):
-    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
+    def append(
+        self,
+        changes: Mapping[str, Iterable[int]],
+        *,
+        by: str = "",
+        tx: str = "",
+        done: bool = False,
+    ) -> None:
         """Record changed workload ids per tree root. ``by``: the token of the world
-        whose own cycle wrote these changes (see ``TreeWorld.refresh``)."""
+        whose own cycle wrote these changes (see ``TreeWorld.refresh``). ``tx``: names
+        the writing transaction, on its record made inside it and on the one made after
+        its commit (``done``); a record with ``done`` names committed rows."""
         ...
 
     def head(self, root: str) -> Cursor:
@@ -69,15 +78,53 @@ class Journal(Protocol):
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
-    ) -> tuple[Cursor, set[int] | None, set[int]]:
+    ) -> tuple[Cursor, set[int] | None, set[int], set[int]]:
         """(a new cursor, the ids recorded after ``cursor``, those of them that
-        ``reader`` wrote itself); None: some were lost."""
+        ``reader`` wrote itself, the unsettled: ids of records made inside a transaction
+        whose record after the commit is not among those read); None: some were lost."""
         ...
 
 
 def _seq(cursor: Cursor) -> tuple[int, int]:
     ms, _, seq = cursor.partition("-")
     return int(ms), int(seq or 0)
+
+
+class _Read:
+    """What a reader makes of the journal's entries after its cursor, in order: the ids,
+    its own (``by`` = the reader), and the unsettled -- ids of a record made inside a
+    transaction (``tx``, not ``done``) whose record after the commit is not among the
+    entries read. A row read now may predate such a commit and is read again at the next
+    refresh; one whose commit was recorded before this read is read once."""
+
+    def __init__(self, reader: str) -> None:
+        self.reader = reader
+        self.ids: set[int] = set()
+        self.own: set[int] = set()
+        self.open: dict[str, set[int]] = {}  # tx -> ids, its commit not yet recorded
+        self.loose: set[int] = set()  # records made inside a transaction with no tx
+
+    def entry(self, text: str, by: str, tx: str, done: bool) -> None:
+        got = {int(i) for i in text.split(",") if i}
+        self.add(got, by, tx, done)
+
+    def add(self, got: Iterable[int], by: str, tx: str, done: bool) -> None:
+        own = bool(self.reader) and by == self.reader
+        (self.own if own else self.ids).update(got)
+        if own:
+            return
+        if done:
+            self.open.pop(tx, None)  # committed before this read (or autocommitted)
+        elif tx:
+            self.open.setdefault(tx, set()).update(got)
+        else:
+            self.loose.update(got)
+
+    def result(self) -> tuple[set[int], set[int], set[int]]:
+        unsettled = set(self.loose)
+        for ids in self.open.values():
+            unsettled |= ids
+        return self.ids, self.own - self.ids, unsettled
 
 
 class RedisJournal:
@@ -94,12 +141,25 @@ class RedisJournal:
     def key(root: str) -> str:
         return f"kq:journal:{root}"
 
-    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
+    def append(
+        self,
+        changes: Mapping[str, Iterable[int]],
+        *,
+        by: str = "",
+        tx: str = "",
+        done: bool = False,
+    ) -> None:
         pipe = self.client.pipeline(transaction=False)
         for root, ids in changes.items():
             text = ",".join(str(i) for i in sorted(set(ids)))
             if text:
-                fields = {"ids": text, "by": by} if by else {"ids": text}
+                fields = {"ids": text}
+                if by:
+                    fields["by"] = by
+                if tx:
+                    fields["tx"] = tx
+                if done:
+                    fields["done"] = "1"
                 pipe.xadd(self.key(root), fields, maxlen=MAXLEN, approximate=True)
         pipe.execute()
 
@@ -125,7 +185,7 @@ class RedisJournal:
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
-    ) -> tuple[Cursor, set[int] | None, set[int]]:
+    ) -> tuple[Cursor, set[int] | None, set[int], set[int]]:
         key = self.key(root)
         # One round trip: the stream's first entry (was our cursor trimmed away?) and the
         # entries after the cursor, read atomically (MULTI); more only past BATCH.
@@ -136,21 +196,24 @@ class RedisJournal:
         if not first:
             # Nothing recorded, ever, or the stream is gone (a Redis restart): only the
             # first is safe to believe.
-            return cursor, (set() if cursor == "0-0" else None), set()
+            return cursor, (set() if cursor == "0-0" else None), set(), set()
         if cursor != "0-0" and _seq(str(first[0][0])) > _seq(cursor):
-            return cursor, None, set()  # trimmed past our cursor
-        ids: set[int] = set()
-        own: set[int] = set()
+            return cursor, None, set(), set()  # trimmed past our cursor
+        read = _Read(reader)
         last = cursor
         while batch:
             for entry_id, fields in batch:
                 last = str(entry_id)
-                got = (int(i) for i in str(fields["ids"]).split(",") if i)
-                (own if reader and fields.get("by") == reader else ids).update(got)
+                read.entry(
+                    str(fields["ids"]),
+                    fields.get("by", ""),
+                    fields.get("tx", ""),
+                    fields.get("done") == "1",
+                )
             if len(batch) < self.BATCH:
                 break
             batch = self.client.xrange(key, min=f"({last}", count=self.BATCH)
-        return last, ids, own - ids
+        return (last, *read.result())
 
 
 class LocalJournal:
@@ -160,17 +223,26 @@ class LocalJournal:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: dict[str, list[tuple[int, frozenset[int], str]]] = defaultdict(list)
+        self.entries: dict[str, list[tuple[int, frozenset[int], str, str, bool]]] = defaultdict(
+            list
+        )
         self.dropped: dict[str, int] = {}  # root -> the last seq trimmed away
         self.seq = 0
         self.generation = 1
 
-    def append(self, changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
+    def append(
+        self,
+        changes: Mapping[str, Iterable[int]],
+        *,
+        by: str = "",
+        tx: str = "",
+        done: bool = False,
+    ) -> None:
         with self.lock:
             for root, ids in changes.items():
                 self.seq += 1
                 entries = self.entries[root]
-                entries.append((self.seq, frozenset(ids), by))
+                entries.append((self.seq, frozenset(ids), by, tx, done))
                 if len(entries) > MAXLEN:
                     cut = len(entries) - MAXLEN
                     self.dropped[root] = entries[cut - 1][0]
@@ -185,21 +257,20 @@ class LocalJournal:
         with self.lock:
             if generation != self.generation or after < self.dropped.get(root, 0):
                 return True
-            return any(seq > after and not by for seq, _, by in self.entries.get(root, ()))
+            return any(seq > after and not by for seq, _, by, _, _ in self.entries.get(root, ()))
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
-    ) -> tuple[Cursor, set[int] | None, set[int]]:
+    ) -> tuple[Cursor, set[int] | None, set[int], set[int]]:
         after, generation = _seq(cursor)
         with self.lock:
             if generation != self.generation or after < self.dropped.get(root, 0):
-                return cursor, None, set()
-            ids: set[int] = set()
-            own: set[int] = set()
-            for seq, changed, by in self.entries.get(root, ()):
+                return cursor, None, set(), set()
+            read = _Read(reader)
+            for seq, changed, by, tx, done in self.entries.get(root, ()):
                 if seq > after:
-                    (own if reader and by == reader else ids).update(changed)
-            return f"{self.seq}-{self.generation}", ids, own - ids
+                    read.add(changed, by, tx, done)
+            return (f"{self.seq}-{self.generation}", *read.result())
 
     def reset(self) -> None:
         """Forget everything (tests: as if Redis restarted)."""
@@ -227,15 +298,17 @@ def set_journal(value: Journal | None) -> None:
         _journal = value
 
 
-def record(changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
-    """Append to the journal now (call after the commit). A failure only costs the
-    worlds a rebuild: they find their cursor fell behind, or see the rows at the next
-    full cycle. ``by``: see ``record_cycle``."""
+def record(
+    changes: Mapping[str, Iterable[int]], *, by: str = "", tx: str = "", done: bool = True
+) -> None:
+    """Append to the journal now (call after the commit: ``done``). A failure only costs
+    the worlds a rebuild: they find their cursor fell behind, or see the rows at the next
+    full cycle. ``by``: see ``record_cycle``; ``tx``: ``record_now_and_on_commit``."""
     changes = {root: list(ids) for root, ids in changes.items() if ids}
     if not changes:
         return
     try:
-        journal().append(changes, by=by)
+        journal().append(changes, by=by, tx=tx, done=done)
     except Exception:
         log.exception("could not record changes in the journal; worlds catch up later")
         _invalidate_all()
@@ -249,9 +322,14 @@ def record_now_and_on_commit(changes: Mapping[str, Iterable[int]], *, by: str = 
     chosen = {root: list(ids) for root, ids in changes.items() if ids}
     if not chosen:
         return
-    record(chosen, by=by)
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(lambda: record(chosen, by=by))
+    if not transaction.get_connection().in_atomic_block:
+        record(chosen, by=by)  # autocommit: the rows are committed already
+        return
+    # Both records name the transaction: a reader that finds the second among the
+    # entries it reads knows the rows it reads next are committed, and reads them once.
+    tx = uuid.uuid4().hex[:16]
+    record(chosen, by=by, tx=tx, done=False)
+    transaction.on_commit(lambda: record(chosen, by=by, tx=tx, done=True))
 
 
 # Quota trees are shallow; a deeper chain (or a cycle a bad edit left) is cut here.
@@ -461,17 +539,19 @@ class TreeWorld:
         if stale or self.cursor is None or wanted != self.quota_ids:
             self._rebuild(wanted)
             return
-        cursor, ids, own = journal().since(self.root, self.cursor, reader=self.token)
+        cursor, ids, own, unsettled = journal().since(self.root, self.cursor, reader=self.token)
         if ids is None:
             self._rebuild(wanted)
             return
         self.cursor = cursor
         # Ids recorded inside a transaction may be read before it commits (the old row);
         # the record after the commit normally follows, but not from a writer killed in
-        # between. So each id is read twice: now, and at the next refresh. This world's
-        # own cycles committed before this refresh (or it was invalidated): once is
-        # enough, and the annotations they wrote it took in place (``annotate``).
-        again, self.again = self.again, set(ids)
+        # between. So an id is read again at the next refresh unless its transaction's
+        # record after the commit is among those read now (``unsettled``: the sync's
+        # moves, committed before the cycles that follow it, are read once). This
+        # world's own cycles committed before this refresh (or it was invalidated): once
+        # is enough, and the annotations they wrote it took in place (``annotate``).
+        again, self.again = self.again, set(unsettled)
         ids |= again
         ids |= own - self.annotated
         self.annotated = set()

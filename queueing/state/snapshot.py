@@ -40,6 +40,7 @@ from queueing.models import (
     Quota,
     Workload,
 )
+from queueing.state import placement
 from queueing.world import row_order_key
 
 if TYPE_CHECKING:
@@ -306,17 +307,9 @@ def build_snapshot(
             list(quota_ids.values()), id_to_quota, head, now, aging_bounds
         )
     # Nodes are shared between trees: what other trees hold is not free for this one.
-    elsewhere: dict[str, dict[str, int]] = defaultdict(dict)
-    if root is not None:
-        for assignment in (
-            Workload.objects.filter(phase__in=HOLDING_PHASES)
-            .exclude(quota_id__in=list(quota_ids.values()))
-            .values_list("assignment", flat=True)
-        ):
-            for node, held in (assignment or {}).items():
-                bucket = elsewhere[node]
-                for resource, amount in held.items():
-                    bucket[resource] = bucket.get(resource, 0) + int(amount)
+    elsewhere: Mapping[str, Mapping[str, int]] = (
+        placement.held_elsewhere(quota_ids.values()) if root is not None else {}
+    )
 
     ledgers: dict[str, tuple[dict[str, float], datetime | None]] = {}
     ledger_ids: dict[str, int] = {}

@@ -414,3 +414,39 @@ def test_every_cycle_checks_the_quota_invariants_and_records_a_break(world, monk
     last = CycleRun.objects.order_by("-id").first()
     assert last is not None
     assert last.errors == ["invariant: runtime quota of team-a-q (cpu 20000) exceeds"]
+
+
+def test_what_other_trees_hold_is_summed_alike_by_the_database_and_in_python(world):
+    """placement.held_elsewhere: PostgreSQL sums the assignments itself; the sums are
+    those of decoding every holding row (SQLite's way), whatever the shapes."""
+    from queueing.state import placement
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the database's own sum is PostgreSQL's")
+    rows = [
+        ({"n1": {"cpu": 2000, "memory": 1024}, "n2": {"cpu": 500}}, Phase.RUNNING),
+        ({"n1": {"cpu": 1500, "nvidia.com/gpu": 1}}, Phase.ADMITTED),
+        ({"n2": {"cpu": "250"}}, Phase.RUNNING),  # an amount as text
+        ({"n1": {}}, Phase.RUNNING),  # a node with nothing
+        ([], Phase.RUNNING),  # not an object: holds nothing
+        ({"n1": {"cpu": 9999}}, Phase.SUCCEEDED),  # holds nothing any more
+        ({"n1": {"cpu": 7000}}, Phase.PENDING),
+    ]
+    quota_id = 0
+    for i, (assignment, phase) in enumerate(rows):
+        made = submit(world, f"w{i}", cpu="1")
+        quota_id = made.quota_id
+        Workload.objects.filter(pk=made.pk).update(assignment=assignment, phase=phase)
+    decoded: placement.Usage = {}
+    for assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
+        "assignment", flat=True
+    ):
+        for node, held in (assignment or {}).items():
+            bucket = decoded.setdefault(node, {})
+            for resource, amount in held.items():
+                bucket[resource] = bucket.get(resource, 0) + int(amount)
+    summed = {node: dict(held) for node, held in placement.held_elsewhere([]).items()}
+    assert summed == {n: h for n, h in decoded.items() if h}
+    assert summed == {"n1": {"cpu": 3500, "memory": 1024, "nvidia.com/gpu": 1}, "n2": {"cpu": 750}}
+    # The tree's own quotas are left out: here every row.
+    assert dict(placement.held_elsewhere([quota_id])) == {}

@@ -7,7 +7,7 @@ import random
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from queueing import actions, state, world
@@ -15,7 +15,7 @@ from queueing.admission import cycle_root, tick
 from queueing.choices import Phase
 from queueing.models import CycleRun, Workload
 from queueing.state.snapshot import WORLD_FIELDS
-from queueing.world import LIVE, LocalJournal, TreeWorld
+from queueing.world import LIVE, LocalJournal, TreeWorld, record_now_and_on_commit
 from tests.builders import SYSTEM, submit
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +140,50 @@ def test_an_id_read_before_its_commit_is_read_again(world, journal):
     tree.refresh(quota_ids)  # no new record: the second read sees it
     assert first.pk not in tree.rows
     assert tree.rebuilds == 1
+
+
+def test_a_transaction_record_without_its_commit_record_is_read_again(world, journal):
+    # The record made inside a transaction, then the writer killed between its commit
+    # and its record after the commit: read at the next refresh all the same.
+    first = submit(world, "a", cpu="4")
+    quota_ids = state.tree_quota_ids("cluster")
+    tree = world_of("cluster")
+    tree.refresh(quota_ids)
+    journal.append({"cluster": [first.pk]}, tx="t1")
+    tree.refresh(quota_ids)  # takes the id before the commit
+    Workload.objects.filter(pk=first.pk).update(phase=Phase.CANCELLED)  # the commit
+    tree.refresh(quota_ids)  # no record after it: the second read sees it
+    assert first.pk not in tree.rows
+    assert tree.rebuilds == 1
+
+
+def test_rows_whose_commit_was_recorded_before_the_refresh_are_read_once(
+    world, journal, django_capture_on_commit_callbacks
+):
+    # The sync's moves, committed (and recorded after the commit) before the cycles
+    # that follow it refresh: read once, not at the next refresh again.
+    for i in range(3):
+        submit(world, f"w{i}", cpu="1")
+    quota_ids = state.tree_quota_ids("cluster")
+    tree = world_of("cluster")
+    tree.refresh(quota_ids)
+    ids = list(Workload.objects.values_list("pk", flat=True))
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        Workload.objects.filter(pk__in=ids).update(priority=7)
+        record_now_and_on_commit({"cluster": ids})
+    tree.refresh(quota_ids)
+    assert tree.reread == 3
+    assert {row["priority"] for row in tree.rows.values()} == {7}
+    tree.refresh(quota_ids)
+    assert tree.reread == 0  # nothing new, nothing read again
+    # Control: a record whose commit is not recorded yet is read again.
+    with transaction.atomic():
+        Workload.objects.filter(pk=ids[0]).update(priority=8)
+        record_now_and_on_commit({"cluster": ids[:1]})  # its commit record dropped
+    tree.refresh(quota_ids)
+    tree.refresh(quota_ids)
+    assert tree.reread == 1
+    assert tree.rows[ids[0]]["priority"] == 8
 
 
 def test_a_lost_journal_makes_the_world_rebuild(world, journal):
@@ -358,3 +402,33 @@ def test_a_heads_only_cycle_admits_an_aged_low_priority_workload_past_its_head_l
     assert Workload.objects.get(pk=old.pk).phase == (
         Phase.PENDING if aging is None else Phase.ADMITTED
     )
+
+
+@pytest.mark.parametrize("kind", ["local", "redis"])
+def test_the_journal_tells_which_ids_are_not_settled(kind, settings):
+    """Both journals: an id is unsettled while its transaction's record after the commit
+    is not among the entries read (or its record names no transaction)."""
+    if kind == "redis":
+        if not settings.REDIS_URL:
+            pytest.skip("needs REDIS_URL")
+        found = world.RedisJournal(settings.REDIS_URL)
+        found.client.delete(found.key("t-settled"))
+    else:
+        found = LocalJournal()
+    root = "t-settled"
+    start = found.head(root)
+    found.append({root: [1, 2]}, tx="a")  # inside transaction a
+    found.append({root: [3]}, tx="b")  # inside transaction b
+    found.append({root: [1, 2]}, tx="a", done=True)  # a committed
+    found.append({root: [4]})  # an old writer's record: no transaction named
+    found.append({root: [5]}, done=True)  # autocommitted
+    found.append({root: [6]}, by="me", tx="c")  # the reader's own cycle
+    cursor, ids, own, unsettled = found.since(root, start, reader="me")
+    assert ids == {1, 2, 3, 4, 5}
+    assert own == {6}
+    assert unsettled == {3, 4}
+    found.append({root: [3]}, tx="b", done=True)  # b committed
+    _, ids, _, unsettled = found.since(root, cursor, reader="me")
+    assert (ids, unsettled) == ({3}, set())
+    if kind == "redis":
+        found.client.delete(found.key(root))
