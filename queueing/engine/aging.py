@@ -24,7 +24,9 @@ with an age factor; here the age raises the head's *claim*:
   (``Cycle.hold_aged``): short of quota, the work of its quota behind it in its queue
   waits; short of nodes, the nodes it needs are held back as above. Without it smaller
   work of its own quota took every slot and share that freed (the live demo's 128-cpu
-  gangs of analytics-adhoc and nlp-research: 1,023 s).
+  gangs of analytics-adhoc and nlp-research: 1,023 s). Work within the quota's
+  guaranteed min still goes on behind it while the head fits under its quota's max
+  with that work admitted (``Cycle.hold_room``): the min is not left unused for it.
 * Age also orders a queue (:func:`queue_order_key`): a workload that has waited
   ``aging_bound_s`` goes ahead of every workload that has not, whatever their
   priorities; among themselves the aged go in the order they queued. Without it, a queue fed

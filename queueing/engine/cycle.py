@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
@@ -166,7 +165,7 @@ class Cycle(CycleState):
         shape_of = self.shape
         may_fit = nodes.may_fit
         min_room = self.min_room
-        passes_hold = self.passes_hold
+        hold_room = self.hold_room
         nodes_none = (F_NODES, None)  # (one tuple for the ~35k such failures at 60k)
 
         def advance(q: QueueState) -> WorkloadSpec | None:
@@ -199,6 +198,7 @@ class Cycle(CycleState):
             tried0 = tried1 = tried2 = False
             room: dict[str, int] | None = None
             head: dict[str, tuple[int, int]] = {}
+            hold_rooms: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
             while pos < limit:
                 w = cands[pos]
                 wid = w.id
@@ -213,12 +213,33 @@ class Cycle(CycleState):
                 qi = quota_of[wid]
                 if blocked:
                     b = blocked.get(qi)
-                    if b is not None and not (
-                        aged_heads.get(qi) == b and passes_hold(qi, w._request._d, b)
-                    ):
-                        fail[wid] = (F_POLICY, b)
-                        pos += 1
-                        continue
+                    if b is not None:
+                        # Work within its min may pass an aged head that holds the
+                        # quota (hold_room: its rooms, read once per quota and
+                        # advance -- no admission while a queue advances).
+                        passes = False
+                        if aged_heads.get(qi) == b:
+                            hr = hold_rooms.get(qi)
+                            if hr is None:
+                                hr = hold_rooms[qi] = hold_room(qi, b)
+                            under_min, under_max = hr
+                            for k, v in w._request._d.items():
+                                r = under_min.get(k)
+                                if r is not None:
+                                    if v > r:
+                                        passes = False
+                                        break
+                                    passes = True
+                            if passes:
+                                req = w._request._d
+                                for k, r in under_max.items():
+                                    if req.get(k, 0) > r:
+                                        passes = False
+                                        break
+                        if not passes:
+                            fail[wid] = (F_POLICY, b)
+                            pos += 1
+                            continue
                 if qi != tq:
                     tq = qi
                     tried0 = (qidx, qi, 0) in preempt_tried
@@ -427,9 +448,11 @@ class Cycle(CycleState):
             self.holding_quota[w.id] = w._request._d
         self.starving(q, w, qi, c)
 
-    def passes_hold(self, qi: int, req: Mapping[str, int], head: int) -> bool:
-        """Whether work of quota ``qi`` asking ``req`` goes on behind ``head``, the
-        aged head that holds the quota's room in its queue (:meth:`hold_aged`).
+    def hold_room(self, qi: int, head: int) -> tuple[dict[str, int], dict[str, int]]:
+        """What work of quota ``qi`` may ask to go on behind ``head``, the aged head
+        that holds the quota's room in its queue (:meth:`hold_aged`): the quota's
+        room under its min (:meth:`min_room`), and per resource of the head's request
+        its room under the max beside that request, at the current load.
 
         Work within the quota's guaranteed ``min`` does not wait for it as long as
         the head still fits under its quota's ``max`` with that work admitted: what the
@@ -440,16 +463,14 @@ class Cycle(CycleState):
         all within-min work pass kept the head from its bound (1,760 s in
         tests/engine/test_starvation_priority.py's world).
         """
-        if not self.within_min(qi, req):
-            return False
-        hreq = self.holding_quota[head]
         used = self.load[qi]
         mx = self.tree.maxes[qi]
-        for k, v in hreq.items():
-            m = mx.get(k)
-            if m is not None and used.get(k, 0) + req.get(k, 0) + v > m:
-                return False
-        return True
+        under_max = {
+            k: m - used.get(k, 0) - v
+            for k, v in self.holding_quota[head].items()
+            if (m := mx.get(k)) is not None
+        }
+        return self.min_room(qi), under_max
 
     def starving(self, q: QueueState, w: WorkloadSpec, qi: int, c: int) -> None:
         """A head past its aging bound that fits its quota but not the nodes drains them.
