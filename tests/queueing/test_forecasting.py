@@ -188,8 +188,10 @@ def test_residuals_come_from_stored_first_forecasts(world):
     assert got[key][1] == pytest.approx(1.0)
 
 
-def test_arrival_load_counts_recent_arrivals_by_priority(world):
-    # A 4-cpu, 100 s job of a 16-cpu tree: a share of 0.25 x 100 s of work.
+def test_arrival_load_counts_recent_arrivals_by_priority(world, settings):
+    # A 4-cpu, 100 s job of a 16-cpu tree: a share of 0.25 x 100 s of work (cycles woken
+    # by events: a job's quota is free at its end, see the next test).
+    settings.KQ_WAKE = True
     builders.submit(world, "hi", cpu="4", runtime=100, priority=1000)
     builders.submit(world, "lo", cpu="2", runtime=100, priority=0)
     # Arrivals are dated by the database (created_at), not by the test's clock.
@@ -212,6 +214,23 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world):
         now=created + timedelta(seconds=forecasting.ARRIVAL_WINDOW_S + 60),
     )
     assert snapshot.arrival_load == {}
+
+
+def test_where_cycles_run_on_a_beat_a_job_holds_its_quota_until_the_next_one(world, settings):
+    # A 4-cpu job of 10 s in a 16-cpu tree, with cycles every 30 s: its quota is free
+    # again only at the first cycle after its end -- 30 s of a 0.25 share, not 10 s.
+    builders.submit(world, "hi", cpu="4", runtime=10, priority=1000)
+    created = Workload.objects.get(name="hi").created_at
+    now = created + timedelta(seconds=50)
+    settings.KQ_WAKE = False
+    settings.KQ_CYCLE_INTERVAL_S = 30.0
+    snapshot, _ = state.build_snapshot(world.root.name, nodes=nodeview.read(), now=now)
+    assert snapshot.arrival_load[world.queue.name][1000]["cpu"] == pytest.approx(0.25 * 30 / 50)
+    # Woken by events, a cycle sees the end when it happens: its runtime.
+    forecasting.clear_cache()
+    settings.KQ_WAKE = True
+    snapshot, _ = state.build_snapshot(world.root.name, nodes=nodeview.read(), now=now)
+    assert snapshot.arrival_load[world.queue.name][1000]["cpu"] == pytest.approx(0.25 * 10 / 50)
 
 
 def test_the_queues_aging_bound_reaches_the_engine(world):
