@@ -427,6 +427,11 @@ class Simulation:
                 # No work ends before an aged head's claim becomes whole: the runtime
                 # quota moves then, and the head may start on capacity already idle.
                 t = heapq.heappop(self.claim_times)
+                # Claims that become whole within RESOLUTION of the lead time are
+                # looked at together, as releases are (one split of the runtime quota).
+                window = t + RESOLUTION * (t - self.now)
+                while self.claim_times and self.claim_times[0] <= window:
+                    t = heapq.heappop(self.claim_times)
                 tick = self.cy.config.cycle_interval_s
                 if tick > 0:  # seen by the next cycle
                     t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
