@@ -5,8 +5,8 @@ serves the aged heads' *claims* in the runtime quota split (:func:`.aging.aged_c
 both move with time. :func:`age` re-keys workloads that reach their queue's
 ``aging_bound_s`` in virtual time ahead of the rest; :func:`claims_at` gives what the
 heads claim at a virtual time, so that the simulation splits the runtime quota as the
-cycle at that time would -- a head whose claim becomes whole starts then, and its
-siblings' borrowed share shrinks as it grows. Without it the simulation kept the claims
+cycle at that time would -- when it recomputes it, and at the instant a head's claim
+becomes whole, so that the head starts then. Without it the simulation kept the claims
 of the cycle it started from until enough work ended (gpu-heavy: a 2 x 4 gang whose
 claim was whole the next cycle was forecast 966 s away, and work behind such heads
 1,000-2,000 s late).

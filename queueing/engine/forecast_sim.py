@@ -13,10 +13,12 @@ Simplifications, on purpose:
   queue's next victim search (one per queue and quota per cycle). Victims release at
   once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
-* runtime quota is recomputed every so many completions, not at each one -- but at
-  every instant while aged heads claim, and when a head's claim becomes whole
-  (:mod:`.forecast_aging`): the cycle splits it with the claims of that time, and a
-  head whose claim is whole may start on capacity already idle. An aged workload of a
+* runtime quota is recomputed every so many completions, not at each one, and when
+  an aged head's claim becomes whole (:mod:`.forecast_aging`), with the claims of that
+  time as the cycle splits it: a head whose claim is whole may start on capacity
+  already idle. Between those instants claims do not grow (recomputing at every
+  instant while heads claim cost 2-3 times the simulation's CPU on a 14k world and
+  forecast gpu-heavy no better). An aged workload of a
   queue whose policy does not block holds its quota's room once it fails (as
   ``Cycle.hold_aged``), at the start and in virtual time;
 * preempted victims and requeued workloads release at once; victims compete again
@@ -206,10 +208,9 @@ class Simulation:
         #: (time its next workload ages, queue index), built at the first step.
         self.age_heap: list[tuple[float, int]] | None = None
         #: Aged claims in virtual time: modelled when any queue ages (the cycle's
-        #: own claims are in ``limit`` at the start); ``claiming`` while some head
-        #: claims; ``claim_times``: when a head's claim becomes whole (a heap).
+        #: own claims are in ``limit`` at the start); ``claim_times``: when a head's
+        #: claim becomes whole (a heap).
         self.claims_mode = any(q.spec.aging_bound_s is not None for q in cy.queues)
-        self.claiming = cy.claims is not None
         self.claim_times: list[float] = []
         self.claim_seen: set[float] = set()
         tick = cfg.cycle_interval_s
@@ -414,7 +415,6 @@ class Simulation:
         recompute_every = max(64, n_running // 4)
         since = 0
         tree = self.tree
-        claims = self.claims_mode
         while True:
             self._admit_round(t)
             if self.out_of_time or not (self.events or self.claim_times):
@@ -427,6 +427,11 @@ class Simulation:
                 # No work ends before an aged head's claim becomes whole: the runtime
                 # quota moves then, and the head may start on capacity already idle.
                 t = heapq.heappop(self.claim_times)
+                # Claims that become whole within RESOLUTION of the lead time are
+                # looked at together, as releases are (one split of the runtime quota).
+                window = t + RESOLUTION * (t - self.now)
+                while self.claim_times and self.claim_times[0] <= window:
+                    t = heapq.heappop(self.claim_times)
                 tick = self.cy.config.cycle_interval_s
                 if tick > 0:  # seen by the next cycle
                     t = self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
@@ -471,9 +476,9 @@ class Simulation:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
-            if since >= recompute_every or (claims and self.claiming):
-                # Every so many completions -- and at every instant while aged heads
-                # claim (their claims grow with time and lapse as they start).
+            if since >= recompute_every:
+                # Every so many completions, with the claims of that time (they grow
+                # with their heads' waits and lapse as the heads start).
                 since = 0
                 self._requota(t)
                 touched_q = set(self.quota_files)
@@ -493,16 +498,13 @@ class Simulation:
         cap = self.nodes.capacity
         self.runtime, _ = tree.runtime(self.own_demand, cap)
         self.limit = self.limit_base = self._limits()
-        self.claiming = False
         if self.claims_mode:
             claims = claims_at(self, t)
             base = self.runtime
             if claims is not None and any(
                 v > base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
             ):
-                # Some claim is not met by water-filling alone: split again with them,
-                # and look again at every instant while that lasts.
-                self.claiming = True
+                # Some claim is not met by water-filling alone: split again with them.
                 self.runtime, _ = tree.runtime(self.own_demand, cap, claims)
                 self.limit = self._limits()
         self.fair = self._fair()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from queueing.engine import run_cycle
-from queueing.engine.types import EngineConfig, Eta, QueueSpec
+from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
 
 from .builders import node, quota, running, snapshot, workload
 
@@ -259,7 +259,7 @@ def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:
     assert [etas[i].p50 for i in (3, 4, 2, 5)] == [NOW + 10, NOW + 40, NOW + 70, NOW + 100]
 
 
-def _claiming_world(now: float) -> object:
+def _claiming_world(now: float) -> Snapshot:
     # Root of 12 cpu shared by a (weight 1) and b (weight 3): water-filling gives a 3
     # and b 9. b runs 6 cpu for long and has 6 more waiting; a's head (6 cpu) queued
     # at t-100 with a 300 s aging bound (b's queue does not age): its claim is a third
@@ -288,15 +288,15 @@ def _claiming_world(now: float) -> object:
 def test_an_aged_heads_claim_grows_in_the_forecast_as_in_the_cycle() -> None:
     # The forecast kept the runtime quota of the cycle it started from (a: 3 cpu): a's
     # head was "not admitted within the forecast horizon".
-    result = run_cycle(_claiming_world(NOW))  # type: ignore[arg-type]
+    result = run_cycle(_claiming_world(NOW))
     assert result.admissions == ()
     assert result.etas[2].p50 == NOW + 200
     # The cycle at that time admits it: the forecast follows the cycle's rule.
-    later = run_cycle(_claiming_world(NOW + 200))  # type: ignore[arg-type]
+    later = run_cycle(_claiming_world(NOW + 200))
     assert [a.workload_id for a in later.admissions] == [2]
 
 
-def _holding_world(now: float, *, first_done: bool) -> object:
+def _holding_world(now: float, *, first_done: bool) -> Snapshot:
     # A Priority queue on a quota of max 4 cpu, full: 1 (2 cpu) ends at t+20, 2 (2 cpu)
     # at t+100. Head 3 (4 cpu, low priority) queued at t-290 ages at t+10 (bound
     # 300 s); 4 and 5 (2 cpu, high priority, 200 s) queued now.
@@ -324,8 +324,8 @@ def test_a_workload_that_ages_in_the_forecast_holds_its_quota_as_in_the_cycle() 
     # fails (Cycle.hold_aged): 4 does not take the 2 cpu freed at t+20, 3 starts when
     # 2 ends at t+100, and 4 and 5 after it (t+200). The forecast let 4 and 5 pass
     # (t+20, t+100) and put 3 at t+300.
-    etas = run_cycle(_holding_world(NOW, first_done=False)).etas  # type: ignore[arg-type]
+    etas = run_cycle(_holding_world(NOW, first_done=False)).etas
     assert [etas[i].p50 for i in (3, 4, 5)] == [NOW + 100, NOW + 200, NOW + 200]
     # The cycle at t+20, once 1 has ended, holds: nothing is admitted.
-    at20 = run_cycle(_holding_world(NOW + 20, first_done=True))  # type: ignore[arg-type]
+    at20 = run_cycle(_holding_world(NOW + 20, first_done=True))
     assert at20.admissions == ()
