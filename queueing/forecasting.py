@@ -22,7 +22,6 @@ the last ones).
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -38,6 +37,7 @@ from queueing.engine.calibration import (
     Residuals,
     banded,
     eta_classes,
+    held_for,
 )
 from queueing.engine.types import Eta, Snapshot
 from queueing.models import Workload
@@ -246,8 +246,7 @@ def arrival_load(
         r = ratio.get(queue_ids.get(queue_id, ""))
         if r is not None:
             seconds *= r[0]
-        if interval > 0 and seconds > 0:
-            seconds = math.ceil(seconds / interval - 1e-9) * interval
+        seconds = held_for(seconds, interval)
         acc = out.setdefault(queue_ids.get(queue_id, ""), {}).setdefault(priority, {})
         acc[ARRIVALS] = acc.get(ARRIVALS, 0.0) + 1.0
         for k, v in (request or {}).items():

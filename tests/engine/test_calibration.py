@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 
@@ -447,3 +448,25 @@ def test_behind_a_blocking_head_only_the_gap_is_stretched() -> None:
     # started (here, no gap) -- it was published at +200 s, a 100 s after the head.
     strict = run_cycle(strict_world("Block", arrival_load=load)).etas
     assert (strict[2].p50, strict[3].p50) == pytest.approx((NOW + 100, NOW + 100))
+
+
+def test_where_cycles_run_on_a_beat_a_short_job_holds_its_quota_until_the_next_cycle() -> None:
+    # As the database side's arrival_load: a 0.2-s job in 1-s cycles keeps its quota
+    # until the first cycle after its end, so its work is a whole second of its share.
+    def arrivals(interval: float) -> dict[str, Any]:
+        load = ArrivalLoad(window_s=300.0)
+        base = dataclasses.replace(world(), config=EngineConfig(cycle_interval_s=interval))
+        load.update(base, {})
+        later = dataclasses.replace(
+            base,
+            now=NOW + 10,
+            workloads=(
+                *base.workloads,
+                workload(3, "q", req={"cpu": 4}, expected_runtime_s=0.2, priority=7),
+            ),
+        )
+        load.update(later, {})
+        return load.load(NOW + 10)["q"][7]
+
+    assert arrivals(1.0)["cpu"] == pytest.approx(1.0 / 10)  # the 4-cpu tree for 1 s, over 10 s
+    assert arrivals(0.0)["cpu"] == pytest.approx(0.2 / 10)  # events wake cycles: its runtime
