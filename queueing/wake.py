@@ -218,20 +218,6 @@ def woken_done(what: str) -> None:
         log.exception("could not note that %s ran", what)
 
 
-def journal_head(root: str) -> str | None:
-    """The tree's journal cursor now (queueing.world): taken before a cycle reads, so
-    that ``covered`` can tell whether anything changed after it. None without worlds."""
-    from queueing import world
-
-    if not enabled() or not world.enabled():
-        return None
-    try:
-        return world.journal().head(root)
-    except Exception:
-        log.exception("could not read the journal of %s", root)
-        return None
-
-
 def cycled(root: str, head: str | None, *, node_bound: bool | None = None) -> None:
     """A cycle of ``root`` (woken or beat's) succeeded, having read after ``head``.
     ``node_bound``: whether it left work waiting for room on the nodes

@@ -15,8 +15,8 @@ placed work on the same nodes. ``check`` closes that window at apply time:
    (it stays waiting; the woken cycle that follows tries again with the truth).
 
 Cost: two statements per apply that admits (the lock, which on PostgreSQL also checks
-the cycle's fence, and the holding workloads' assignments), and a lock held from that
-read to the commit. The alternative designs are weighed in docs/realtime.md.
+the cycle's fence, and what the other trees hold, summed per node by PostgreSQL), and
+a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
 """
 
 from __future__ import annotations
