@@ -240,19 +240,60 @@ def submit_workload(
             if exc.status == 409:
                 raise ValidationError({"name": [str(exc)]}) from exc
             raise ActionError(f"The cluster refused the job: {exc}") from exc
-        return _create_workload(
-            actor,
-            tenant=tenant,
-            quota=quota,
-            queue=queue,
-            ref=ref,
-            pod_sets=parsed,
-            priority=priority,
-            priority_class=priority_class,
-            expected_runtime_s=expected_runtime_s,
-            labels=job_labels,
-            annotations=dict(annotations or {}),
-        )
+        try:
+            return _create_workload(
+                actor,
+                tenant=tenant,
+                quota=quota,
+                queue=queue,
+                ref=ref,
+                pod_sets=parsed,
+                priority=priority,
+                priority_class=priority_class,
+                expected_runtime_s=expected_runtime_s,
+                labels=job_labels,
+                annotations=dict(annotations or {}),
+            )
+        except ValidationError:
+            adopted = _adopt_registered(actor, ref)
+            if adopted is None:
+                raise
+            return adopted
+
+
+def _adopt_registered(actor: Actor, ref: JobRef) -> Workload | None:
+    """The live workload a sync registered for the job this submission just created.
+
+    The Job is created first, then its workload inserted; a sync reading the cluster in
+    between (a watch cache sees the Job at once) registers the Job as one created
+    outside the product, and the insert then collides with it (seen in the chaos test:
+    "A live workload team-b/chaos-488 already exists"). That workload stands for
+    exactly this submission's Job (same uid), so the submission takes it as its own:
+    who submitted it, and the audit record; its timeline already starts."""
+    if not ref.uid:
+        return None
+    workload = (
+        Workload.objects.select_for_update()
+        .filter(object_uid=ref.uid, phase__in=ACTIVE_PHASES)
+        .first()
+    )
+    if workload is None:
+        return None
+    workload.source, workload.submitted_by = actor.source, actor.user
+    workload.save(update_fields=["source", "submitted_by", "updated_at"])
+    AuditEvent.objects.create(
+        at=timezone.now(),
+        actor=actor.user,
+        actor_name=actor.name,
+        source=actor.source,
+        action="workload.submit",
+        object_type=Workload._meta.model_name or "",
+        object_id=str(workload.pk),
+        object_repr=str(workload)[:300],
+        tenant_id=workload.tenant_id,
+        after=snapshot_of(workload),
+    )
+    return workload
 
 
 def _new_workload(

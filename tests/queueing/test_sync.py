@@ -307,3 +307,31 @@ def test_a_lagging_view_of_a_finished_job_does_not_register_it_again(world):
     report = sync_cluster(world.cluster, now=world.clock.advance(1))
     assert report.registered == 1
     assert Workload.objects.filter(name="done").count() == 2
+
+
+def test_a_submission_whose_job_a_sync_registered_first_takes_that_workload(world, monkeypatch):
+    """Seen in the chaos run (watch cache): the action creates the Job, a worker's sync
+    sees it at once and registers it as a job created outside the product, and the
+    action's own insert then collided -- the submitter got "A live workload ... already
+    exists" for the job it had just queued. The submission now takes that workload."""
+    from queueing.models import AuditEvent
+
+    create = world.cluster.create_job
+
+    def create_then_sync(request):
+        ref = create(request)
+        sync_cluster(world.cluster, now=world.clock())  # registers it, as another worker would
+        return ref
+
+    monkeypatch.setattr(world.cluster, "create_job", create_then_sync)
+    workload = submit(world, "raced")
+    assert Workload.objects.filter(name="raced").count() == 1
+    assert workload.pk == Workload.objects.get(name="raced").pk
+    assert workload.phase == Phase.PENDING
+    assert workload.object_uid == SimJob.objects.get(name="raced").uid
+    assert AuditEvent.objects.filter(action="workload.submit", object_id=str(workload.pk)).exists()
+
+    # A live workload of that name for another Job is still refused.
+    monkeypatch.setattr(world.cluster, "create_job", create)
+    with pytest.raises(Exception, match="already exists"):
+        submit(world, "raced")
