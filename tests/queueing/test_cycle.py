@@ -416,13 +416,11 @@ def test_every_cycle_checks_the_quota_invariants_and_records_a_break(world, monk
     assert last.errors == ["invariant: runtime quota of team-a-q (cpu 20000) exceeds"]
 
 
-def test_what_other_trees_hold_is_summed_alike_by_the_database_and_in_python(world):
-    """placement.held_elsewhere: PostgreSQL sums the assignments itself; the sums are
-    those of decoding every holding row (SQLite's way), whatever the shapes."""
+def test_what_other_trees_hold_is_summed_whatever_the_shapes(world):
+    """placement.held_elsewhere: the holding rows' assignments summed per node and
+    resource; what is not an object of objects holds nothing."""
     from queueing.state import placement
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the database's own sum is PostgreSQL's")
     rows = [
         ({"n1": {"cpu": 2000, "memory": 1024}, "n2": {"cpu": 500}}, Phase.RUNNING),
         ({"n1": {"cpu": 1500, "nvidia.com/gpu": 1}}, Phase.ADMITTED),
