@@ -61,8 +61,10 @@ from queueing.engine.cyclestate import (
     F_NEVER,
     F_NODES,
     QueueState,
+    hold_rooms,
     nonpreemptible_short,
     order_key,
+    passes_hold,
 )
 from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import SPACE as _SPACE
@@ -301,7 +303,7 @@ class Simulation:
             sq.cands[i] = c
             if initial and not c.first:
                 b = sq.block_at.get(qi)
-                if b is not None:
+                if b is not None and not self._passes_hold(sq, qi, b, c):
                     sq.behind.setdefault(qi, []).append(i)
                     continue
                 f = fail.get(w.id)
@@ -580,7 +582,7 @@ class Simulation:
                     continue
             qi = c.qi
             b = sq.block_at.get(qi)
-            if b is not None and b < i:
+            if b is not None and b < i and not self._passes_hold(sq, qi, b, c):
                 sq.behind.setdefault(qi, []).append(i)
                 self._schedule(sq)
                 continue
@@ -613,6 +615,22 @@ class Simulation:
                         sq.block_at[qi] = i
                 self._file(c, fail_c, fail_k)
             self._schedule(sq)
+
+    def _passes_hold(self, sq: _SimQueue, qi: int, b: int, c: _Cand) -> bool:
+        """Whether ``c`` goes on behind ``b``, its quota's failing head in its queue.
+
+        A strict-order head holds all the work of its quota behind it; an aged head
+        that holds its quota's room (``Cycle.hold_aged``) lets work within the
+        quota's min pass while the head still fits under its max beside it, as the
+        cycle does (``Cycle.hold_room``), at the simulation's usage. Such work starts
+        when it places, not when the head starts.
+        """
+        head = sq.cands.get(b)
+        if head is None or sq.aged_heads.get(qi) != head.w.id:
+            return False
+        tree = self.tree
+        under_min, under_max = hold_rooms(self.used[qi], tree.mins[qi], tree.maxes[qi], head.req)
+        return passes_hold(c.req, under_min, under_max)
 
     @staticmethod
     def _aged_at(sq: _SimQueue, w: WorkloadSpec, t: float) -> bool:
