@@ -331,7 +331,9 @@ def test_a_workload_that_ages_in_the_forecast_holds_its_quota_as_in_the_cycle() 
     assert at20.admissions == ()
 
 
-def _within_min_world(now: float, *, small_done: bool, team_max: int = 24) -> Snapshot:
+def _within_min_world(
+    now: float, *, small_done: bool, team_max: int = 24, busy: bool = False
+) -> Snapshot:
     # Quota team (min 8, max 24) runs 4 cpu; its sibling other (min 8) runs 12, 4 of
     # them on n2, the only node labelled pool=small (4 cpu), until t+40. Aged head 10
     # of team's Priority queue asks 14 cpu: its claim takes team to 16 (24 - other's
@@ -356,6 +358,11 @@ def _within_min_world(now: float, *, small_done: bool, team_max: int = 24) -> Sn
     if not small_done:
         jobs.append(
             running(3, "other", "n2", req=one(4), started_at=NOW - 10, expected_runtime_s=50.0)
+        )
+    if busy:
+        # team's min is full until 5 ends at t+30.
+        jobs.append(
+            running(5, "team", "n1", req=one(4), started_at=NOW - 10, expected_runtime_s=40.0)
         )
     return world(
         now=now,
@@ -398,3 +405,17 @@ def test_work_within_the_min_that_would_take_the_heads_room_waits_for_it() -> No
     assert (result.etas[10].p50, result.etas[11].p50) == (NOW + 600, NOW + 600)
     at40 = run_cycle(_within_min_world(NOW + 40, small_done=True, team_max=19))
     assert at40.admissions == ()
+
+
+def test_work_behind_an_aged_head_passes_it_once_its_quotas_usage_falls() -> None:
+    # team also runs 5 (4 cpu) until t+30: its min is full (4 + 4 + 2 > 8), so 11
+    # waits behind the head. Once 5 ends, 11 is within the min again and passes the
+    # hold as the cycle lets it; it starts when n2 frees, at t+40. The forecast kept
+    # it behind the head until it aged (t+55) and was looked at again.
+    result = run_cycle(_within_min_world(NOW, small_done=False, busy=True))
+    assert result.explanations[11].kind == "policy-blocked"
+    assert result.etas[11].p50 == NOW + 40
+    at30 = run_cycle(_within_min_world(NOW + 30, small_done=False))
+    assert at30.explanations[11].kind == "nodes"
+    at40 = run_cycle(_within_min_world(NOW + 40, small_done=True))
+    assert [a.workload_id for a in at40.admissions] == [11]
