@@ -203,6 +203,9 @@ def wake_behind(sim: Simulation, fell: set[int]) -> None:
                     woke = True
                 else:
                     keep.append(j)
-            sq.behind[qi] = keep
+            if keep:
+                sq.behind[qi] = keep
+            else:
+                del sq.behind[qi]
         if woke:
             sim._schedule(sq)
