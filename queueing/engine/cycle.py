@@ -45,7 +45,9 @@ from queueing.engine.cyclestate import (
     F_WAITING,
     CycleState,
     QueueState,
+    hold_rooms,
     order_key,
+    passes_hold,
 )
 from queueing.engine.eta import awaited_starts, typical_bound
 from queueing.engine.explain import bound_etas, explain_all
@@ -166,6 +168,7 @@ class Cycle(CycleState):
         may_fit = nodes.may_fit
         min_room = self.min_room
         hold_room = self.hold_room
+        may_pass = passes_hold
         nodes_none = (F_NODES, None)  # (one tuple for the ~35k such failures at 60k)
 
         def advance(q: QueueState) -> WorkloadSpec | None:
@@ -198,7 +201,7 @@ class Cycle(CycleState):
             tried0 = tried1 = tried2 = False
             room: dict[str, int] | None = None
             head: dict[str, tuple[int, int]] = {}
-            hold_rooms: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+            rooms_of: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
             while pos < limit:
                 w = cands[pos]
                 wid = w.id
@@ -219,23 +222,10 @@ class Cycle(CycleState):
                         # advance -- no admission while a queue advances).
                         passes = False
                         if aged_heads.get(qi) == b:
-                            hr = hold_rooms.get(qi)
+                            hr = rooms_of.get(qi)
                             if hr is None:
-                                hr = hold_rooms[qi] = hold_room(qi, b)
-                            under_min, under_max = hr
-                            for k, v in w._request._d.items():
-                                r = under_min.get(k)
-                                if r is not None:
-                                    if v > r:
-                                        passes = False
-                                        break
-                                    passes = True
-                            if passes:
-                                req = w._request._d
-                                for k, r in under_max.items():
-                                    if req.get(k, 0) > r:
-                                        passes = False
-                                        break
+                                hr = rooms_of[qi] = hold_room(qi, b)
+                            passes = may_pass(w._request._d, hr[0], hr[1])
                         if not passes:
                             fail[wid] = (F_POLICY, b)
                             pos += 1
@@ -463,14 +453,9 @@ class Cycle(CycleState):
         all within-min work pass kept the head from its bound (1,760 s in
         tests/engine/test_starvation_priority.py's world).
         """
-        used = self.load[qi]
-        mx = self.tree.maxes[qi]
-        under_max = {
-            k: m - used.get(k, 0) - v
-            for k, v in self.holding_quota[head].items()
-            if (m := mx.get(k)) is not None
-        }
-        return self.min_room(qi), under_max
+        return hold_rooms(
+            self.load[qi], self.tree.mins[qi], self.tree.maxes[qi], self.holding_quota[head]
+        )
 
     def starving(self, q: QueueState, w: WorkloadSpec, qi: int, c: int) -> None:
         """A head past its aging bound that fits its quota but not the nodes drains them.

@@ -9,7 +9,9 @@ cycle at that time would -- when it recomputes it, and at the instant a head's c
 becomes whole, so that the head starts then. Without it the simulation kept the claims
 of the cycle it started from until enough work ended (gpu-heavy: a 2 x 4 gang whose
 claim was whole the next cycle was forecast 966 s away, and work behind such heads
-1,000-2,000 s late).
+1,000-2,000 s late). An aged head of a Priority queue short of quota holds its
+quota's room there (``Cycle.hold_aged``), but work within the quota's min passes it
+while the head still fits under its max (:func:`passes_hold_at`, :func:`wake_behind`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import math
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import HEAD_SCAN, aged_claims
-from queueing.engine.cyclestate import F_NEVER
+from queueing.engine.cyclestate import F_NEVER, hold_rooms, passes_hold
 
 if TYPE_CHECKING:
-    from queueing.engine.forecast_sim import Simulation, _SimQueue
+    from queueing.engine.forecast_sim import Simulation, _Cand, _SimQueue
 
-__all__ = ["SPACE", "age", "aged", "claims_at"]
+__all__ = ["SPACE", "age", "aged", "claims_at", "passes_hold_at", "wake_behind"]
 
 #: A candidate's key in its queue is its list index shifted by this many bits; one
 #: that ages in virtual time is given a key between the workloads aged at the start
@@ -154,3 +156,56 @@ def claims_at(sim: Simulation, t: float) -> list[dict[str, int]] | None:
             for k, v in used[c].items():
                 o[k] = o.get(k, 0) - v
     return aged_claims(tree, queues, cy.quota_of, own_used, t)
+
+
+def passes_hold_at(sim: Simulation, sq: _SimQueue, qi: int, b: int, c: _Cand) -> bool:
+    """Whether ``c`` goes on behind ``b``, its quota's failing head in its queue.
+
+    A strict-order head holds all the work of its quota behind it; an aged head that
+    holds its quota's room (``Cycle.hold_aged``) lets work within the quota's min
+    pass while the head still fits under its max beside it, as the cycle does
+    (``Cycle.hold_room``), at the simulation's usage. Such work starts when it
+    places, not when the head starts.
+    """
+    head = sq.cands.get(b)
+    if head is None or sq.aged_heads.get(qi) != head.w.id:
+        return False
+    tree = sim.tree
+    under_min, under_max = hold_rooms(sim.used[qi], tree.mins[qi], tree.maxes[qi], head.req)
+    return passes_hold(c.req, under_min, under_max)
+
+
+def wake_behind(sim: Simulation, fell: set[int]) -> None:
+    """Work waiting behind an aged head whose quota's usage fell is looked at again.
+
+    The cycle asks :func:`passes_hold_at` of it at every cycle; its rooms under the
+    min and the max only grow as usage falls, so what now passes goes back to be
+    placed, and the rest stays behind the head.
+    """
+    tree = sim.tree
+    for sq in sim.queues:
+        if not sq.behind or not sq.aged_heads:
+            continue
+        woke = False
+        for qi in fell & sq.behind.keys():
+            b = sq.block_at.get(qi)
+            head = None if b is None else sq.cands.get(b)
+            if head is None or sq.aged_heads.get(qi) != head.w.id:
+                continue
+            under_min, under_max = hold_rooms(sim.used[qi], tree.mins[qi], tree.maxes[qi], head.req)
+            keep = []
+            for j in sq.behind[qi]:
+                c = sq.cands.get(j)
+                if c is None:
+                    continue  # gone, or moved by age (and looked at then)
+                if passes_hold(c.req, under_min, under_max):
+                    heapq.heappush(sq.dirty, j)
+                    woke = True
+                else:
+                    keep.append(j)
+            if keep:
+                sq.behind[qi] = keep
+            else:
+                del sq.behind[qi]
+        if woke:
+            sim._schedule(sq)

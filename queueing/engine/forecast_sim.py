@@ -66,7 +66,7 @@ from queueing.engine.cyclestate import (
 )
 from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import SPACE as _SPACE
-from queueing.engine.forecast_aging import age, claims_at
+from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
@@ -268,7 +268,9 @@ class Simulation:
 
         At the start, what the cycle learnt is reused: a candidate it failed to place
         waits for nodes, one whose quota is still short waits for that quota node, one
-        behind a failing Block/Intelligent head waits for that head.
+        behind a failing Block/Intelligent head, or behind an aged head that holds its
+        quota unless it passes that hold (:func:`.forecast_aging.passes_hold_at`),
+        waits for that head.
         """
         cy = self.cy
         depth = self.depth
@@ -301,7 +303,7 @@ class Simulation:
             sq.cands[i] = c
             if initial and not c.first:
                 b = sq.block_at.get(qi)
-                if b is not None:
+                if b is not None and not passes_hold_at(self, sq, qi, b, c):
                     sq.behind.setdefault(qi, []).append(i)
                     continue
                 f = fail.get(w.id)
@@ -455,6 +457,7 @@ class Simulation:
                 window = max(window, t)
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
+            fell: set[int] = set()  # quotas whose usage fell
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
@@ -469,6 +472,7 @@ class Simulation:
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
                     for c in tree.chains[qi]:
+                        fell.add(c)
                         for k in w._request._d:
                             touched_q.add((c, k))
                 since += 1
@@ -484,6 +488,7 @@ class Simulation:
                 touched_q = set(self.quota_files)
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
+            wake_behind(self, fell)
             age(self, t)
         return self.eta
 
@@ -580,7 +585,7 @@ class Simulation:
                     continue
             qi = c.qi
             b = sq.block_at.get(qi)
-            if b is not None and b < i:
+            if b is not None and b < i and not passes_hold_at(self, sq, qi, b, c):
                 sq.behind.setdefault(qi, []).append(i)
                 self._schedule(sq)
                 continue

@@ -7,7 +7,7 @@ import dataclasses
 from queueing.engine import run_cycle
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
 
-from .builders import node, quota, running, snapshot, workload
+from .builders import node, podset, quota, running, snapshot, workload
 
 NOW = 1000.0
 
@@ -16,7 +16,7 @@ def one(cpu: int) -> dict[str, int]:
     return {"cpu": cpu}
 
 
-def world(**kw: object):  # type: ignore[no-untyped-def]
+def world(**kw: object):
     kw.setdefault("config", EngineConfig(fair_share_mode="instant"))
     kw.setdefault("now", NOW)
     return snapshot(**kw)  # type: ignore[arg-type]
@@ -329,3 +329,93 @@ def test_a_workload_that_ages_in_the_forecast_holds_its_quota_as_in_the_cycle() 
     # The cycle at t+20, once 1 has ended, holds: nothing is admitted.
     at20 = run_cycle(_holding_world(NOW + 20, first_done=True))
     assert at20.admissions == ()
+
+
+def _within_min_world(
+    now: float, *, small_done: bool, team_max: int = 24, busy: bool = False
+) -> Snapshot:
+    # Quota team (min 8, max 24) runs 4 cpu; its sibling other (min 8) runs 12, 4 of
+    # them on n2, the only node labelled pool=small (4 cpu), until t+40. Aged head 10
+    # of team's Priority queue asks 14 cpu: its claim takes team to 16 (24 - other's
+    # min), 4 + 14 > 16, so it is short of quota and holds team's room until 1 and 2
+    # end at t+600. Behind it, 11 asks 2 cpu on pool=small: within team's min
+    # (4 + 2 <= 8) with the head still under its max (4 + 2 + 14 <= 24), it passes the
+    # hold (Cycle.hold_room), but n2 is full until 3 ends at t+40 (before 11 ages, at
+    # t+55, and is looked at again).
+    jobs = [
+        running(1, "team", "n1", req=one(4), started_at=NOW - 10, expected_runtime_s=610.0),
+        running(2, "other", "n1", req=one(8), started_at=NOW - 10, expected_runtime_s=610.0),
+        workload(10, "team", req=one(14), ts=NOW - 1000, expected_runtime_s=100.0),
+        workload(
+            11,
+            "team",
+            pod_sets=(podset(1, one(2), selector={"pool": "small"}),),
+            priority=5,
+            ts=NOW - 5,
+            expected_runtime_s=100.0,
+        ),
+    ]
+    if not small_done:
+        jobs.append(
+            running(3, "other", "n2", req=one(4), started_at=NOW - 10, expected_runtime_s=50.0)
+        )
+    if busy:
+        # team's min is full until 5 ends at t+30.
+        jobs.append(
+            running(5, "team", "n1", req=one(4), started_at=NOW - 10, expected_runtime_s=40.0)
+        )
+    return world(
+        now=now,
+        quotas=[
+            quota("org"),
+            quota("team", "org", min=one(8), max=one(team_max)),
+            quota("other", "org", min=one(8)),
+        ],
+        nodes=[node("n1", one(20)), node("n2", one(4), labels={"pool": "small"})],
+        workloads=jobs,
+        queues=[
+            QueueSpec("team", aging_bound_s=60.0, reclaim="Never", preempt_within_quota="Never"),
+            QueueSpec("other"),
+        ],
+    )
+
+
+def test_work_within_the_min_that_passes_an_aged_heads_hold_starts_when_it_places() -> None:
+    # The cycle lets 11 pass the head (Cycle.hold_room); it fails only on the nodes.
+    result = run_cycle(_within_min_world(NOW, small_done=False))
+    assert result.admissions == ()
+    assert result.explanations[10].kind == "quota"
+    assert result.explanations[11].kind == "nodes"
+    # It starts when n2 frees, at t+40; the forecast filed it behind the head, as
+    # waiting for it, and gave it t+600 (or t+55, once it aged and was looked at again).
+    etas = result.etas
+    assert etas[11].p50 == NOW + 40
+    assert etas[10].p50 == NOW + 600
+    # The cycle at that time admits it; the head still holds.
+    at40 = run_cycle(_within_min_world(NOW + 40, small_done=True))
+    assert [a.workload_id for a in at40.admissions] == [11]
+
+
+def test_work_within_the_min_that_would_take_the_heads_room_waits_for_it() -> None:
+    # Under a max of 19, 4 + 2 + 14 > 19: 11 would leave the head no room, so the
+    # cycle holds it behind the head, and so does the forecast, until the head starts.
+    result = run_cycle(_within_min_world(NOW, small_done=False, team_max=19))
+    assert result.explanations[11].kind == "policy-blocked"
+    assert result.explanations[11].blocked_by == 10
+    assert (result.etas[10].p50, result.etas[11].p50) == (NOW + 600, NOW + 600)
+    at40 = run_cycle(_within_min_world(NOW + 40, small_done=True, team_max=19))
+    assert at40.admissions == ()
+
+
+def test_work_behind_an_aged_head_passes_it_once_its_quotas_usage_falls() -> None:
+    # team also runs 5 (4 cpu) until t+30: its min is full (4 + 4 + 2 > 8), so 11
+    # waits behind the head. Once 5 ends, 11 is within the min again and passes the
+    # hold as the cycle lets it; it starts when n2 frees, at t+40. The forecast kept
+    # it behind the head until it aged (t+55) and was looked at again.
+    result = run_cycle(_within_min_world(NOW, small_done=False, busy=True))
+    assert result.explanations[11].kind == "policy-blocked"
+    assert result.etas[11].p50 == NOW + 40
+    at30 = run_cycle(_within_min_world(NOW + 30, small_done=False))
+    assert at30.explanations[11].kind == "nodes"
+    at40 = run_cycle(_within_min_world(NOW + 40, small_done=True))
+    assert [a.workload_id for a in at40.admissions] == [11]
