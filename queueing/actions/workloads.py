@@ -281,18 +281,7 @@ def _adopt_registered(actor: Actor, ref: JobRef) -> Workload | None:
         return None
     workload.source, workload.submitted_by = actor.source, actor.user
     workload.save(update_fields=["source", "submitted_by", "updated_at"])
-    AuditEvent.objects.create(
-        at=timezone.now(),
-        actor=actor.user,
-        actor_name=actor.name,
-        source=actor.source,
-        action="workload.submit",
-        object_type=Workload._meta.model_name or "",
-        object_id=str(workload.pk),
-        object_repr=str(workload)[:300],
-        tenant_id=workload.tenant_id,
-        after=snapshot_of(workload),
-    )
+    audit(actor, "workload.submit", workload, after=snapshot_of(workload))
     return workload
 
 
