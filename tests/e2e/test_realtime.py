@@ -20,7 +20,7 @@ from tests.services import PYTHON, ROOT, child_env, redis_url, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def cycler_argv(name: str) -> list[str]:
+def cycler_argv(name: str, queue: str = "cycle") -> list[str]:
     return [
         "-m",
         "celery",
@@ -30,7 +30,7 @@ def cycler_argv(name: str) -> list[str]:
         "--pool",
         "solo",
         "-Q",
-        "cycle",
+        queue,
         "--loglevel",
         "INFO",
         "--without-gossip",
@@ -50,12 +50,14 @@ class Cyclers:
         self.env = child_env(REDIS_URL=url, CELERY_BROKER_URL=url, KQ_SIM_FAILURE_RATE="0")
         self.workers: list[subprocess.Popen[bytes]] = []
 
-    def start(self, count: int = 1) -> None:
+    def start(self, count: int = 1, *, own_queues: bool = False) -> None:
+        """``own_queues``: each worker consumes its own queue (its name) and nothing else,
+        so a test decides which worker runs what."""
         for _ in range(count):
             name = f"cycler{len(self.workers)}"
             self.workers.append(
                 subprocess.Popen(
-                    [PYTHON, *cycler_argv(name)],
+                    [PYTHON, *cycler_argv(name, name if own_queues else "cycle")],
                     cwd=ROOT,
                     env=self.env,
                     stdout=(self.logs / f"{name}.log").open("wb"),
@@ -66,15 +68,15 @@ class Cyclers:
     def ready(self) -> bool:
         """Every worker says it is ready (so tasks sent now are shared out among them)."""
         logs = [(self.logs / f"cycler{i}.log") for i in range(len(self.workers))]
-        return all(" ready." in log.read_text() for log in logs if log.exists())
+        return all(log.exists() and " ready." in log.read_text() for log in logs)
 
-    def send(self, target: str, countdown_s: float = 0.0) -> None:
+    def send(self, target: str, countdown_s: float = 0.0, queue: str = "cycle") -> None:
         with app.connection_for_write(self.url) as conn:
             app.send_task(
                 "queueing.react",
                 args=[target],
                 countdown=countdown_s,
-                queue="cycle",
+                queue=queue,
                 connection=conn,
             )
 
@@ -151,11 +153,14 @@ def test_two_workers_cycling_two_trees_never_overfill_the_shared_nodes(world, cy
     for i in range(64):
         builders.submit(world, f"a{i}", cpu="500m", runtime=600)
         builders.submit(world, f"b{i}", cpu="500m", runtime=600, quota=other)
-    cyclers.start(2)
+    # Each worker consumes only its own queue and is sent one tree, so the two cycle at
+    # once by construction (on the shared queue one worker could take every task, or skip
+    # its tree on the other's lease, and the race under test would not happen).
+    cyclers.start(2, own_queues=True)
     wait_until(cyclers.ready, timeout=60, what="both workers to answer")
-    for _ in range(3):  # a few rounds: each worker takes one tree at the same moment
-        cyclers.send("cluster")
-        cyclers.send("other")
+    for _ in range(3):  # a few rounds: each worker takes its tree at the same moment
+        cyclers.send("cluster", queue="cycler0")
+        cyclers.send("other", queue="cycler1")
 
     def rounds_done() -> bool:
         return CycleRun.objects.filter(root="cluster").count() >= 3 and (
