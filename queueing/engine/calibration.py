@@ -485,6 +485,9 @@ class EtaRecorder:
             "p50_coverage_pct": round(100.0 * p50_ok / max(1, n), 2),
             "p90_unbounded_pct": round(100.0 * unbounded / max(1, n), 2),
             "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
+            # The same figure as a share: waits whose first p50 was within 30 % (the
+            # median error is at most 0.3 exactly when this is at least 50).
+            "p50_within_30pct": round(100.0 * sum(1 for r in rel if r <= 0.3) / max(1, n), 2),
             "p50_median_signed_err": round(statistics.median(signed), 3) if signed else 0.0,
             "sim_median_rel_err": round(statistics.median(map(abs, sim)), 3) if sim else 0.0,
             "sim_median_signed_err": round(statistics.median(sim), 3) if sim else 0.0,

@@ -352,6 +352,8 @@ def test_the_recorder_measures_coverage_error_and_flips() -> None:
     assert m["p50_coverage_pct"] == 0.0
     assert m["p90_coverage_pct"] == 0.0
     assert m["p50_median_rel_err"] == pytest.approx(round(50 / 150, 3))
+    # 50 s off for a 150 s wait is more than 30 %: no wait within it.
+    assert m["p50_within_30pct"] == 0.0
     # The same error by band of the actual wait (150 s): [waits, median error].
     assert m["p50_err_by_wait"] == {"120-600s": [1, round(50 / 150, 3)]}
     # Started 50 s later than said (signed > 0); uncalibrated, the simulation said the same.
@@ -373,6 +375,8 @@ def test_the_recorder_tells_the_simulation_s_error_from_the_calibrated_one() -> 
     rec.after(done, run_cycle(done))
     m = rec.metrics()
     assert m["p50_median_signed_err"] == pytest.approx(round(30 / 150, 3))
+    # 30 s off for a 150 s wait: within 30 %.
+    assert m["p50_within_30pct"] == 100.0
     assert m["sim_median_rel_err"] == pytest.approx(round(50 / 150, 3))
     # Early, not late: a p50 of 200 s for a 150 s wait is a negative error.
     rec = EtaRecorder(calibrate=False)

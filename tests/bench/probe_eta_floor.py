@@ -1,0 +1,207 @@
+"""How low the p50 error of ``eta_calibration`` can go: a probe, not a benchmark.
+
+The issue's target is a median relative p50 error |actual - p50| / max(actual, 10 s)
+of at most 0.3. This probe asks how much of the error is the forecast's model and how
+much is what no forecast knows when it is made. It runs a scenario of the benchmark
+(same recorder, same figures) and, at every cycle, re-runs the forecast's forward
+simulation from the same cycle state:
+
+- **oracle**: with each running and simulated job's *actual* runtime (what the forecast
+  would say if it knew when every job ends) -- the model's own error;
+- **Monte Carlo**: ``K`` times with runtimes drawn from the queue's history of actual /
+  declared runtime (what the benchmark's recorder passes as ``runtime_ratio``), each
+  running job's draw conditioned on the time it has already run. Its p50 is the
+  median of the ``K`` starts (the median of the wait's distribution as the forecast
+  knows it), and ``best-hit`` the start that the most draws put within +-30 % (the
+  point that maximises the chance of counting as a hit for the issue's figure).
+
+The published p50 is what the benchmark measures; the probe does not change it. Where
+even the Monte Carlo points miss 0.3 while the oracle meets it, the error is the
+spread of the runtimes, not the model: no point forecast made from the runtime
+distribution reaches the target there. One JSON line per scenario.
+
+Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_eta_floor [demo]
+[gpu-heavy] [K]`` (default both, K = 16; the demo takes ~1 min of CPU, gpu-heavy ~3).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+from collections.abc import Mapping
+from time import perf_counter
+from typing import Any
+from unittest import mock
+
+import queueing.engine.forecast as forecast_mod
+import queueing.engine.forecast_sim as sim_mod
+from queueing.engine.calibration import FLOOR_S, EtaRecorder
+from queueing.engine.scenarios import demo_world, gpu_heavy
+from queueing.engine.simulator import Scenario, simulate
+from queueing.engine.types import CycleResult, EngineConfig, Eta, Position, Snapshot, WorkloadSpec
+
+EPOCH = 1_700_000_000.0
+#: A start the simulation did not reach within its horizon.
+NEVER = 86_400.0
+
+
+class _Probe(EtaRecorder):
+    """The benchmark's recorder, plus the oracle's and the draws' starts at first sight."""
+
+    def __init__(self, scenario: Scenario, draws: int, seed: int) -> None:
+        super().__init__({a.workload.id: a.runtime_s for a in scenario.arrivals})
+        self.draws = draws
+        self.rng = random.Random(seed)
+        self.history: dict[str, list[float]] = {}
+        # This cycle's starts (wait from now): oracle, and the draws.
+        self.cycle_oracle: dict[int, float] = {}
+        self.cycle_draws: dict[int, list[float]] = {}
+        # At each wait's first forecast.
+        self.first_oracle: dict[int, float] = {}
+        self.first_draws: dict[int, list[float]] = {}
+
+    def before(self, snap: Snapshot) -> Snapshot:
+        out = super().before(snap)
+        self.history = {q: xs[-200:] for q, xs in self.ratios.items() if len(xs) >= 5}
+        return out
+
+    def observe(self, snap: Snapshot, result: CycleResult) -> None:
+        known = set(self.tracks)
+        super().observe(snap, result)
+        for wid in set(self.tracks) - known:
+            if wid in self.cycle_oracle:
+                self.first_oracle[wid] = self.cycle_oracle[wid]
+            if wid in self.cycle_draws:
+                self.first_draws[wid] = self.cycle_draws[wid]
+
+    def rerun(self, cy: Any, p50: Mapping[int, float]) -> None:
+        """The forward simulation of this cycle again: with actual runtimes, then drawn."""
+        now = cy.now
+        original = sim_mod.runtime_of
+
+        def simulate_with(runtime: Any) -> dict[int, float]:
+            with (
+                mock.patch.object(sim_mod, "runtime_of", runtime),
+                mock.patch.object(forecast_mod, "runtime_of", runtime),
+            ):
+                events, _ = forecast_mod._holding_events(cy)
+                return sim_mod.Simulation(cy, 0, events, deadline=perf_counter() + 60).run()
+
+        def actual(c: Any, w: WorkloadSpec, q: int) -> float:
+            got = self.runtimes.get(w.id)
+            return got if got is not None else original(c, w, q)
+
+        got = simulate_with(actual)
+        self.cycle_oracle = {wid: got.get(wid, now + NEVER) - now for wid in p50}
+        self.cycle_draws = {wid: [] for wid in p50}
+        drawn: dict[int, float] = {}  # one draw's runtimes
+
+        def sampled(c: Any, w: WorkloadSpec, q: int) -> float:
+            r = drawn.get(w.id)
+            if r is None:
+                limit = w.expected_runtime_s
+                ratios = self.history.get(w.queue)
+                if not limit or not ratios:
+                    return original(c, w, q)
+                ran = (now - w.started_at) / limit if w.started_at is not None else 0.0
+                # Conditioned on the time already run: a draw it has not yet passed.
+                pool = [x for x in ratios if x > ran] or [max(ran, 1.0)]
+                r = drawn[w.id] = self.rng.choice(pool) * limit
+            return r
+
+        for _ in range(self.draws):
+            drawn.clear()
+            got = simulate_with(sampled)
+            for wid, xs in self.cycle_draws.items():
+                xs.append(got.get(wid, now + NEVER) - now)
+
+
+def _best_hit(xs: list[float]) -> float:
+    """The point that the most of ``xs`` would count as a hit (within 30 %)."""
+    best = (-1, 0.0)
+    for p in sorted(set(xs)):
+        hits = sum(1 for a in xs if abs(a - p) <= 0.3 * max(a, FLOOR_S))
+        if hits > best[0]:
+            best = (hits, p)
+    return best[1]
+
+
+def _figures(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """Median relative error and coverage of (actual wait, predicted wait) pairs."""
+    rel = [abs(a - p) / max(a, FLOOR_S) for a, p in pairs]
+    return {
+        "p50_median_rel_err": round(statistics.median(rel), 3) if rel else 0.0,
+        "p50_coverage_pct": round(
+            100.0 * sum(a <= p + 1e-6 for a, p in pairs) / max(1, len(pairs)), 1
+        ),
+    }
+
+
+def probe(scenario: Scenario, draws: int = 16, seed: int = 5) -> dict[str, Any]:
+    rec = _Probe(scenario, draws, seed)
+    finish = forecast_mod.finish_etas
+
+    def finish_and_rerun(
+        cy: Any,
+        pos: Mapping[int, Position],
+        p50: Mapping[int, float],
+        p90: Mapping[int, float],
+        *,
+        out_of_time: bool,
+    ) -> dict[int, Eta]:
+        etas = finish(cy, pos, p50, p90, out_of_time=out_of_time)
+        rec.rerun(cy, p50)
+        return etas
+
+    t0 = perf_counter()
+    with mock.patch.object(forecast_mod, "finish_etas", finish_and_rerun):
+        simulate(
+            scenario,
+            cycle_interval_s=2.0,
+            config=EngineConfig(cycle_interval_s=2.0, eta_budget_s=10.0),
+            epoch=EPOCH,
+            observer=rec,
+        )
+    published: list[tuple[float, float]] = []
+    oracle: list[tuple[float, float]] = []
+    median: list[tuple[float, float]] = []
+    best: list[tuple[float, float]] = []
+    for tr in rec.done:
+        if tr.first_p50 is None or tr.admitted_at is None:
+            continue
+        waited = tr.admitted_at - tr.first_t
+        published.append((waited, tr.first_p50 - tr.first_t))
+        o = rec.first_oracle.get(tr.workload_id)
+        xs = rec.first_draws.get(tr.workload_id)
+        if o is not None:
+            oracle.append((waited, o))
+        if xs:
+            median.append((waited, statistics.median(xs)))
+            best.append((waited, _best_hit(xs)))
+    return {
+        "name": "probe_eta_floor",
+        "scenario": scenario.name,
+        "waits": len(published),
+        "draws": draws,
+        "published": _figures(published),
+        "oracle_runtimes": _figures(oracle),
+        "drawn_median": _figures(median),
+        "drawn_best_hit": _figures(best),
+        "benchmark": {k: rec.metrics()[k] for k in ("p50_median_rel_err", "p50_coverage_pct")},
+        "wall_s": round(perf_counter() - t0, 1),
+    }
+
+
+def main(argv: list[str]) -> int:
+    worlds = {"demo": demo_world, "gpu-heavy": gpu_heavy}
+    names = [a for a in argv if a in worlds] or list(worlds)
+    draws = next((int(a) for a in argv if a.isdigit()), 16)
+    for name in names:
+        print(json.dumps(probe(worlds[name](), draws)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
