@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
@@ -50,14 +51,14 @@ from queueing.engine.cyclestate import (
     passes_hold,
 )
 from queueing.engine.eta import awaited_starts, typical_bound
-from queueing.engine.explain import bound_etas, explain_all
+from queueing.engine.explain import Explanations, bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
-from queueing.engine.nodes import elig_key
 from queueing.engine.preemption import find_victims
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     ADMITTED,
     CycleResult,
+    Explanation,
     Preemption,
     Requeue,
     Snapshot,
@@ -287,7 +288,7 @@ class Cycle(CycleState):
                     pod_sets = w.pod_sets
                     if len(pod_sets) == 1:
                         ps0 = pod_sets[0]
-                        fits = may_fit(elig_key(ps0), ps0.requests._d)
+                        fits = may_fit(ps0._elig, ps0.requests._d)
                     else:
                         fits = True
                     if not fits:
@@ -539,7 +540,12 @@ class Cycle(CycleState):
     def result(self, *, forecast: bool = True) -> CycleResult:
         """Steps 6 and 7, and the decisions as a :class:`CycleResult`."""
         t0 = perf_counter()
-        explanations = explain_all(self)
+        # With a forecast, built first (the forecast changes the nodes: it gives the
+        # drains back). Else built when read (a cycle that only admits reads none, or a
+        # few): nothing changes the cycle after this (see run_cycle).
+        explanations: Mapping[int, Explanation] = (
+            explain_all(self) if forecast else Explanations(self)
+        )
         t1 = perf_counter()
         positions: dict[int, Any] = {}
         etas: dict[int, Any] = {}
@@ -604,10 +610,11 @@ def run_cycle(snapshot: Snapshot, *, forecast: bool = True) -> CycleResult:
         cycle.run()
         result = cycle.result(forecast=forecast)
         # The cycle's working state (indexes, failure records, caches: a few hundred
-        # thousand containers at 60k) is freed here by reference counting. Left until
-        # the function returns, it would still be alive when the collector is enabled
-        # again, and the first allocation after that would traverse all of it in a
-        # young-generation collection (~0.1 s of the 60k cycle) only to free it next.
+        # thousand containers at 60k) is freed here by reference counting -- unless the
+        # explanations, built when read (forecast=False), keep it until they are. Left
+        # until the function returns, it would still be alive when the collector is
+        # enabled again, and the first allocation after that would traverse all of it
+        # in a young-generation collection (~0.1 s of the 60k cycle) only to free it next.
         del cycle
     finally:
         if gc_was_enabled:
