@@ -311,10 +311,10 @@ class Cycle(CycleState):
                         shape = shape_of(w)
                         if shape not in failed_shapes:
                             break
-                        rec = nodes_rec.get(shape)
-                        if rec is None:
-                            rec = nodes_rec[shape] = (F_NODES, shape)
-                        fail[wid] = rec
+                        nrec = nodes_rec.get(shape)
+                        if nrec is None:
+                            nrec = nodes_rec[shape] = (F_NODES, shape)
+                        fail[wid] = nrec
                     if (blocks or aged) and self.set_aside_on_nodes(w):
                         pos += 1
                         continue
