@@ -83,6 +83,8 @@ class Cycle(CycleState):
         t2 = perf_counter()
         self.stats["nominated_s"] = t1 - t0
         self.stats["tournament_s"] = t2 - t1
+        # The headroom cache is for the tournament (empty again, it refills on use).
+        self._headroom = [None] * len(self._headroom)
         # The victim-search indexes point back at the cycle; drop them so the cycle is
         # freed by reference counting, not by a later garbage collection.
         self.preemptor = None
@@ -176,6 +178,7 @@ class Cycle(CycleState):
         policy_rec: dict[int, tuple[int, int]] = {}
         quota_rec: dict[int, tuple[int, int]] = {}
         nodes_rec: dict[Any, tuple[int, Any]] = {}
+        depth_rec = (F_DEPTH, 0)
 
         def advance(q: QueueState) -> WorkloadSpec | None:
             """Move ``q`` to its next candidate that may be tried, or None.
@@ -330,7 +333,13 @@ class Cycle(CycleState):
             for w in cands[q.pos :]:
                 if w.id not in skip and w.id not in fail:
                     b = q.blocked.get(quota_of[w.id])
-                    fail[w.id] = (F_POLICY, b) if b is not None else (F_DEPTH, 0)
+                    if b is None:
+                        fail[w.id] = depth_rec
+                    else:
+                        rec = policy_rec.get(b)
+                        if rec is None:
+                            rec = policy_rec[b] = (F_POLICY, b)
+                        fail[w.id] = rec
             return None
 
         qver = self.qver
@@ -387,9 +396,17 @@ class Cycle(CycleState):
                     else:
                         failed_shapes.add(shape)
                 if not ok:
-                    fail[wid] = (F_NODES, shape)
+                    nrec = nodes_rec.get(shape)
+                    if nrec is None:
+                        nrec = nodes_rec[shape] = (F_NODES, shape)
+                    fail[wid] = nrec
+            elif np_c:
+                fail[wid] = (F_NPMIN, qi)
             else:
-                fail[wid] = (F_NPMIN, qi) if np_c else (F_QUOTA, c)
+                rec = quota_rec.get(c)
+                if rec is None:
+                    rec = quota_rec[c] = (F_QUOTA, c)
+                fail[wid] = rec
             aged = not ok and not q.blocks(w) and q.aged(w) and qi not in q.aged_heads
             if not ok and c < 0 and (q.blocks(w) or aged) and self.set_aside_on_nodes(w):
                 ok = True  # inadmissible: neither preempts nor blocks
