@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
-from queueing.engine.nodes import NodeIndex, PodSetReq, elig_key, podset_reqs
+from queueing.engine.nodes import NodeIndex, PodSetReq, podset_reqs
 from queueing.engine.quota import QuotaTree
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
@@ -436,8 +436,6 @@ class CycleState:
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
         self._never_nodes: dict[ShapeKey, str | None] = {}
-        self._reqs: dict[int, tuple[PodSetReq, ...]] = {}
-        self._shape: dict[int, ShapeKey] = {}
         self.stats["index_s"] = t1 - t0
         self.stats["runtime_quota_s"] = perf_counter() - t1
 
@@ -464,38 +462,42 @@ class CycleState:
                 return
         self.never.append((w, -1, "cluster", k, Resources.from_raw({k: v - capacity.get(k, 0)})))
 
-    def _prep(self, w: WorkloadSpec) -> None:
+    @staticmethod
+    def _prep(w: WorkloadSpec) -> tuple[tuple[PodSetReq, ...], ShapeKey]:
+        """``w``'s placer view and shape key, made once and kept with the spec."""
         pod_sets = w.pod_sets
+        got: tuple[tuple[PodSetReq, ...], ShapeKey]
         if len(pod_sets) == 1 and pod_sets[0].count > 0:
             ps = pod_sets[0]
-            e = elig_key(ps)
+            e = ps._elig
             d = ps.requests._d
-            self._reqs[w.id] = (PodSetReq(ps.name, ps.count, d, e),)
-            self._shape[w.id] = ((frozenset(d.items()), ps.count, e),)
-            return
-        reqs = podset_reqs(pod_sets)
-        live = [ps for ps in pod_sets if ps.count > 0]
-        self._reqs[w.id] = reqs
-        self._shape[w.id] = tuple(
-            (frozenset(ps.requests._d.items()), ps.count, p.elig)
-            for ps, p in zip(live, reqs, strict=True)
-        )
-
-    def reqs(self, w: WorkloadSpec) -> tuple[PodSetReq, ...]:
-        """The placer's view of ``w``'s pod sets (cached)."""
-        got = self._reqs.get(w.id)
-        if got is None:
-            self._prep(w)
-            got = self._reqs[w.id]
+            got = ((PodSetReq(ps.name, ps.count, d, e),), ((frozenset(d.items()), ps.count, e),))
+        else:
+            reqs = podset_reqs(pod_sets)
+            live = [ps for ps in pod_sets if ps.count > 0]
+            shape = tuple(
+                (frozenset(ps.requests._d.items()), ps.count, p.elig)
+                for ps, p in zip(live, reqs, strict=True)
+            )
+            got = (reqs, shape)
+        object.__setattr__(w, "_placer", got)
         return got
 
-    def shape(self, w: WorkloadSpec) -> ShapeKey:
-        """A hashable key of ``w``'s pod sets: equal shapes place alike."""
-        got = self._shape.get(w.id)
+    @staticmethod
+    def reqs(w: WorkloadSpec) -> tuple[PodSetReq, ...]:
+        """The placer's view of ``w``'s pod sets (made once per spec)."""
+        got = w._placer
         if got is None:
-            self._prep(w)
-            got = self._shape[w.id]
-        return got
+            got = CycleState._prep(w)
+        return got[0]
+
+    @staticmethod
+    def shape(w: WorkloadSpec) -> ShapeKey:
+        """A hashable key of ``w``'s pod sets: equal shapes place alike (made once)."""
+        got = w._placer
+        if got is None:
+            got = CycleState._prep(w)
+        return got[1]
 
     def quota_fail(
         self,

@@ -47,15 +47,11 @@ class Placement(NamedTuple):
     per_node: dict[int, dict[str, int]]  # node index -> resources taken
 
 
-_NO_CONSTRAINTS: EligKey = ((), ())
-
-
 def elig_key(ps: PodSet) -> EligKey:
-    """The eligibility key of a pod set."""
-    sel = ps.node_selector
-    if not sel and not ps.tolerations:
-        return _NO_CONSTRAINTS
-    return (tuple(sorted(sel.items())) if sel else (), ps.tolerations)
+    """The eligibility key of a pod set: (sorted node-selector items, tolerations).
+
+    Made once with the pod set (``PodSet._elig``)."""
+    return ps._elig
 
 
 def podset_reqs(pod_sets: Iterable[PodSet]) -> tuple[PodSetReq, ...]:

@@ -290,11 +290,20 @@ class PodSet:
     requests: Resources
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    #: The key of the nodes it may use (``nodes.elig_key``): its sorted node-selector
+    #: items and its tolerations, made once (a cycle asks it of every candidate).
+    _elig: tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...]] = field(
+        init=False, repr=False, compare=False, default=((), ())
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", _res(self.requests))
         if self.count < 0:
             raise ValueError(f"pod set {self.name!r}: negative count")
+        sel = self.node_selector
+        if sel or self.tolerations:
+            elig = (tuple(sorted(sel.items())) if sel else (), self.tolerations)
+            object.__setattr__(self, "_elig", elig)
 
     @property
     def total(self) -> Resources:
@@ -341,6 +350,9 @@ class WorkloadSpec:
     nominated: bool = False
     preemptible: bool = True
     _request: Resources = field(init=False, repr=False, compare=False, default=EMPTY)
+    #: The placer's view of its pod sets and their shape key, made by the first cycle
+    #: that asks (``CycleState.reqs``, ``CycleState.shape``) and kept with the spec.
+    _placer: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         total: dict[str, int] = {}
