@@ -20,7 +20,13 @@ from queueing.cluster.base import (
     JobRef,
     JobRequest,
 )
-from queueing.cluster.kubernetes import KubernetesCluster, RetryPolicy, connect, pod_requests
+from queueing.cluster.kubernetes import (
+    WRITE_ROUNDS_AT_ONCE,
+    KubernetesCluster,
+    RetryPolicy,
+    connect,
+    pod_requests,
+)
 from queueing.cluster.kubernetes.client import TOKEN_CHECK_S, ThrottledRefresh
 from tests.fakekube import (
     RUNTIME_ANNOTATION,
@@ -493,6 +499,15 @@ def test_the_token_refresh_hook_runs_once_a_second_and_stays_wrapped(
     now[0] += TOKEN_CHECK_S
     rest.once("GET", "/api/v1/nodes")
     assert len(runs) == 2  # due again a second later
+
+
+def test_the_connection_pool_holds_every_write_on_its_way(fake: FakeKube, tmp_path: Path):
+    api = connect(str(write_kubeconfig(tmp_path / "config", fake.url)))
+    KubernetesCluster(api, write_concurrency=8)
+    assert api.configuration.connection_pool_maxsize == 8 * WRITE_ROUNDS_AT_ONCE + 2
+    assert (
+        api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 8 * WRITE_ROUNDS_AT_ONCE + 2
+    )
 
 
 def test_pod_requests_follow_the_scheduler():

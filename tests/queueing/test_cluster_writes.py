@@ -11,6 +11,7 @@ import pytest
 
 from queueing import events, state
 from queueing.cluster.base import ClusterError, JobRef
+from queueing.cluster.kubernetes import WRITE_ROUNDS_AT_ONCE
 from queueing.lease import Fence, LeaseLost
 from queueing.state.calls import Call, run_calls
 
@@ -206,6 +207,8 @@ def test_the_write_pool_is_kept_between_calls_and_made_anew_after_a_fork():
     assert wider is not pool  # a wider cluster gets a wider pool
     assert wider is not None
     assert wider._max_workers >= 8 * (calls_module.BACKGROUND_WIDTH + 1)
+    # ... and the adapter keeps as many connections to the API server open.
+    assert WRITE_ROUNDS_AT_ONCE == calls_module.BACKGROUND_WIDTH + 1
     calls_module._after_fork_in_child()  # what a forked child (a Celery worker) runs
     assert calls_module._writer_pool is None
     run_calls(Wide(4, recorder), calls(4), Fence(None), [])  # type: ignore[arg-type]
