@@ -210,7 +210,7 @@ def test_the_write_pool_is_kept_between_calls_and_made_anew_after_a_fork():
     # ... and the adapter keeps as many connections to the API server open.
     assert WRITE_ROUNDS_AT_ONCE == calls_module.BACKGROUND_WIDTH + 1
     calls_module._after_fork_in_child()  # what a forked child (a Celery worker) runs
-    assert calls_module._writer_pool is None
+    assert calls_module._writer_key == (0, 0)  # no pool: the next call makes one
     run_calls(Wide(4, recorder), calls(4), Fence(None), [])  # type: ignore[arg-type]
     fresh = calls_module._writer_pool
     assert fresh is not None

@@ -42,11 +42,11 @@ from queueing.cluster.kubernetes.writer import Writer
 __all__ = [
     "CACHE_STALE_S",
     "KINDS",
+    "WRITE_ROUNDS_AT_ONCE",
     "ApiCallError",
     "ClusterWatcher",
     "Informer",
     "KubernetesCluster",
-    "WRITE_ROUNDS_AT_ONCE",
     "RetryPolicy",
     "connect",
     "pod_requests",
