@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, NotSupportedError, transaction
+from django.db import IntegrityError, NotSupportedError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -55,7 +55,7 @@ from queueing.cluster.base import (
     QueueUnitMirror,
 )
 from queueing.lease import Fence, Lease
-from queueing.models import Quota, Workload
+from queueing.models import Queue, Quota, Workload
 from queueing.state.calls import Call, in_flight, run_calls
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,7 @@ def _sync_jobs(
             )
         )
     new = [job for job in new if job.ref.uid not in known]
-    memo: dict[tuple[str, str, str], Placement] = {}  # one lookup per placement per sync
+    memo = _placements() if new else {}
     for start in range(0, len(new), CHUNK):
         repairs = []
         with transaction.atomic():
@@ -453,10 +453,41 @@ def _requeue(workload: Synced, now: datetime, *, reason: str, message: str) -> a
 
 Placement = tuple[Any, Any, Any] | str  # (tenant, quota, queue), or why it cannot be placed
 
+# Where jobs go, per (namespace, queue label, quota label), kept between the syncs of this
+# process while the quotas and queues stay as they were: a placement takes about seven
+# queries (the queue by name, the namespace's quota, its leafness), and a sync that
+# registers the jobs of thirty namespaces made two hundred of them. One query per sync
+# that registers checks the quotas and queues (their count, newest id, versions and
+# last update): any create, edit or delete changes it, and the memo starts afresh.
+_placement_memo: dict[tuple[str, str, str], Placement] = {}
+_placement_mark: tuple[Any, ...] | None = None
+
+
+def _placements() -> dict[tuple[str, str, str], Placement]:
+    global _placement_memo, _placement_mark
+    mark = _settings_mark()
+    if mark != _placement_mark:
+        _placement_memo, _placement_mark = {}, mark
+    return _placement_memo
+
+
+def _settings_mark() -> tuple[Any, ...]:
+    q = connection.ops.quote_name
+    parts = [
+        f"SELECT COUNT(*), MAX({q('id')}), SUM({q('version')}), MAX({q('updated_at')}) "  # noqa: S608
+        f"FROM {q(model._meta.db_table)}"
+        for model in (Quota, Queue)
+    ]
+    with connection.cursor() as cursor:
+        # Identifiers from the models' meta, quoted; no values.
+        cursor.execute(" UNION ALL ".join(parts))
+        return tuple(tuple(row) for row in cursor.fetchall())
+
 
 def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Placement:
     """Where a job goes, from its namespace, queue label and quota label; jobs that share
-    the three share the answer (one lookup per distinct placement per sync)."""
+    the three share the answer (one lookup per distinct placement while ``memo`` lives:
+    see _placements)."""
     queue_name = compat.queue_name(job.labels, job.annotations) or ""
     quota_name = compat.quota_name(job.labels) or ""
     key = (job.ref.namespace, queue_name, quota_name)

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, NotSupportedError, transaction
+from django.db import IntegrityError, NotSupportedError, connection, transaction
 from django.utils import timezone
 
 from queueing.actions.base import ActionError, Actor, audit, snapshot_of
+from queueing.actions.registration import insert_workloads
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import ACTIVE_PHASES, TERMINAL_PHASES, Phase
 from queueing.cluster import get_cluster
@@ -285,7 +286,7 @@ def _adopt_registered(actor: Actor, ref: JobRef) -> Workload | None:
     return workload
 
 
-def _new_workload(
+def _workload_values(
     actor: Actor,
     *,
     tenant: Tenant,
@@ -301,33 +302,38 @@ def _new_workload(
     queue_order_at: datetime | None = None,
     phase: str = Phase.PENDING,
     now: datetime | None = None,
-) -> Workload:
-    """The unsaved row of a new workload."""
+) -> dict[str, Any]:
+    """The fields a new workload is given (the model's defaults for the rest)."""
     from queueing import compat
 
-    return Workload(
-        tenant=tenant,
-        quota=quota,
-        queue=queue,
-        name=ref.name,
-        namespace=ref.namespace,
-        kind=ref.kind,
-        api_version=ref.api_version,
-        object_uid=ref.uid,
-        priority=priority,
-        priority_class=priority_class,
-        pod_sets=pod_sets,
-        total_request=total_request(pod_sets),
-        expected_runtime_s=expected_runtime_s,
-        queue_order_at=queue_order_at or now or timezone.now(),
-        phase=phase,
-        labels=dict(labels),
-        annotations=dict(annotations),
-        preemptible=compat.is_preemptible(labels),
-        source=actor.source,
-        submitted_by=actor.user,
-        reason="Waiting for the next admission cycle.",
-    )
+    return {
+        "tenant": tenant,
+        "quota": quota,
+        "queue": queue,
+        "name": ref.name,
+        "namespace": ref.namespace,
+        "kind": ref.kind,
+        "api_version": ref.api_version,
+        "object_uid": ref.uid,
+        "priority": priority,
+        "priority_class": priority_class,
+        "pod_sets": pod_sets,
+        "total_request": total_request(pod_sets),
+        "expected_runtime_s": expected_runtime_s,
+        "queue_order_at": queue_order_at or now or timezone.now(),
+        "phase": phase,
+        "labels": dict(labels),
+        "annotations": dict(annotations),
+        "preemptible": compat.is_preemptible(labels),
+        "source": actor.source,
+        "submitted_by": actor.user,
+        "reason": "Waiting for the next admission cycle.",
+    }
+
+
+def _new_workload(actor: Actor, **fields: Any) -> Workload:
+    """The unsaved row of a new workload."""
+    return Workload(**_workload_values(actor, **fields))
 
 
 def _record_new(actor: Actor, workloads: Sequence[Workload], now: datetime) -> None:
@@ -401,14 +407,17 @@ def register_cluster_workload(
     )
 
 
-def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> list[Workload]:
+def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> int:
     """Many jobs found in the cluster become workloads in one insert: ``items`` hold the
     keyword arguments of ``register_cluster_workload``. All or nothing: when one of them
     collides with a live workload (IntegrityError), nothing is inserted and the caller
-    registers them one by one to learn which."""
+    registers them one by one to learn which. Returns how many were registered.
+
+    PostgreSQL: one statement for the workloads, their timeline and their audit records
+    (``queueing.actions.registration``); elsewhere Django's bulk inserts."""
     actor, now = Actor.cluster(), timezone.now()
-    rows = [
-        _new_workload(
+    values = [
+        _workload_values(
             actor,
             now=now,
             **{k: v for k, v in item.items() if k != "created_at"},
@@ -416,12 +425,17 @@ def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> list[Workl
         )
         for item in items
     ]
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            changes = insert_workloads(actor, values, now)
+            publish(changes)
+        return len(changes)
     with transaction.atomic():
-        created = Workload.objects.bulk_create(rows)
+        created = Workload.objects.bulk_create(Workload(**v) for v in values)
         if any(w.pk is None for w in created):  # a backend that returns no ids
             raise NotSupportedError("bulk insert without returned ids")
         _record_new(actor, created, now)
-    return created
+    return len(created)
 
 
 def workload_ref(workload: Workload) -> JobRef:

@@ -61,36 +61,87 @@ def run_calls(
     go to ``errors``; returns how many succeeded. Stops when the lease behind ``fence`` is
     lost: with an error, or by raising LeaseLost (``raise_lost``)."""
     width = max(1, int(getattr(cluster, "write_concurrency", 1) or 1))
-    pool = ThreadPoolExecutor(width, thread_name_prefix="kq-write") if width > 1 else None
+    pool = _writers(width) if width > 1 and len(calls) > 1 else None
     succeeded = 0
-    try:
-        for start in range(0, len(calls), width):
-            try:
-                fence.check()
-            except LeaseLost as exc:
-                if raise_lost:
-                    raise
-                errors.append(str(exc))
-                return succeeded
-            round_ = calls[start : start + width]
-            if pool is None:
-                outcomes = [_call(cluster, call) for call in round_]
-            else:
-                outcomes = [
-                    future.result()
-                    for future in [pool.submit(_call, cluster, call) for call in round_]
-                ]
-            for call, error in zip(round_, outcomes, strict=True):
-                if error is None:
-                    succeeded += 1
-                    if call.done is not None:
-                        call.done()
-                elif error:
-                    errors.append(error)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+    for start in range(0, len(calls), width):
+        try:
+            fence.check()
+        except LeaseLost as exc:
+            if raise_lost:
+                raise
+            errors.append(str(exc))
+            return succeeded
+        round_ = calls[start : start + width]
+        outcomes = _round(pool, cluster, round_)
+        for call, error in zip(round_, outcomes, strict=True):
+            if error is None:
+                succeeded += 1
+                if call.done is not None:
+                    call.done()
+            elif error:
+                errors.append(error)
     return succeeded
+
+
+def _round(
+    pool: ThreadPoolExecutor | None, cluster: Cluster, round_: Sequence[Call]
+) -> list[str | None]:
+    """One round's calls at once: the first in the caller's thread, the others in the
+    pool (a round of one makes no thread hop at all)."""
+    if pool is None or len(round_) == 1:
+        return [_call(cluster, call) for call in round_]
+    try:
+        futures = [pool.submit(_pooled_call, cluster, call) for call in round_[1:]]
+    except RuntimeError:  # the interpreter is shutting down: no new threads
+        return [_call(cluster, call) for call in round_]
+    first = _call(cluster, round_[0])
+    return [first, *(future.result() for future in futures)]
+
+
+# The rounds' calls go to one pool per process, kept: a pool made per batch started a
+# thread per call (about as much CPU as the call itself, with the thread's first use of
+# Django's per-thread connections). Its width covers every caller at once -- the sync's
+# repairs and BACKGROUND_WIDTH trees' calls, each ``write_concurrency`` wide; threads
+# start only when a call finds none idle.
+_writer_pool: ThreadPoolExecutor | None = None
+_writer_key: tuple[int, int] = (0, 0)  # (pid, size) of _writer_pool
+_writer_lock = threading.Lock()
+
+
+def _writers(width: int) -> ThreadPoolExecutor:
+    global _writer_pool, _writer_key
+    size = width * (BACKGROUND_WIDTH + 1)
+    with _writer_lock:
+        pid = os.getpid()
+        if _writer_pool is None or _writer_key[0] != pid or _writer_key[1] < size:
+            old = _writer_pool if _writer_key[0] == pid else None  # a fork has no threads
+            _writer_pool = ThreadPoolExecutor(size, thread_name_prefix="kq-write")
+            _writer_key = (pid, size)
+            if old is not None:
+                old.shutdown(wait=False)  # its threads end once idle
+        return _writer_pool
+
+
+def _after_fork_in_child() -> None:
+    global _writer_pool, _writer_key, _writer_lock
+    # The parent's pool has no threads here, and a lock held by one of its threads at
+    # the fork would never be released.
+    _writer_pool, _writer_key, _writer_lock = None, (0, 0), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _pooled_call(cluster: Cluster, call: Call) -> str | None:
+    """``_call`` in a pool thread. The thread lives on, so a database connection it
+    opened (counting an API error) is closed: none is left open between calls."""
+    try:
+        return _call(cluster, call)
+    finally:
+        from django.db import connections
+
+        for conn in connections.all(initialized_only=True):
+            conn.close()
 
 
 def _call(cluster: Cluster, call: Call) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,14 @@ from queueing.cluster.base import (
     JobRef,
     JobRequest,
 )
-from queueing.cluster.kubernetes import KubernetesCluster, RetryPolicy, connect, pod_requests
+from queueing.cluster.kubernetes import (
+    WRITE_ROUNDS_AT_ONCE,
+    KubernetesCluster,
+    RetryPolicy,
+    connect,
+    pod_requests,
+)
+from queueing.cluster.kubernetes.client import TOKEN_CHECK_S, ThrottledRefresh
 from tests.fakekube import (
     RUNTIME_ANNOTATION,
     FakeKube,
@@ -462,6 +470,44 @@ def test_kubeconfig_connects(fake: FakeKube, tmp_path: Path):
     assert [n.name for n in cluster.nodes()] == ["n"]
     with pytest.raises(ClusterError, match="cannot reach Kubernetes"):
         connect(str(tmp_path / "missing"))
+
+
+def test_the_token_refresh_hook_runs_once_a_second_and_stays_wrapped(
+    fake: FakeKube, tmp_path: Path
+):
+    """The kubeconfig loader's hook sets the host again on each call (reading every
+    environment variable for proxies); it runs at most once per TOKEN_CHECK_S."""
+    fake.add_node("n", {"cpu": "1"})
+    api = connect(str(write_kubeconfig(tmp_path / "config", fake.url)))
+    hook = api.configuration.refresh_api_key_hook
+    assert isinstance(hook, ThrottledRefresh)
+    runs: list[object] = []
+
+    def loaders_hook(configuration: Any) -> None:  # as kubernetes.config's does
+        runs.append(configuration)
+        configuration.api_key["BearerToken"] = "Bearer fakekube"
+        configuration.refresh_api_key_hook = loaders_hook
+
+    now = [100.0]
+    hook.hook, hook.clock = loaders_hook, lambda: now[0]
+    rest = KubernetesCluster(api).rest
+    for _ in range(5):
+        assert [n["metadata"]["name"] for n in rest.once("GET", "/api/v1/nodes")["items"]] == ["n"]
+    assert len(runs) == 1  # five requests, one refresh
+    assert api.configuration.refresh_api_key_hook is hook  # put back after the loader's
+    assert api.configuration.api_key["BearerToken"] == "Bearer fakekube"
+    now[0] += TOKEN_CHECK_S
+    rest.once("GET", "/api/v1/nodes")
+    assert len(runs) == 2  # due again a second later
+
+
+def test_the_connection_pool_holds_every_write_on_its_way(fake: FakeKube, tmp_path: Path):
+    api = connect(str(write_kubeconfig(tmp_path / "config", fake.url)))
+    KubernetesCluster(api, write_concurrency=8)
+    assert api.configuration.connection_pool_maxsize == 8 * WRITE_ROUNDS_AT_ONCE + 2
+    assert (
+        api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 8 * WRITE_ROUNDS_AT_ONCE + 2
+    )
 
 
 def test_pod_requests_follow_the_scheduler():

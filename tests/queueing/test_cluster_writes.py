@@ -11,6 +11,7 @@ import pytest
 
 from queueing import events, state
 from queueing.cluster.base import ClusterError, JobRef
+from queueing.cluster.kubernetes import WRITE_ROUNDS_AT_ONCE
 from queueing.lease import Fence, LeaseLost
 from queueing.state.calls import Call, run_calls
 
@@ -72,7 +73,10 @@ def test_writes_go_out_concurrently_and_each_failure_is_reported():
     report = state.ApplyReport()
     run_calls(Wide(4, recorder), calls(10), Fence(None), report.errors)  # type: ignore[arg-type]
     assert sorted(recorder.calls) == list(range(10))
-    assert all(name.startswith("kq-write") for name in recorder.threads)
+    # Each round of four: one call in the caller's thread, three in the process's pool.
+    mine = threading.current_thread().name
+    assert recorder.threads.count(mine) == 3  # rounds of 4, 4, 2
+    assert all(name.startswith("kq-write") for name in recorder.threads if name != mine)
     assert 1 < recorder.most_inside <= 4
     assert len(report.errors) == 2
     assert {e.split(":")[0] for e in report.errors} == {"team-a/job-3", "team-a/job-7"}
@@ -187,3 +191,28 @@ def test_only_a_cross_process_layer_goes_through_the_loop():
     layer = InMemoryChannelLayer()
     assert not events._cross_process(layer)
     assert events._cross_process(CrossProcessLayer())
+
+
+def test_the_write_pool_is_kept_between_calls_and_made_anew_after_a_fork():
+    from queueing.state import calls as calls_module
+
+    recorder = Recorder()
+    run_calls(Wide(4, recorder), calls(4), Fence(None), [])  # type: ignore[arg-type]
+    pool = calls_module._writer_pool
+    assert pool is not None
+    run_calls(Wide(4, recorder), calls(4), Fence(None), [])  # type: ignore[arg-type]
+    assert calls_module._writer_pool is pool  # the same threads, not a pool per batch
+    run_calls(Wide(8, recorder), calls(8), Fence(None), [])  # type: ignore[arg-type]
+    wider = calls_module._writer_pool
+    assert wider is not pool  # a wider cluster gets a wider pool
+    assert wider is not None
+    assert wider._max_workers >= 8 * (calls_module.BACKGROUND_WIDTH + 1)
+    # ... and the adapter keeps as many connections to the API server open.
+    assert WRITE_ROUNDS_AT_ONCE == calls_module.BACKGROUND_WIDTH + 1
+    calls_module._after_fork_in_child()  # what a forked child (a Celery worker) runs
+    assert calls_module._writer_key == (0, 0)  # no pool: the next call makes one
+    run_calls(Wide(4, recorder), calls(4), Fence(None), [])  # type: ignore[arg-type]
+    fresh = calls_module._writer_pool
+    assert fresh is not None
+    assert fresh is not wider
+    wider.shutdown(wait=True)

@@ -187,6 +187,59 @@ def test_a_placement_is_looked_up_once_a_sync_whatever_its_chunks(world, monkeyp
     assert looked_up == ["team-a"]
 
 
+def _new_job(world, name: str, namespace: str = "team-a") -> None:
+    world.cluster.create_job(
+        JobRequest(
+            namespace=namespace,
+            name=name,
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+
+
+def test_placements_are_kept_between_syncs_until_a_quota_or_queue_changes(world, monkeypatch):
+    from tests.builders import SYSTEM
+
+    looked_up: list[str | None] = []
+    resolve = actions.resolve_placement
+
+    def counted(*args, **kwargs):
+        looked_up.append(kwargs.get("namespace"))
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "resolve_placement", counted)
+    _new_job(world, "first")
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 1
+    _new_job(world, "second")
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 1
+    assert looked_up == ["team-a"]  # the second sync placed its job from the memo
+
+    # The namespace moves to another quota: the next sync places by the new settings.
+    other_tenant = actions.create_tenant(SYSTEM, name="team-b")
+    actions.update_quota(SYSTEM, world.quota, namespaces=[])
+    other = actions.create_quota(
+        SYSTEM,
+        name="team-b-q",
+        tenant=other_tenant,
+        parent=world.root,
+        min={"cpu": "1"},
+        max={"cpu": "16"},
+        namespaces=["team-a"],
+    )
+    _new_job(world, "third")
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 1
+    assert looked_up == ["team-a", "team-a"]
+    assert Workload.objects.get(name="third").quota_id == other.pk
+    assert Workload.objects.get(name="second").quota_id == world.quota.pk
+
+    # An edit of a queue alone starts the memo afresh too.
+    assert other.default_queue is not None
+    actions.update_queue(SYSTEM, other.default_queue, policy="Block")
+    _new_job(world, "fourth")
+    assert sync_cluster(world.cluster, now=world.clock()).registered == 1
+    assert looked_up == ["team-a", "team-a", "team-a"]
+
+
 def test_a_job_colliding_with_a_live_workload_does_not_stop_the_others(world):
     """A live workload still holds the name of a job that was replaced: the new job cannot
     be registered until the old workload ends, and the jobs beside it are not held up."""

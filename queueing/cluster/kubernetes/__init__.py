@@ -42,6 +42,7 @@ from queueing.cluster.kubernetes.writer import Writer
 __all__ = [
     "CACHE_STALE_S",
     "KINDS",
+    "WRITE_ROUNDS_AT_ONCE",
     "ApiCallError",
     "ClusterWatcher",
     "Informer",
@@ -50,6 +51,11 @@ __all__ = [
     "connect",
     "pod_requests",
 ]
+
+
+# Rounds of ``write_concurrency`` calls one process may have on their way at once (the
+# sync's repairs and state.calls.BACKGROUND_WIDTH trees' calls).
+WRITE_ROUNDS_AT_ONCE = 3
 
 
 class KubernetesCluster:
@@ -76,7 +82,10 @@ class KubernetesCluster:
         self.api = api
         # Admissions and preemptions of one cycle are sent this many at a time.
         self.write_concurrency = max(1, int(write_concurrency))
-        ensure_pool(api, self.write_concurrency + 2)
+        # state.calls sends the sync's repairs and two trees' calls at once, each this
+        # wide, besides the caller's reads: a narrower pool discards the connections it
+        # has no room for ("Connection pool is full") and opens new ones the next time.
+        ensure_pool(api, WRITE_ROUNDS_AT_ONCE * self.write_concurrency + 2)
         self.rest = Rest(api, timeout_s=timeout_s, policy=policy, sleep=sleep, on_error=on_error)
         self.reader = Reader(
             self.rest,

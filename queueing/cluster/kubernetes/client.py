@@ -16,7 +16,9 @@ import copy
 import json
 import logging
 import random
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +145,7 @@ class Rest:
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
     ) -> Any:
+        throttle_token_refresh(self.api.configuration)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -321,10 +324,66 @@ def ensure_pool(api: k8s.ApiClient, size: int) -> None:
         api.rest_client = type(api.rest_client)(api.configuration)
 
 
+# The kubeconfig and in-cluster loaders install a hook that the client calls before every
+# request to refresh the bearer token. Each call sets the configuration's host again,
+# and that setter reads every environment variable for proxy settings: about a third of
+# the CPU of an unsuspend PATCH. The loaders refresh a token well ahead of its end (five
+# minutes before a kubeconfig token expires; the in-cluster token file is re-read every
+# minute), so calling the hook at most once per TOKEN_CHECK_S per configuration loses
+# nothing.
+TOKEN_CHECK_S = 1.0
+
+
+class ThrottledRefresh:
+    """A token refresh hook called at most once per ``every_s`` per configuration.
+
+    The loaders' hook installs itself again each time it runs; the newest one is kept
+    and this wrapper put back in its place."""
+
+    def __init__(
+        self,
+        hook: Callable[[Any], None],
+        *,
+        every_s: float = TOKEN_CHECK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.hook = hook
+        self.every_s = every_s
+        self.clock = clock
+        self._last: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __call__(self, configuration: Any) -> None:
+        last = self._last.get(configuration)
+        if last is not None and self.clock() - last < self.every_s:
+            return
+        with self._lock:
+            last = self._last.get(configuration)
+            if last is not None and self.clock() - last < self.every_s:
+                return
+            self.hook(configuration)
+            self._last[configuration] = self.clock()
+            installed = getattr(configuration, "refresh_api_key_hook", None)
+            if installed is not self:
+                if installed is not None and not isinstance(installed, ThrottledRefresh):
+                    self.hook = installed
+                configuration.refresh_api_key_hook = self
+
+
+def throttle_token_refresh(configuration: Any) -> None:
+    """Wrap the configuration's token refresh hook (if any) in a ThrottledRefresh. Cheap
+    enough to call before each request: a hook that a racing refresh left unwrapped is
+    wrapped again."""
+    hook = getattr(configuration, "refresh_api_key_hook", None)
+    if hook is not None and not isinstance(hook, ThrottledRefresh):
+        configuration.refresh_api_key_hook = ThrottledRefresh(hook)
+
+
 def connect(kubeconfig: str | None = None, *, user_agent: str = "koord-queue") -> k8s.ApiClient:
     """An ApiClient from a kubeconfig file, or the in-cluster service account.
 
-    urllib3's own retries are off: the retry layer above decides, counts and logs."""
+    urllib3's own retries are off: the retry layer above decides, counts and logs. The
+    token refresh hook is throttled (ThrottledRefresh)."""
     configuration = k8s.Configuration()
     try:
         if kubeconfig:
@@ -337,6 +396,7 @@ def connect(kubeconfig: str | None = None, *, user_agent: str = "koord-queue") -
             f"cannot reach Kubernetes through {where}: {exc}", retryable=False
         ) from exc
     configuration.retries = False
+    throttle_token_refresh(configuration)
     api = k8s.ApiClient(configuration)
     api.user_agent = user_agent
     return api
