@@ -76,6 +76,7 @@ def cycle_root(
     lease_ttl_s: float | None = None,
     nodes: list[NodeInfo] | None = None,
     background: bool = False,
+    shared: state.PassReads | None = None,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
@@ -84,7 +85,9 @@ def cycle_root(
     database, not from this view). ``background``: against an API server the cycle's
     cluster calls run in the background (state.calls) and the lease is released there
     once they are done, so the next tree's cycle and the next sync overlap this one's
-    round trips; the next cycle of this tree in this process waits for them first."""
+    round trips; the next cycle of this tree in this process waits for them first.
+    ``shared``: what the pass's cycles read once for all of them (state.PassReads); this
+    cycle's admissions are added to it."""
     cluster = cluster or get_cluster()
     _wait_for_calls(root)
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
@@ -113,7 +116,7 @@ def cycle_root(
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
-        quotas = state.read_quotas()  # one read: the world's tree and the snapshot's
+        quotas = state.read_quotas(root)  # one read: the world's tree and the snapshot's
         seen: str | None = None
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root, quotas))
@@ -127,6 +130,7 @@ def cycle_root(
             world=tree,
             forecast=forecast,
             quotas=quotas,
+            shared=shared,
         )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
@@ -148,6 +152,14 @@ def cycle_root(
             started=started,
         )
         report.seen = seen
+        if shared is not None and report.admitted:
+            took = set(report.admitted)
+            for admission in result.admissions:
+                if admission.workload_id in took:
+                    shared.took(
+                        index.quota_ids[admission.quota],
+                        {node: held.to_dict() for node, held in admission.assignment.items()},
+                    )
         report.node_bound = waits_for_nodes(result)
         if forecast:
             state.forecast_done(root, time.perf_counter() - started)
@@ -451,10 +463,15 @@ def _cycle_roots(
         read_ms=round((listed - read) * 1000, 1),
         persist_ms=round((time.perf_counter() - listed) * 1000, 1),
     )
+    # What the trees' snapshots read alike, read once for all (the queues, what each tree
+    # holds on the nodes); each tree's own quotas and rows are read under its lease.
+    shared = state.PassReads() if len(roots) > 1 else None
     # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
         try:
-            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
+            applied = cycle_root(
+                root, cluster=cluster, now=now, nodes=nodes, background=True, shared=shared
+            )
         except leases.LeaseLost as exc:
             log.warning("cycle of %s dropped: %s", root, exc)
             summary.skipped.append(root)
