@@ -330,53 +330,45 @@ def _dispatch(
 
 
 def react(
-    target: str, *, cluster: Cluster | None = None, now: datetime | None = None
+    target: str,
+    *,
+    cluster: Cluster | None = None,
+    now: datetime | None = None,
+    stamp: float | None = None,
 ) -> CycleSummary:
     """What a wake runs (queueing.wake), one task per woken thing. See docs/realtime.md.
 
     - a tree's root: that tree's cycle, nothing else;
-    - ``wake.SYNC``: the sync alone; then it wakes the trees it touched (its transitions,
-      registrations, configuration), each its own task at once, plus the trees waiting
-      for room on the nodes when it moved something (``summary.woken``);
-    - ``wake.ALL``: a wake of each tree, at once."""
-    wake.started(target)  # its wake key and the tick's dispatch note, one round trip
+    - ``wake.SYNC``: the sync; then the trees it touched (its transitions, registrations,
+      configuration), plus the trees waiting for room on the nodes when it moved
+      something (``summary.woken``), cycled in this task (``_cycled_here``) -- and, when
+      reacts carry their stamps, every tree with a react on its way, whose wake this
+      task takes (``wake.take``). Then again, while a wake of the sync came meanwhile
+      and the task is under ``PASS_BUDGET_INTERVALS`` intervals old (``_sync_pass``);
+    - ``wake.ALL``: a wake of each tree, at once.
+
+    ``stamp``: its wake key's value when it was sent; nothing is done if another task
+    took that wake and did its work (``wake.claim``)."""
+    # Its wake key and the tick's dispatch note, one round trip (two with a stamp).
+    if not wake.claim(target, stamp):
+        trace.mark("react_taken", target=target)
+        return CycleSummary(skipped=[target])
     faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
     if target == wake.SYNC:
-        touched: set[str] = set()
-        synced = False
-        inline: list[str] = []
-        try:
-            with wake.collecting() as touched:
-                synced = _sync(cluster, now, summary, quiet=False)
-        finally:
-            # Whatever it committed before any error wakes its trees all the same.
-            every = state.roots()
-            woken = set(every) if wake.ALL in touched else touched.intersection(every)
-            queued: set[str] = set()
-            if touched:
-                # Which trees have a react on its way, which wait for node room: one read.
-                queued, bound = wake.lookout(every)
-                woken |= bound
-            summary.woken = sorted(woken)
-            inline = _cycled_here(summary.woken, queued) if synced else []
-            wake.wake_now([root for root in summary.woken if root not in inline], reason="sync")
-        if not synced:
-            wake.wake_busy([wake.SYNC], reason="sync busy")
-        else:
-            wake.woken_done(wake.WOKEN_SYNC)
-        if inline:
-            # The trees this sync touched, cycled now: no broker hop, no wait behind the
-            # queue's other tasks for the quota a finish just freed.
-            try:
-                _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
-            except BaseException:
-                wake.wake_now([root for root in inline if root not in summary.roots])
-                raise
-        elif synced:
-            wake.not_busy(wake.SYNC)
+        from django.conf import settings
+
+        budget = started + PASS_BUDGET_INTERVALS * settings.KQ_CYCLE_INTERVAL_S
+        while _sync_pass(cluster, now, summary):
+            # A wake of the sync came while this pass ran: its react would wait behind
+            # whatever the queue took meanwhile (ticks, trees' reacts). Take it here.
+            again = wake.pending(wake.SYNC) if wake.stamps_taken() else None
+            if not isinstance(again, float) or time.perf_counter() >= budget:
+                break
+            wake.take({wake.SYNC: again})
+            trace.mark("sync_again", after_ms=round((time.perf_counter() - started) * 1000, 1))
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -385,6 +377,52 @@ def react(
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
+
+
+# A woken sync runs again in its task while wakes of the sync keep coming, for at most
+# this many of beat's intervals (then the queue's other tasks get their turn).
+PASS_BUDGET_INTERVALS = 1.0
+
+
+def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
+    """The sync, then the trees it woke, in this task; whether the sync ran (its lease)."""
+    touched: set[str] = set()
+    synced = False
+    inline: list[str] = []
+    try:
+        with wake.collecting() as touched:
+            synced = _sync(cluster, now, summary, quiet=False)
+    finally:
+        # Whatever it committed before any error wakes its trees all the same.
+        every = state.roots()
+        woken = set(every) if wake.ALL in touched else touched.intersection(every)
+        queued: dict[str, Any] = {}
+        taking = synced and wake.stamps_taken()
+        if touched or taking:
+            # Which trees have a react on its way, which wait for node room: one read.
+            queued, bound = wake.lookout(every)
+            if touched:
+                woken |= bound
+        woken_now = sorted(woken)
+        summary.woken = sorted({*summary.woken, *woken_now})
+        inline = _cycled_here(woken_now, queued, take=taking) if synced else []
+        wake.wake_now([root for root in woken_now if root not in inline], reason="sync")
+    if not synced:
+        wake.wake_busy([wake.SYNC], reason="sync busy")
+    else:
+        wake.woken_done(wake.WOKEN_SYNC)
+    if inline:
+        # The trees this sync touched (and those woken meanwhile), cycled now: no broker
+        # hop, no wait behind the queue's other tasks for the quota a finish just freed.
+        cycled = len(summary.roots)
+        try:
+            _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
+        except BaseException:
+            wake.wake_now([root for root in inline if root not in summary.roots[cycled:]])
+            raise
+    elif synced:
+        wake.not_busy(wake.SYNC)
+    return synced
 
 
 def _cycle_woken(
@@ -404,14 +442,22 @@ def _cycle_woken(
     wake.wake_busy([root for root in summary.skipped if root in roots])
 
 
-def _cycled_here(roots: list[str], queued: set[str]) -> list[str]:
-    """Of the trees a woken sync touched, those it cycles itself (KQ_SYNC_CYCLES): each
-    with no react of its own on the way (``queued``: that one will see the change)."""
+def _cycled_here(roots: list[str], queued: dict[str, Any], *, take: bool = False) -> list[str]:
+    """The trees a woken sync cycles itself (KQ_SYNC_CYCLES): of those it touched
+    (``roots``), each with no react of its own on the way (``queued``: tree -> its
+    stamp; that react will see the change) -- or, with ``take``, every tree it touched
+    and every tree with a react on its way, whose wakes it takes (``wake.take``: their
+    reacts then find their work done). On a worker that serves the cycle queue alone
+    those reacts would wait behind every task queued before them."""
     from django.conf import settings
 
-    if not roots or not settings.KQ_SYNC_CYCLES:
+    if not settings.KQ_SYNC_CYCLES:
         return []
-    return [root for root in roots if root not in queued]
+    if not take:
+        return [root for root in roots if root not in queued]
+    chosen = sorted({*roots, *queued})
+    wake.take({root: queued[root] for root in chosen if root in queued})
+    return chosen
 
 
 def waits_for_nodes(result: Any) -> bool:

@@ -42,14 +42,15 @@ def tick() -> dict[str, Any]:
 # and those received with a countdown; the restarted worker wakes a sync and every tree
 # (wake.on_worker_start) and beat's tick catches the rest.
 @shared_task(name="queueing.react", ignore_result=True, acks_late=False)
-def react(target: str) -> dict[str, Any]:
+def react(target: str, stamp: float | None = None) -> dict[str, Any]:
     """A woken task (queueing.wake): a tree's cycle, "sync" (the sync, which wakes the
-    trees it touched) or "*" (a wake of every tree)."""
+    trees it touched) or "*" (a wake of every tree). ``stamp``: its wake key's value
+    (nothing to do if another task took that wake: ``wake.claim``)."""
     from queueing import trace
     from queueing.admission import react as run_react
 
     trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
-    summary = run_react(target).as_dict()
+    summary = run_react(target, stamp=stamp).as_dict()
     trace.mark(
         "task_done",
         kind="react",

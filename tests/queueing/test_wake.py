@@ -10,7 +10,7 @@ from django.core.cache import cache
 from queueing import actions, lease, wake
 from queueing.admission import react
 from queueing.choices import Phase
-from queueing.models import Quota, Workload
+from queueing.models import Quota, SimJob, Workload
 from tests.builders import SYSTEM, submit
 
 pytestmark = pytest.mark.django_db
@@ -185,6 +185,113 @@ def test_a_sync_leaves_a_touched_tree_to_the_react_on_its_way(world, sent, setti
     assert summary.roots == []
     assert summary.woken == ["cluster"]
     assert ("cluster", 0.0) in sent
+
+
+class Stamped(list[tuple[str, float | None]]):
+    """A sender that passes each react its stamp, as the Celery task does."""
+
+    def __call__(self, target: str, countdown_s: float, stamp: float | None = None) -> None:
+        self.append((target, stamp))
+
+    def stamp_of(self, target: str) -> float | None:
+        return [stamp for t, stamp in self if t == target][-1]
+
+
+@pytest.fixture
+def stamped(settings) -> Iterator[Stamped]:
+    settings.KQ_WAKE = True
+    cache.clear()
+    recorder = Stamped()
+    wake.set_sender(recorder)
+    assert wake.stamps_taken()
+    yield recorder
+    wake.set_sender(None)
+    cache.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_react_whose_wake_another_task_took_does_nothing(world, stamped):
+    submit(world, "w", cpu="1", runtime=30)
+    wake.wake(["cluster"], reason="test")
+    first = stamped.stamp_of("cluster")
+    assert isinstance(first, float)
+    wake.take({"cluster": first})  # a sync's pass cycles the tree in its place
+    assert wake.on_its_way(["cluster"]) == set()  # a wake from now sends its own react
+    summary = react("cluster", cluster=world.cluster, now=world.clock(), stamp=first)
+    assert summary.skipped == ["cluster"]
+    assert summary.roots == []
+    assert Workload.objects.get(name="w").phase == Phase.PENDING
+    # Positive controls: a later wake's react runs; so does one whose key merely expired
+    # (its wake was never taken: the work is still to do).
+    wake.wake(["cluster"], reason="test")
+    second = stamped.stamp_of("cluster")
+    assert second != first
+    cache.delete(wake.key("cluster"))
+    summary = react("cluster", cluster=world.cluster, now=world.clock(), stamp=second)
+    assert summary.roots == ["cluster"]
+    assert summary.admitted == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_woken_sync_cycles_a_touched_tree_whose_react_is_queued_and_takes_that_wake(
+    world, stamped
+):
+    first = submit(world, "first", cpu="8", count=2, runtime=30)
+    second = submit(world, "second", cpu="8", count=2, runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.ADMITTED
+    world.clock.advance(30)
+    cache.clear()
+    wake.wake(["cluster"], reason="test")  # a react of the tree is queued already
+    queued = stamped.stamp_of("cluster")
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
+    # The sync cycles the tree now (without stamps it left it to that react, which on a
+    # worker serving the queue alone runs after every task queued before it) ...
+    assert summary.roots == ["cluster"]
+    assert Workload.objects.get(pk=second.pk).phase == Phase.ADMITTED
+    # ... and the queued react then finds its work done.
+    again = react("cluster", cluster=world.cluster, now=world.clock(), stamp=queued)
+    assert again.skipped == ["cluster"]
+    assert again.roots == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_woken_sync_runs_again_for_a_wake_of_the_sync_that_came_meanwhile(
+    world, stamped, syncs, monkeypatch
+):
+    from queueing import admission
+
+    a = submit(world, "a", cpu="8", count=2, runtime=30)
+    b = submit(world, "b", cpu="8", count=2, runtime=600)
+    c = submit(world, "c", cpu="8", count=2, runtime=600)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    world.clock.advance(30)  # "a" finished
+    cache.clear()
+    real = admission._cycle_woken
+    woke: list[float | None] = []
+
+    def then_a_finish_is_heard(*args, **kwargs):
+        real(*args, **kwargs)
+        if not woke:  # while the pass cycles, "b" finishes and the informers wake a sync
+            SimJob.objects.filter(name="b").update(runtime_s=0.0)
+            wake.wake(None, sync=True, reason="test")
+            woke.append(stamped.stamp_of(wake.SYNC))
+
+    monkeypatch.setattr(admission, "_cycle_woken", then_a_finish_is_heard)
+    syncs.clear()
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    # Two syncs and two cycles in the one task: "a"'s finish admitted "b", "b"'s "c".
+    assert len(syncs) == 2
+    assert summary.roots == ["cluster", "cluster"]
+    assert Workload.objects.get(pk=a.pk).phase == Phase.SUCCEEDED
+    assert Workload.objects.get(pk=b.pk).phase == Phase.SUCCEEDED
+    assert Workload.objects.get(pk=c.pk).phase == Phase.ADMITTED
+    # The sync's react that the wake sent finds its work done.
+    assert react(wake.SYNC, cluster=world.cluster, now=world.clock(), stamp=woke[0]).skipped == [
+        wake.SYNC
+    ]
+    assert len(syncs) == 2
 
 
 @pytest.mark.django_db(transaction=True)
