@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -672,3 +673,31 @@ def test_a_woken_syncs_bookkeeping_costs_one_cache_round_trip_per_tree_it_cycles
     one = len(counting.calls)
     assert two - one == 1, counting.calls
     assert one <= 7, counting.calls  # started, lookout, done, cycled, not busy; the timer
+
+
+def test_a_tick_queued_right_behind_another_does_nothing(settings, monkeypatch):
+    from queueing import tasks
+
+    settings.KQ_WAKE = True
+    settings.KQ_CYCLE_INTERVAL_S = 1.0
+    cache.clear()
+    ran: list[bool] = []
+    monkeypatch.setattr(
+        "queueing.admission.tick",
+        lambda **kwargs: ran.append(kwargs["dispatch"]) or admission_summary(),
+    )
+    tasks.tick()
+    assert ran == [True]
+    assert tasks.tick() == {"skipped": True}  # beat's next one, queued behind a long task
+    assert ran == [True]
+    # Half an interval after the last one started, a tick runs again.
+    cache.set(wake.TICK_KEY, time.time() - 0.6, timeout=1)
+    tasks.tick()
+    assert ran == [True, True]
+    cache.clear()
+
+
+def admission_summary():
+    from queueing.admission import CycleSummary
+
+    return CycleSummary()
