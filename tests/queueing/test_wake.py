@@ -386,6 +386,28 @@ def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, 
     assert sorted(summary.roots) == ["cluster", "other"]
 
 
+def test_beats_tick_takes_a_job_that_merely_started_for_no_change(world, sent, settings):
+    from queueing import admission
+    from queueing import world as worlds
+    from queueing.sync import sync_cluster
+
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    job = submit(world, "w", cpu="1", runtime=600)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=job.pk).phase == Phase.ADMITTED
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    assert Workload.objects.get(pk=job.pk).phase == Phase.RUNNING
+    # The job's start is journaled (the tree's worlds read it) but wakes no cycle, and
+    # the tick does not take it for a change whose wake was lost.
+    assert wake.on_its_way(["cluster"]) == set()
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
+    # Control: a change that wakes (its wake lost) is still caught.
+    worlds.record({"cluster": [job.pk]})
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
+
+
 def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
     from queueing import admission
     from queueing import world as worlds
