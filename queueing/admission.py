@@ -47,6 +47,8 @@ class CycleSummary:
     skipped: list[str] = field(default_factory=list)
     #: The trees a woken sync (or a fan-out) woke, each to its own task.
     woken: list[str] = field(default_factory=list)
+    #: Whether the last sync of a woken sync's pass touched any tree (freed or asked).
+    woken_last: bool = False
     sync: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -363,7 +365,12 @@ def react(
         budget = started + PASS_BUDGET_INTERVALS * settings.KQ_CYCLE_INTERVAL_S
         while _sync_pass(cluster, now, summary):
             # A wake of the sync came while this pass ran: its react would wait behind
-            # whatever the queue took meanwhile (ticks, trees' reacts). Take it here.
+            # whatever the queue took meanwhile (ticks, trees' reacts). Take it here --
+            # while finishes flow: a pass whose sync freed or asked for nothing (jobs
+            # that only started) leaves the next wake to its react, which batches more
+            # (at full scale the informers wake a sync for every start too).
+            if not summary.woken_last:
+                break
             again = wake.pending(wake.SYNC) if wake.stamps_taken() else None
             if not isinstance(again, float) or time.perf_counter() >= budget:
                 break
@@ -405,6 +412,7 @@ def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) ->
                 woken |= bound
         woken_now = sorted(woken)
         summary.woken = sorted({*summary.woken, *woken_now})
+        summary.woken_last = bool(touched)
         inline = _cycled_here(woken_now, queued, take=taking) if synced else []
         wake.wake_now([root for root in woken_now if root not in inline], reason="sync")
     if not synced:
