@@ -529,9 +529,10 @@ def taken_key(target: str) -> str:
 
 
 def stamps_taken() -> bool:
-    """Whether reacts carry their stamps (the Celery task does): only then is a react's
-    work taken over by another task; otherwise the react would run it again."""
-    return _stamped
+    """Whether a woken sync's pass takes the wakes it serves (``KQ_SYNC_PASS_TAKES``) and
+    reacts carry their stamps (the Celery task does): only then is a react's work taken
+    over by another task; otherwise the react would run it again."""
+    return _stamped and bool(settings.KQ_SYNC_PASS_TAKES)
 
 
 def take(stamps: dict[str, Any]) -> None:
@@ -562,7 +563,7 @@ def claim(target: str, stamp: float | None) -> bool:
     """A react for ``target`` starts: False if the wake it was sent for (``stamp``) was
     taken by a task that did its work (``take``); else ``started``. The cycle queue is
     served either way. Without a stamp (a timer, an older sender), always True."""
-    if stamp is None:
+    if stamp is None or not settings.KQ_SYNC_PASS_TAKES:
         started(target)
         return True
     try:

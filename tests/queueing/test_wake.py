@@ -201,6 +201,7 @@ class Stamped(list[tuple[str, float | None]]):
 @pytest.fixture
 def stamped(settings) -> Iterator[Stamped]:
     settings.KQ_WAKE = True
+    settings.KQ_SYNC_PASS_TAKES = True
     cache.clear()
     recorder = Stamped()
     wake.set_sender(recorder)
