@@ -258,6 +258,10 @@ KQ_CYCLE_QUEUE = env.str("KQ_CYCLE_QUEUE", default="cycle")
 # A woken sync cycles the trees it touched in the same task (no react of theirs on its
 # way), instead of sending each its own react behind whatever the queue holds.
 KQ_SYNC_CYCLES = _bool("KQ_SYNC_CYCLES", True)
+# A woken sync's pass also takes the trees with a react on their way, and runs again
+# while wakes of the sync come (docs/realtime.md §1). Off: at full scale it cost the
+# worker more CPU than it saved waiting (docs/BENCHMARKS.md, helper cyc).
+KQ_SYNC_PASS_TAKES = _bool("KQ_SYNC_PASS_TAKES", False)
 # Each cycle process keeps its trees' live workloads in memory (queueing/world.py) and
 # rebuilds them from the database at least this often.
 KQ_WORLD = _bool("KQ_WORLD", True)

@@ -47,6 +47,8 @@ class CycleSummary:
     skipped: list[str] = field(default_factory=list)
     #: The trees a woken sync (or a fan-out) woke, each to its own task.
     woken: list[str] = field(default_factory=list)
+    #: Whether the last sync of a woken sync's pass touched any tree (freed or asked).
+    woken_last: bool = False
     sync: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -76,6 +78,7 @@ def cycle_root(
     lease_ttl_s: float | None = None,
     nodes: list[NodeInfo] | None = None,
     background: bool = False,
+    shared: state.PassReads | None = None,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
@@ -84,7 +87,9 @@ def cycle_root(
     database, not from this view). ``background``: against an API server the cycle's
     cluster calls run in the background (state.calls) and the lease is released there
     once they are done, so the next tree's cycle and the next sync overlap this one's
-    round trips; the next cycle of this tree in this process waits for them first."""
+    round trips; the next cycle of this tree in this process waits for them first.
+    ``shared``: what the pass's cycles read once for all of them (state.PassReads); this
+    cycle's admissions are added to it."""
     cluster = cluster or get_cluster()
     _wait_for_calls(root)
     held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
@@ -113,7 +118,7 @@ def cycle_root(
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
-        quotas = state.read_quotas()  # one read: the world's tree and the snapshot's
+        quotas = state.read_quotas(root)  # one read: the world's tree and the snapshot's
         seen: str | None = None
         if tree is not None:
             tree.refresh(state.tree_quota_ids(root, quotas))
@@ -127,6 +132,7 @@ def cycle_root(
             world=tree,
             forecast=forecast,
             quotas=quotas,
+            shared=shared,
         )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=forecast)
@@ -148,6 +154,14 @@ def cycle_root(
             started=started,
         )
         report.seen = seen
+        if shared is not None and report.admitted:
+            took = set(report.admitted)
+            for admission in result.admissions:
+                if admission.workload_id in took:
+                    shared.took(
+                        index.quota_ids[admission.quota],
+                        {node: held.to_dict() for node, held in admission.assignment.items()},
+                    )
         report.node_bound = waits_for_nodes(result)
         if forecast:
             state.forecast_done(root, time.perf_counter() - started)
@@ -318,53 +332,50 @@ def _dispatch(
 
 
 def react(
-    target: str, *, cluster: Cluster | None = None, now: datetime | None = None
+    target: str,
+    *,
+    cluster: Cluster | None = None,
+    now: datetime | None = None,
+    stamp: float | None = None,
 ) -> CycleSummary:
     """What a wake runs (queueing.wake), one task per woken thing. See docs/realtime.md.
 
     - a tree's root: that tree's cycle, nothing else;
-    - ``wake.SYNC``: the sync alone; then it wakes the trees it touched (its transitions,
-      registrations, configuration), each its own task at once, plus the trees waiting
-      for room on the nodes when it moved something (``summary.woken``);
-    - ``wake.ALL``: a wake of each tree, at once."""
-    wake.started(target)  # its wake key and the tick's dispatch note, one round trip
+    - ``wake.SYNC``: the sync; then the trees it touched (its transitions, registrations,
+      configuration), plus the trees waiting for room on the nodes when it moved
+      something (``summary.woken``), cycled in this task (``_cycled_here``) -- and, when
+      reacts carry their stamps, every tree with a react on its way, whose wake this
+      task takes (``wake.take``). Then again, while a wake of the sync came meanwhile
+      and the task is under ``PASS_BUDGET_INTERVALS`` intervals old (``_sync_pass``);
+    - ``wake.ALL``: a wake of each tree, at once.
+
+    ``stamp``: its wake key's value when it was sent; nothing is done if another task
+    took that wake and did its work (``wake.claim``)."""
+    # Its wake key and the tick's dispatch note, one round trip (two with a stamp).
+    if not wake.claim(target, stamp):
+        trace.mark("react_taken", target=target)
+        return CycleSummary(skipped=[target])
     faults.reach("react.taken")
     cluster = cluster or get_cluster()
     started = time.perf_counter()
     summary = CycleSummary()
     if target == wake.SYNC:
-        touched: set[str] = set()
-        synced = False
-        inline: list[str] = []
-        try:
-            with wake.collecting() as touched:
-                synced = _sync(cluster, now, summary, quiet=False)
-        finally:
-            # Whatever it committed before any error wakes its trees all the same.
-            every = state.roots()
-            woken = set(every) if wake.ALL in touched else touched.intersection(every)
-            queued: set[str] = set()
-            if touched:
-                # Which trees have a react on its way, which wait for node room: one read.
-                queued, bound = wake.lookout(every)
-                woken |= bound
-            summary.woken = sorted(woken)
-            inline = _cycled_here(summary.woken, queued) if synced else []
-            wake.wake_now([root for root in summary.woken if root not in inline], reason="sync")
-        if not synced:
-            wake.wake_busy([wake.SYNC], reason="sync busy")
-        else:
-            wake.woken_done(wake.WOKEN_SYNC)
-        if inline:
-            # The trees this sync touched, cycled now: no broker hop, no wait behind the
-            # queue's other tasks for the quota a finish just freed.
-            try:
-                _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
-            except BaseException:
-                wake.wake_now([root for root in inline if root not in summary.roots])
-                raise
-        elif synced:
-            wake.not_busy(wake.SYNC)
+        from django.conf import settings
+
+        budget = started + PASS_BUDGET_INTERVALS * settings.KQ_CYCLE_INTERVAL_S
+        while _sync_pass(cluster, now, summary):
+            # A wake of the sync came while this pass ran: its react would wait behind
+            # whatever the queue took meanwhile (ticks, trees' reacts). Take it here --
+            # while finishes flow: a pass whose sync freed or asked for nothing (jobs
+            # that only started) leaves the next wake to its react, which batches more
+            # (at full scale the informers wake a sync for every start too).
+            if not summary.woken_last:
+                break
+            again = wake.pending(wake.SYNC) if wake.stamps_taken() else None
+            if not isinstance(again, float) or time.perf_counter() >= budget:
+                break
+            wake.take({wake.SYNC: again})
+            trace.mark("sync_again", after_ms=round((time.perf_counter() - started) * 1000, 1))
     elif target == wake.ALL:
         summary.woken = state.roots()
         wake.wake(summary.woken, reason="every tree", delay_s=0.0, fresh=True)
@@ -373,6 +384,53 @@ def react(
     _arm_timer(cluster, now)
     summary.duration_ms = (time.perf_counter() - started) * 1000
     return summary
+
+
+# A woken sync runs again in its task while wakes of the sync keep coming, for at most
+# this many of beat's intervals (then the queue's other tasks get their turn).
+PASS_BUDGET_INTERVALS = 1.0
+
+
+def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
+    """The sync, then the trees it woke, in this task; whether the sync ran (its lease)."""
+    touched: set[str] = set()
+    synced = False
+    inline: list[str] = []
+    try:
+        with wake.collecting() as touched:
+            synced = _sync(cluster, now, summary, quiet=False)
+    finally:
+        # Whatever it committed before any error wakes its trees all the same.
+        every = state.roots()
+        woken = set(every) if wake.ALL in touched else touched.intersection(every)
+        queued: dict[str, Any] = {}
+        taking = synced and wake.stamps_taken()
+        if touched or taking:
+            # Which trees have a react on its way, which wait for node room: one read.
+            queued, bound = wake.lookout(every)
+            if touched:
+                woken |= bound
+        woken_now = sorted(woken)
+        summary.woken = sorted({*summary.woken, *woken_now})
+        summary.woken_last = bool(touched)
+        inline = _cycled_here(woken_now, queued, take=taking) if synced else []
+        wake.wake_now([root for root in woken_now if root not in inline], reason="sync")
+    if not synced:
+        wake.wake_busy([wake.SYNC], reason="sync busy")
+    else:
+        wake.woken_done(wake.WOKEN_SYNC)
+    if inline:
+        # The trees this sync touched (and those woken meanwhile), cycled now: no broker
+        # hop, no wait behind the queue's other tasks for the quota a finish just freed.
+        cycled = len(summary.roots)
+        try:
+            _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
+        except BaseException:
+            wake.wake_now([root for root in inline if root not in summary.roots[cycled:]])
+            raise
+    elif synced:
+        wake.not_busy(wake.SYNC)
+    return synced
 
 
 def _cycle_woken(
@@ -392,14 +450,22 @@ def _cycle_woken(
     wake.wake_busy([root for root in summary.skipped if root in roots])
 
 
-def _cycled_here(roots: list[str], queued: set[str]) -> list[str]:
-    """Of the trees a woken sync touched, those it cycles itself (KQ_SYNC_CYCLES): each
-    with no react of its own on the way (``queued``: that one will see the change)."""
+def _cycled_here(roots: list[str], queued: dict[str, Any], *, take: bool = False) -> list[str]:
+    """The trees a woken sync cycles itself (KQ_SYNC_CYCLES): of those it touched
+    (``roots``), each with no react of its own on the way (``queued``: tree -> its
+    stamp; that react will see the change) -- or, with ``take``, every tree it touched
+    and every tree with a react on its way, whose wakes it takes (``wake.take``: their
+    reacts then find their work done). On a worker that serves the cycle queue alone
+    those reacts would wait behind every task queued before them."""
     from django.conf import settings
 
-    if not roots or not settings.KQ_SYNC_CYCLES:
+    if not settings.KQ_SYNC_CYCLES:
         return []
-    return [root for root in roots if root not in queued]
+    if not take:
+        return [root for root in roots if root not in queued]
+    chosen = sorted({*roots, *queued})
+    wake.take({root: queued[root] for root in chosen if root in queued})
+    return chosen
 
 
 def waits_for_nodes(result: Any) -> bool:
@@ -451,10 +517,15 @@ def _cycle_roots(
         read_ms=round((listed - read) * 1000, 1),
         persist_ms=round((time.perf_counter() - listed) * 1000, 1),
     )
+    # What the trees' snapshots read alike, read once for all (the queues, what each tree
+    # holds on the nodes); each tree's own quotas and rows are read under its lease.
+    shared = state.PassReads() if len(roots) > 1 else None
     # Each tree's cluster calls run while the next tree cycles (and the next sync).
     for root in roots:
         try:
-            applied = cycle_root(root, cluster=cluster, now=now, nodes=nodes, background=True)
+            applied = cycle_root(
+                root, cluster=cluster, now=now, nodes=nodes, background=True, shared=shared
+            )
         except leases.LeaseLost as exc:
             log.warning("cycle of %s dropped: %s", root, exc)
             summary.skipped.append(root)

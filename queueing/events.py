@@ -319,7 +319,9 @@ def _journal_and_wake(ids: list[int]) -> None:
     if not roots:
         return
     if world.enabled():
-        world.record_now_and_on_commit(roots)
+        # The trees only journaled (not woken) are quiet: beat's tick does not take their
+        # records for a change whose wake was lost (wake.covered).
+        world.record_now_and_on_commit(roots, quiet=set(roots) - deciding)
     if wake.enabled() and deciding:
         chosen = sorted(deciding)
         transaction.on_commit(lambda: wake.wake(chosen, reason="changed"))

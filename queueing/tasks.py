@@ -15,11 +15,19 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="queueing.tick", ignore_result=True)
 def tick() -> dict[str, Any]:
-    """Sync with the cluster, then run the admission cycle of every quota tree."""
-    from queueing import trace
+    """Sync with the cluster, then run the admission cycle of every quota tree (or, as a
+    dispatcher, wake what woken tasks do not cover: admission.tick). A tick that starts
+    within half an interval of the last one does nothing (``wake.tick_due``)."""
+    from django.conf import settings
+
+    from queueing import trace, wake
     from queueing.admission import tick as run_tick
 
     trace.mark("task", kind="tick", late_ms=_late_ms(tick.request))
+    if not wake.tick_due(settings.KQ_CYCLE_INTERVAL_S):
+        # Queued behind a long task with the tick before it, which just ran.
+        trace.mark("task_done", kind="tick", ms=0.0, cycled=0, skipped=True)
+        return {"skipped": True}
     summary = run_tick(dispatch=True).as_dict()
     trace.mark(
         "task_done",
@@ -42,14 +50,15 @@ def tick() -> dict[str, Any]:
 # and those received with a countdown; the restarted worker wakes a sync and every tree
 # (wake.on_worker_start) and beat's tick catches the rest.
 @shared_task(name="queueing.react", ignore_result=True, acks_late=False)
-def react(target: str) -> dict[str, Any]:
+def react(target: str, stamp: float | None = None) -> dict[str, Any]:
     """A woken task (queueing.wake): a tree's cycle, "sync" (the sync, which wakes the
-    trees it touched) or "*" (a wake of every tree)."""
+    trees it touched) or "*" (a wake of every tree). ``stamp``: its wake key's value
+    (nothing to do if another task took that wake: ``wake.claim``)."""
     from queueing import trace
     from queueing.admission import react as run_react
 
     trace.mark("task", kind="react", target=target, late_ms=_late_ms(react.request))
-    summary = run_react(target).as_dict()
+    summary = run_react(target, stamp=stamp).as_dict()
     trace.mark(
         "task_done",
         kind="react",

@@ -22,7 +22,9 @@ did not cover (``covered``), so a lost wake costs latency, never a decision.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import math
 import os
 import threading
 import time
@@ -93,12 +95,14 @@ def key(target: str) -> str:
     return f"kq:wake:{target}"
 
 
-def send_react(target: str, countdown_s: float) -> None:
-    """Queue the ``react`` task for ``target`` (a root, ALL or SYNC)."""
+def send_react(target: str, countdown_s: float, stamp: float | None = None) -> None:
+    """Queue the ``react`` task for ``target`` (a root, ALL or SYNC). ``stamp``: the value
+    of the wake key it was sent for (``claim``)."""
     from queueing.tasks import react
 
     react.apply_async(
         args=[target],
+        kwargs={"stamp": stamp} if stamp is not None else None,
         # No countdown at all for a wake due now: a message with an ETA waits in the
         # worker's timer, one without goes straight to its pool.
         countdown=countdown_s if countdown_s > 0 else None,
@@ -108,13 +112,27 @@ def send_react(target: str, countdown_s: float) -> None:
     )
 
 
-_sender: Sender = send_react
+_sender: Callable[..., None] = send_react
+#: Whether the sender passes each react the stamp of its wake key (``claim``, ``take``).
+_stamped = True
 
 
-def set_sender(sender: Sender | None) -> None:
-    """Tests replace how a react is sent (None: the Celery task again)."""
-    global _sender
+def set_sender(sender: Sender | Callable[..., None] | None) -> None:
+    """Tests replace how a react is sent (None: the Celery task again). A sender with a
+    ``stamp`` parameter gets each react's stamp, as the Celery task does."""
+    global _sender, _stamped
     _sender = sender if sender is not None else send_react
+    try:
+        _stamped = "stamp" in inspect.signature(_sender).parameters
+    except (TypeError, ValueError):
+        _stamped = False
+
+
+def _send(target: str, countdown_s: float, stamp: float) -> None:
+    if _stamped:
+        _sender(target, countdown_s, stamp=stamp)
+    else:
+        _sender(target, countdown_s)
 
 
 @contextlib.contextmanager
@@ -168,13 +186,15 @@ def wake(
     for target in targets:
         try:
             # The key holds when it was set: beat's tick trusts a react on its way only
-            # for an interval (``covered``), a lost one's key lives KEY_TTL_S.
+            # for an interval (``covered``), a lost one's key lives KEY_TTL_S. The same
+            # value is the react's stamp (``claim``).
+            stamp = time.time()
             if fresh:
-                cache.set(key(target), time.time(), timeout=KEY_TTL_S)
-            elif not cache.add(key(target), time.time(), timeout=KEY_TTL_S):
+                cache.set(key(target), stamp, timeout=KEY_TTL_S)
+            elif not cache.add(key(target), stamp, timeout=KEY_TTL_S):
                 trace.mark("wake_rides", target=target, reason=reason)
                 continue  # a react is on its way and will see this change
-            _sender(target, debounce)
+            _send(target, debounce, stamp)
             trace.mark("wake", target=target, reason=reason, delay_ms=round(debounce * 1000))
             sent += 1
         except Exception:  # the broker or the cache is down: beat's tick still runs
@@ -342,6 +362,31 @@ def reacts_served(seconds: float) -> bool:
         return False
 
 
+TICK_KEY = "kq:tick:ran"
+
+
+def tick_due(seconds: float) -> bool:
+    """Whether a tick of beat (every ``seconds``) that starts now has work to do: False
+    when another started less than half an interval ago. Beat sends one per interval;
+    two that close were queued behind a long task and the first just did what both
+    would (a woken sync's pass keeps the worker for up to an interval: two or three
+    ticks waited behind it, and ran back to back for 50-280 ms each at load 11)."""
+    now = time.time()
+    timeout = max(1, math.ceil(seconds))
+    try:
+        if cache.add(TICK_KEY, now, timeout=timeout):
+            return True
+        last = cache.get(TICK_KEY)
+        if last is not None and now - float(last) < seconds / 2:
+            return False
+        cache.set(TICK_KEY, now, timeout=timeout)
+    except (TypeError, ValueError):  # a key of an older version: run
+        return True
+    except Exception:  # the cache is down: the tick runs, as the safety net must
+        log.exception("could not note beat's tick")
+    return True
+
+
 # --- trees waiting for room on the nodes, not for quota ------------------------------------
 
 NODE_BOUND_TTL_S = 600
@@ -375,18 +420,20 @@ def node_bound(roots: Iterable[str]) -> set[str]:
     return {root for root in wanted if found.get(node_bound_key(root))}
 
 
-def lookout(roots: Iterable[str]) -> tuple[set[str], set[str]]:
-    """``(on_its_way(roots), node_bound(roots))`` in one round trip (a woken sync's)."""
+def lookout(roots: Iterable[str]) -> tuple[dict[str, Any], set[str]]:
+    """``(on_its_way(roots), node_bound(roots))`` in one round trip (a woken sync's); the
+    trees on their way with their keys' values (the stamps of their reacts: ``take``)."""
     wanted = list(roots)
     if not wanted:
-        return set(), set()
+        return {}, set()
     try:
         found = cache.get_many([key(r) for r in wanted] + [node_bound_key(r) for r in wanted])
     except Exception:
         log.exception("could not read which trees are woken or wait for node room")
-        return set(wanted), set(wanted)  # as on_its_way and node_bound say in doubt
+        # As on_its_way and node_bound say in doubt (no stamps: none is taken).
+        return dict.fromkeys(wanted), set(wanted)
     return (
-        {root for root in wanted if key(root) in found},
+        {root: found[key(root)] for root in wanted if key(root) in found},
         {root for root in wanted if found.get(node_bound_key(root))},
     )
 
@@ -462,6 +509,73 @@ def on_its_way(targets: Iterable[str]) -> set[str]:
 def taken(target: str) -> None:
     """A react for ``target`` starts: wakes from now on need a react of their own."""
     cache.delete(key(target))
+
+
+# --- a react's work done by another task: its stamp taken --------------------------------
+#
+# A woken sync cycles the trees it touched in its own task, and runs again while a wake of
+# the sync came meanwhile (admission.react): on a worker that serves the cycle queue alone,
+# their reacts would run after every task queued before them (beat's ticks, other trees),
+# and the quota a finish freed would wait for all of those. Such a task *takes* the wakes
+# it serves: it drops their keys (wakes from then on send a react of their own) and notes
+# the stamp each key held; the react sent with that stamp finds it taken when it starts
+# (``claim``) and does nothing, its work done. Stamps are compared for equality, never
+# as times: clocks of several machines may differ.
+TAKEN_TTL_S = 300  # longer than a react can wait before it expires (send_react)
+
+
+def taken_key(target: str) -> str:
+    return f"kq:wake-taken:{target}"
+
+
+def stamps_taken() -> bool:
+    """Whether a woken sync's pass takes the wakes it serves (``KQ_SYNC_PASS_TAKES``) and
+    reacts carry their stamps (the Celery task does): only then is a react's work taken
+    over by another task; otherwise the react would run it again."""
+    return _stamped and bool(settings.KQ_SYNC_PASS_TAKES)
+
+
+def take(stamps: dict[str, Any]) -> None:
+    """The wakes of ``stamps`` (target -> its key's value, as read) are served by the
+    caller, which does their work next: their keys are dropped (two round trips)."""
+    chosen = {target: stamp for target, stamp in stamps.items() if isinstance(stamp, float)}
+    if not chosen:
+        return
+    try:
+        cache.set_many(
+            {taken_key(target): stamp for target, stamp in chosen.items()}, timeout=TAKEN_TTL_S
+        )
+        cache.delete_many([key(target) for target in chosen])
+    except Exception:  # its react runs the work again: a cycle too many, never too few
+        log.exception("could not take the wakes of %s", ", ".join(chosen))
+
+
+def pending(target: str) -> Any:
+    """The value of ``target``'s wake key (a react on its way, and its stamp), or None."""
+    try:
+        return cache.get(key(target))
+    except Exception:
+        log.exception("could not read whether %s is woken", target)
+        return None
+
+
+def claim(target: str, stamp: float | None) -> bool:
+    """A react for ``target`` starts: False if the wake it was sent for (``stamp``) was
+    taken by a task that did its work (``take``); else ``started``. The cycle queue is
+    served either way. Without a stamp (a timer, an older sender), always True."""
+    if stamp is None or not settings.KQ_SYNC_PASS_TAKES:
+        started(target)
+        return True
+    try:
+        found = cache.get(taken_key(target))
+    except Exception:
+        log.exception("could not read whether the wake of %s was taken", target)
+        found = None
+    if found is not None and found == stamp:
+        react_started()
+        return False
+    started(target)
+    return True
 
 
 def started(target: str) -> None:

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -60,11 +60,14 @@ class Journal(Protocol):
         by: str = "",
         tx: str = "",
         done: bool = False,
+        quiet: Collection[str] = (),
     ) -> None:
         """Record changed workload ids per tree root. ``by``: the token of the world
         whose own cycle wrote these changes (see ``TreeWorld.refresh``). ``tx``: names
         the writing transaction, on its record made inside it and on the one made after
-        its commit (``done``); a record with ``done`` names committed rows."""
+        its commit (``done``); a record with ``done`` names committed rows. ``quiet``:
+        the roots whose changes here wake no cycle (jobs that merely started): beat's
+        tick does not count them as a change a lost wake may have left undone."""
         ...
 
     def head(self, root: str) -> Cursor:
@@ -72,8 +75,9 @@ class Journal(Protocol):
         ...
 
     def changed_since(self, root: str, cursor: Cursor) -> bool:
-        """Whether anything but a cycle's own writes (``by`` set) was recorded after
-        ``cursor``; True when that cannot be told (trimmed past it, or lost)."""
+        """Whether anything but a cycle's own writes (``by`` set) and quiet changes was
+        recorded after ``cursor``; True when that cannot be told (trimmed past it, or
+        lost)."""
         ...
 
     def since(
@@ -148,6 +152,7 @@ class RedisJournal:
         by: str = "",
         tx: str = "",
         done: bool = False,
+        quiet: Collection[str] = (),
     ) -> None:
         pipe = self.client.pipeline(transaction=False)
         for root, ids in changes.items():
@@ -156,6 +161,8 @@ class RedisJournal:
                 fields = {"ids": text}
                 if by:
                     fields["by"] = by
+                if root in quiet:
+                    fields["q"] = "1"
                 if tx:
                     fields["tx"] = tx
                 if done:
@@ -177,7 +184,7 @@ class RedisJournal:
         last = cursor
         while True:  # most often the first batch answers
             batch = self.client.xrange(key, min=f"({last}", count=200)
-            if any(not fields.get("by") for _, fields in batch):
+            if any(not fields.get("by") and not fields.get("q") for _, fields in batch):
                 return True
             if len(batch) < 200:
                 return False
@@ -223,8 +230,9 @@ class LocalJournal:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: dict[str, list[tuple[int, frozenset[int], str, str, bool]]] = defaultdict(
-            list
+        # (seq, ids, by, tx, done, quiet) per root
+        self.entries: dict[str, list[tuple[int, frozenset[int], str, str, bool, bool]]] = (
+            defaultdict(list)
         )
         self.dropped: dict[str, int] = {}  # root -> the last seq trimmed away
         self.seq = 0
@@ -237,12 +245,13 @@ class LocalJournal:
         by: str = "",
         tx: str = "",
         done: bool = False,
+        quiet: Collection[str] = (),
     ) -> None:
         with self.lock:
             for root, ids in changes.items():
                 self.seq += 1
                 entries = self.entries[root]
-                entries.append((self.seq, frozenset(ids), by, tx, done))
+                entries.append((self.seq, frozenset(ids), by, tx, done, root in quiet))
                 if len(entries) > MAXLEN:
                     cut = len(entries) - MAXLEN
                     self.dropped[root] = entries[cut - 1][0]
@@ -257,7 +266,10 @@ class LocalJournal:
         with self.lock:
             if generation != self.generation or after < self.dropped.get(root, 0):
                 return True
-            return any(seq > after and not by for seq, _, by, _, _ in self.entries.get(root, ()))
+            return any(
+                seq > after and not by and not quiet
+                for seq, _, by, _, _, quiet in self.entries.get(root, ())
+            )
 
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
@@ -267,7 +279,7 @@ class LocalJournal:
             if generation != self.generation or after < self.dropped.get(root, 0):
                 return cursor, None, set(), set()
             read = _Read(reader)
-            for seq, changed, by, tx, done in self.entries.get(root, ()):
+            for seq, changed, by, tx, done, _ in self.entries.get(root, ()):
                 if seq > after:
                     read.add(changed, by, tx, done)
             return (f"{self.seq}-{self.generation}", *read.result())
@@ -299,37 +311,47 @@ def set_journal(value: Journal | None) -> None:
 
 
 def record(
-    changes: Mapping[str, Iterable[int]], *, by: str = "", tx: str = "", done: bool = True
+    changes: Mapping[str, Iterable[int]],
+    *,
+    by: str = "",
+    tx: str = "",
+    done: bool = True,
+    quiet: Collection[str] = (),
 ) -> None:
     """Append to the journal now (call after the commit: ``done``). A failure only costs
     the worlds a rebuild: they find their cursor fell behind, or see the rows at the next
-    full cycle. ``by``: see ``record_cycle``; ``tx``: ``record_now_and_on_commit``."""
+    full cycle. ``by``: see ``record_cycle``; ``tx``: ``record_now_and_on_commit``;
+    ``quiet``: see ``Journal.append``."""
     changes = {root: list(ids) for root, ids in changes.items() if ids}
     if not changes:
         return
     try:
-        journal().append(changes, by=by, tx=tx, done=done)
+        journal().append(changes, by=by, tx=tx, done=done, quiet=quiet)
     except Exception:
         log.exception("could not record changes in the journal; worlds catch up later")
         _invalidate_all()
 
 
-def record_now_and_on_commit(changes: Mapping[str, Iterable[int]], *, by: str = "") -> None:
+def record_now_and_on_commit(
+    changes: Mapping[str, Iterable[int]], *, by: str = "", quiet: Collection[str] = ()
+) -> None:
     """Record inside the writing transaction and again once it commits. The first is
     what a reader on the same connection needs (it sees the uncommitted rows); the second
     is what every other reader needs (one that read the ids before the commit saw the old
-    rows, and reads them again). An id too many only costs a row read again."""
+    rows, and reads them again). An id too many only costs a row read again. ``quiet``:
+    the roots whose changes wake no cycle (``Journal.append``)."""
     chosen = {root: list(ids) for root, ids in changes.items() if ids}
     if not chosen:
         return
+    hushed = frozenset(quiet)
     if not transaction.get_connection().in_atomic_block:
-        record(chosen, by=by)  # autocommit: the rows are committed already
+        record(chosen, by=by, quiet=hushed)  # autocommit: the rows are committed already
         return
     # Both records name the transaction: a reader that finds the second among the
     # entries it reads knows the rows it reads next are committed, and reads them once.
     tx = uuid.uuid4().hex[:16]
-    record(chosen, by=by, tx=tx, done=False)
-    transaction.on_commit(lambda: record(chosen, by=by, tx=tx, done=True))
+    record(chosen, by=by, tx=tx, done=False, quiet=hushed)
+    transaction.on_commit(lambda: record(chosen, by=by, tx=tx, done=True, quiet=hushed))
 
 
 # Quota trees are shallow; a deeper chain (or a cycle a bad edit left) is cut here.

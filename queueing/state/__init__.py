@@ -24,6 +24,7 @@ from queueing.state.annotate import (
 from queueing.state.apply import ApplyReport, apply, finish_calls
 from queueing.state.calls import Call, run_calls
 from queueing.state.snapshot import (
+    PassReads,
     SnapshotIndex,
     build_snapshot,
     engine_config,
@@ -42,6 +43,7 @@ __all__ = [
     "HEAD_ROWS",
     "ApplyReport",
     "Call",
+    "PassReads",
     "SnapshotIndex",
     "_full_cycles",
     "apply",

@@ -92,6 +92,19 @@ def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
     return usage
 
 
+def held_by_quota() -> dict[int, Usage]:
+    """What the holding workloads of every tree hold on each node, per quota id: one read
+    that the cycles of one pass share (``snapshot.PassReads``), where each tree's
+    snapshot read the other trees' holdings again (``held_elsewhere``)."""
+    out: dict[int, Usage] = {}
+    for quota_id, assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
+        "quota_id", "assignment"
+    ):
+        if isinstance(assignment, dict):
+            _add(out.setdefault(quota_id, defaultdict(dict)), assignment)
+    return out
+
+
 def _add(usage: Usage, assignment: Mapping[str, Mapping[str, int]]) -> None:
     for node, held in assignment.items():
         bucket = usage[node]

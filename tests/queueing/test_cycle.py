@@ -14,7 +14,7 @@ from queueing import actions, forecasting, lease, state
 from queueing.admission import cycle_root, tick
 from queueing.choices import HOLDING_PHASES, Phase
 from queueing.engine import run_cycle
-from queueing.models import CycleRun, Quota, SimJob, UsageLedger, Workload
+from queueing.models import CycleRun, Queue, Quota, SimJob, UsageLedger, Workload
 from tests import builders
 from tests.builders import SYSTEM, submit
 
@@ -448,3 +448,59 @@ def test_what_other_trees_hold_is_summed_whatever_the_shapes(world):
     assert summed == {"n1": {"cpu": 3500, "memory": 1024, "nvidia.com/gpu": 1}, "n2": {"cpu": 750}}
     # The tree's own quotas are left out: here every row.
     assert dict(placement.held_elsewhere([quota_id])) == {}
+
+
+def test_a_cycle_reads_its_own_trees_quotas_with_their_ledgers(world):
+    # Three levels under "other" (root -> "other-q" -> "deep") beside the world's tree.
+    leaf = _second_tree()
+    deep = actions.create_quota(
+        SYSTEM, name="deep", tenant=leaf.tenant, parent=leaf, min={"cpu": "4"}, max={"cpu": "4"}
+    )
+    UsageLedger.objects.create(quota=deep, usage={"cpu": 1.5}, updated_at=world.clock())
+    mine = {q["name"]: q for q in state.read_quotas("other")}
+    assert set(mine) == {"other", "other-q", "deep"}
+    assert mine["deep"]["ledger_usage"] == {"cpu": 1.5}
+    assert mine["other"]["ledger_id"] is None
+    assert {q["name"] for q in state.read_quotas("cluster")} == set(
+        Quota.objects.exclude(name__in=mine).values_list("name", flat=True)
+    )
+    assert len(state.read_quotas()) == Quota.objects.count()
+    # A cycle decodes only its tree's quotas: one read, its rows the tree's.
+    with CaptureQueriesContext(connection) as queries:
+        cycle_root("other", cluster=world.cluster, now=world.clock())
+    reads = [q["sql"] for q in queries.captured_queries if "kq_tree" in q["sql"]]
+    assert len(reads) == 1, reads
+
+
+def test_a_pass_of_two_trees_reads_queues_and_holdings_once_and_counts_its_own_admissions(world):
+    # Two trees of 16 cpu over the same two 8-cpu nodes, each with 16 cpu of work, cycled
+    # in one pass (a woken sync's trees): the second tree's snapshot comes from the
+    # pass's one read of the holdings, plus what the first tree admitted in the pass --
+    # its engine sees the nodes full and places nothing (without ``took`` it would place
+    # on the same room and have every admission withdrawn under the lock).
+    from queueing.admission import CycleSummary, _cycle_roots
+
+    other = _second_tree()
+    mine = [submit(world, f"a{i}", cpu="4") for i in range(4)]
+    for i in range(4):
+        submit(world, f"b{i}", cpu="4", quota=other)
+    summary = CycleSummary()
+    with CaptureQueriesContext(connection) as queries:
+        _cycle_roots(world.cluster, ["cluster", "other"], world.clock(), summary)
+    assert summary.roots == ["cluster", "other"]
+    assert summary.admitted == 4
+    assert summary.conflicts == 0
+    assert sorted(
+        Workload.objects.filter(phase__in=HOLDING_PHASES).values_list("id", flat=True)
+    ) == sorted(w.pk for w in mine)
+    assert held_per_node() == {"node-1": 8000, "node-2": 8000}
+    last = CycleRun.objects.filter(root="other").latest("id")
+    assert last.stats["displaced"] == 0.0
+    sqls = [q["sql"] for q in queries.captured_queries]
+    queue_table = connection.ops.quote_name(Queue._meta.db_table)
+    assert sum(1 for sql in sqls if sql.startswith("SELECT") and f" FROM {queue_table}" in sql) == 1
+    # The holdings: once for the pass, and once under the placement lock by the apply
+    # that admitted (the first tree's; the second admitted nothing, took no lock).
+    columns = [sql.split(" FROM ")[0] for sql in sqls if sql.startswith("SELECT")]
+    holdings = [c for c in columns if '"assignment"' in c and '"name"' not in c]
+    assert len(holdings) == 2, holdings

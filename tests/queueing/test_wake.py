@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ from django.core.cache import cache
 from queueing import actions, lease, wake
 from queueing.admission import react
 from queueing.choices import Phase
-from queueing.models import Quota, Workload
+from queueing.models import Quota, SimJob, Workload
 from tests.builders import SYSTEM, submit
 
 pytestmark = pytest.mark.django_db
@@ -187,6 +188,114 @@ def test_a_sync_leaves_a_touched_tree_to_the_react_on_its_way(world, sent, setti
     assert ("cluster", 0.0) in sent
 
 
+class Stamped(list[tuple[str, float | None]]):
+    """A sender that passes each react its stamp, as the Celery task does."""
+
+    def __call__(self, target: str, countdown_s: float, stamp: float | None = None) -> None:
+        self.append((target, stamp))
+
+    def stamp_of(self, target: str) -> float | None:
+        return [stamp for t, stamp in self if t == target][-1]
+
+
+@pytest.fixture
+def stamped(settings) -> Iterator[Stamped]:
+    settings.KQ_WAKE = True
+    settings.KQ_SYNC_PASS_TAKES = True
+    cache.clear()
+    recorder = Stamped()
+    wake.set_sender(recorder)
+    assert wake.stamps_taken()
+    yield recorder
+    wake.set_sender(None)
+    cache.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_react_whose_wake_another_task_took_does_nothing(world, stamped):
+    submit(world, "w", cpu="1", runtime=30)
+    wake.wake(["cluster"], reason="test")
+    first = stamped.stamp_of("cluster")
+    assert isinstance(first, float)
+    wake.take({"cluster": first})  # a sync's pass cycles the tree in its place
+    assert wake.on_its_way(["cluster"]) == set()  # a wake from now sends its own react
+    summary = react("cluster", cluster=world.cluster, now=world.clock(), stamp=first)
+    assert summary.skipped == ["cluster"]
+    assert summary.roots == []
+    assert Workload.objects.get(name="w").phase == Phase.PENDING
+    # Positive controls: a later wake's react runs; so does one whose key merely expired
+    # (its wake was never taken: the work is still to do).
+    wake.wake(["cluster"], reason="test")
+    second = stamped.stamp_of("cluster")
+    assert second != first
+    cache.delete(wake.key("cluster"))
+    summary = react("cluster", cluster=world.cluster, now=world.clock(), stamp=second)
+    assert summary.roots == ["cluster"]
+    assert summary.admitted == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_woken_sync_cycles_a_touched_tree_whose_react_is_queued_and_takes_that_wake(
+    world, stamped
+):
+    first = submit(world, "first", cpu="8", count=2, runtime=30)
+    second = submit(world, "second", cpu="8", count=2, runtime=30)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.ADMITTED
+    world.clock.advance(30)
+    cache.clear()
+    wake.wake(["cluster"], reason="test")  # a react of the tree is queued already
+    queued = stamped.stamp_of("cluster")
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=first.pk).phase == Phase.SUCCEEDED
+    # The sync cycles the tree now (without stamps it left it to that react, which on a
+    # worker serving the queue alone runs after every task queued before it) ...
+    assert summary.roots == ["cluster"]
+    assert Workload.objects.get(pk=second.pk).phase == Phase.ADMITTED
+    # ... and the queued react then finds its work done.
+    again = react("cluster", cluster=world.cluster, now=world.clock(), stamp=queued)
+    assert again.skipped == ["cluster"]
+    assert again.roots == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_woken_sync_runs_again_for_a_wake_of_the_sync_that_came_meanwhile(
+    world, stamped, syncs, monkeypatch
+):
+    from queueing import admission
+
+    a = submit(world, "a", cpu="8", count=2, runtime=30)
+    b = submit(world, "b", cpu="8", count=2, runtime=600)
+    c = submit(world, "c", cpu="8", count=2, runtime=600)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    world.clock.advance(30)  # "a" finished
+    cache.clear()
+    real = admission._cycle_woken
+    woke: list[float | None] = []
+
+    def then_a_finish_is_heard(*args, **kwargs):
+        real(*args, **kwargs)
+        if not woke:  # while the pass cycles, "b" finishes and the informers wake a sync
+            SimJob.objects.filter(name="b").update(runtime_s=0.0)
+            wake.wake(None, sync=True, reason="test")
+            woke.append(stamped.stamp_of(wake.SYNC))
+
+    monkeypatch.setattr(admission, "_cycle_woken", then_a_finish_is_heard)
+    syncs.clear()
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    # Two syncs and two cycles in the one task: "a"'s finish admitted "b", "b"'s "c".
+    assert len(syncs) == 2
+    assert summary.roots == ["cluster", "cluster"]
+    assert Workload.objects.get(pk=a.pk).phase == Phase.SUCCEEDED
+    assert Workload.objects.get(pk=b.pk).phase == Phase.SUCCEEDED
+    assert Workload.objects.get(pk=c.pk).phase == Phase.ADMITTED
+    # The sync's react that the wake sent finds its work done.
+    assert react(wake.SYNC, cluster=world.cluster, now=world.clock(), stamp=woke[0]).skipped == [
+        wake.SYNC
+    ]
+    assert len(syncs) == 2
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_sync_that_moved_nothing_wakes_no_tree(world, sent):
     submit(world, "w", cpu="1", runtime=30)
@@ -276,6 +385,28 @@ def test_beats_tick_does_not_repeat_what_a_wake_just_ran(world, sent, settings, 
     summary = admission.tick(cluster=world.cluster, now=world.clock())
     assert len(syncs) == 4
     assert sorted(summary.roots) == ["cluster", "other"]
+
+
+def test_beats_tick_takes_a_job_that_merely_started_for_no_change(world, sent, settings):
+    from queueing import admission
+    from queueing import world as worlds
+    from queueing.sync import sync_cluster
+
+    settings.KQ_CYCLE_INTERVAL_S = 3.0
+    job = submit(world, "w", cpu="1", runtime=600)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    assert Workload.objects.get(pk=job.pk).phase == Phase.ADMITTED
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    assert Workload.objects.get(pk=job.pk).phase == Phase.RUNNING
+    # The job's start is journaled (the tree's worlds read it) but wakes no cycle, and
+    # the tick does not take it for a change whose wake was lost.
+    assert wake.on_its_way(["cluster"]) == set()
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == []
+    # Control: a change that wakes (its wake lost) is still caught.
+    worlds.record({"cluster": [job.pk]})
+    summary = admission.tick(cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster"]
 
 
 def test_beats_tick_leaves_a_tree_to_the_react_on_its_way(world, sent, settings):
@@ -565,3 +696,31 @@ def test_a_woken_syncs_bookkeeping_costs_one_cache_round_trip_per_tree_it_cycles
     one = len(counting.calls)
     assert two - one == 1, counting.calls
     assert one <= 7, counting.calls  # started, lookout, done, cycled, not busy; the timer
+
+
+def test_a_tick_queued_right_behind_another_does_nothing(settings, monkeypatch):
+    from queueing import tasks
+
+    settings.KQ_WAKE = True
+    settings.KQ_CYCLE_INTERVAL_S = 1.0
+    cache.clear()
+    ran: list[bool] = []
+    monkeypatch.setattr(
+        "queueing.admission.tick",
+        lambda **kwargs: ran.append(kwargs["dispatch"]) or admission_summary(),
+    )
+    tasks.tick()
+    assert ran == [True]
+    assert tasks.tick() == {"skipped": True}  # beat's next one, queued behind a long task
+    assert ran == [True]
+    # Half an interval after the last one started, a tick runs again.
+    cache.set(wake.TICK_KEY, time.time() - 0.6, timeout=1)
+    tasks.tick()
+    assert ran == [True, True]
+    cache.clear()
+
+
+def admission_summary():
+    from queueing.admission import CycleSummary
+
+    return CycleSummary()
