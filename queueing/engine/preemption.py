@@ -755,7 +755,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             reasons.append(
                 (
                     INQUEUE,
-                    f"preempted by workload {w.id} (priority {w.priority} > {v.priority}) "
+                    f"preempted by {w.name} (priority {w.priority} > {v.priority}) "
                     f"in quota {w.quota}",
                 )
             )
@@ -765,7 +765,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                     RECLAIM,
                     f"quota {w.quota} reclaims its guaranteed share from quota {v.quota}, "
                     f"which uses more than its {'min' if by_min else 'runtime quota'} "
-                    f"(for workload {w.id})",
+                    f"(for {w.name})",
                 )
             )
         else:
@@ -780,7 +780,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             reasons.append(
                 (
                     FAIRSHARE,
-                    f"fair share: quota {w.quota} with workload {w.id} would be at "
+                    f"fair share: quota {w.quota} with {w.name} would be at "
                     f"{mine:.2f} of its runtime quota, quota {v.quota} at {theirs:.2f} "
                     f"without this workload",
                 )

@@ -338,6 +338,8 @@ def test_lower_priority_in_the_same_quota_is_preempted_and_the_preemptor_waits()
     assert result.admissions == ()  # not in the same cycle as the eviction
     (p,) = result.preemptions
     assert (p.victim_id, p.preemptor_id, p.reason) == (2, 3, "InQueue")  # the newest
+    # The preemptor by its name, never its id.
+    assert p.message == "preempted by w3 (priority 5 > 1) in quota q0"
     assert result.nominations == (3,)
     assert result.explanations[3].kind == "preempting"
     assert result.explanations[3].victims == (2,)

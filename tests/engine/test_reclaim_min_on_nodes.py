@@ -104,6 +104,8 @@ def test_a_quota_under_its_min_reclaims_on_the_nodes_it_can_use() -> None:
     assert (
         "reclaims its guaranteed share from quota b, which uses more than its min" in (reasons[0])
     )
+    # The preemptor by its name, never its id (issue 11: names, never ids).
+    assert reasons[0].endswith(f"(for a-{small})")
 
 
 # -- a search on nodes with nothing to win within its budget (counted, not examined) ---
