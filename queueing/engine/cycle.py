@@ -51,8 +51,9 @@ from queueing.engine.cyclestate import (
     passes_hold,
 )
 from queueing.engine.eta import awaited_starts, typical_bound
-from queueing.engine.explain import Explanations, bound_etas, explain_all
+from queueing.engine.explain import bound_etas, explain_all
 from queueing.engine.forecast import forecast as run_forecast
+from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.preemption import find_victims
 from queueing.engine.resources import Resources
 from queueing.engine.types import (

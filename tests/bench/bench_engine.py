@@ -65,7 +65,7 @@ def engine_cycle_60k(runs: int = 7) -> dict[str, Any]:
 
     times, result = _timed(cycle, runs)
     stats = result.stats
-    # Without a forecast the explanations are built when read (explain.Explanations):
+    # Without a forecast the explanations are built when read (lazy_explanations.Explanations):
     # what reading all of them costs, measured apart (a cycle that only admits reads
     # none; one that annotates every waiting row reads all).
     read_cpu: list[float] = []

@@ -1,6 +1,6 @@
 """The explanations a cycle hands out unbuilt (``forecast=False``) are those built at once.
 
-:class:`queueing.engine.explain.Explanations` builds a queue's explanations when one of
+:class:`queueing.engine.lazy_explanations.Explanations` builds a queue's explanations when one of
 them is first read. Whatever the order of reading, each must equal what
 :func:`queueing.engine.explain.explain_all` gives for the same end state, and the
 mapping must hold exactly those workloads, in the same order.
@@ -16,10 +16,11 @@ import pytest
 
 from queueing.engine import run_cycle
 from queueing.engine.cycle import Cycle
-from queueing.engine.explain import Explanations, explain_all
-from queueing.engine.preemption import _Ordered
+from queueing.engine.explain import explain_all
+from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.scenarios import synthetic_snapshot
 from queueing.engine.types import Snapshot
+from queueing.engine.victim_lists import OrderedVictims
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_the_victim_order_read_lazily_is_the_sorted_order() -> None:
     entries: list[Any] = [
         ((rng.randrange(5), -rng.random(), -i), object(), i % 7) for i in range(500)
     ]
-    ordered = _Ordered(list(entries))
+    ordered = OrderedVictims(list(entries))
     expect = sorted(entries, key=lambda e: e[0])
     assert len(ordered) == 500
     assert [ordered[p] for p in range(40)] == expect[:40]
