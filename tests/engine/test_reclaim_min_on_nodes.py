@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from queueing.engine import cycle as cycle_mod
-from queueing.engine import preemption, run_cycle
+from queueing.engine import run_cycle, victim_lists
 from queueing.engine.invariants import check_cycle
 from queueing.engine.preemption import MAX_EXAMINED_NODES_ONLY
 from queueing.engine.resources import Resources
@@ -164,7 +164,7 @@ def test_searches_with_nothing_to_win_on_nodes_do_not_examine_candidates_again(
     work += [running(10 + i, "g", "gpu", req={"cpu": 1000}, priority=-1) for i in range(40)]
     work += [workload(100 + i, f"t{i}", req={"cpu": 2000}) for i in range(10)]
     read: list[int] = []
-    real_iter = preemption._Filtered.__iter__
+    real_iter = victim_lists.FilteredVictims.__iter__
 
     def counted(self: Any) -> Iterator[Any]:
         for item in real_iter(self):
@@ -178,7 +178,7 @@ def test_searches_with_nothing_to_win_on_nodes_do_not_examine_candidates_again(
         searches.append(w.id)
         return real_find(cy, w, qi, spec)
 
-    monkeypatch.setattr(preemption._Filtered, "__iter__", counted)
+    monkeypatch.setattr(victim_lists.FilteredVictims, "__iter__", counted)
     monkeypatch.setattr(cycle_mod, "find_victims", find)
     result = run_cycle(snapshot(quotas=quotas, nodes=nodes, workloads=work), forecast=False)
     assert not result.admissions
