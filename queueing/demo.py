@@ -335,7 +335,8 @@ def trickle(
             tenant=None,
             quota=quota,
             queue=queue,
-            name=f"{label}-{timezone.now():%H%M%S}-{secrets.token_hex(2)}",
+            # Eight hex digits: a burst submits hundreds in one second (four collided).
+            name=f"{label}-{timezone.now():%H%M%S}-{secrets.token_hex(4)}",
             pod_sets=[pod_set],
             priority=priority + rng.randint(0, 200),
             expected_runtime_s=declared,
