@@ -150,6 +150,17 @@ class Cycle(CycleState):
             if self.quota_fail(qi, req, freed) < 0:
                 pl = self.nodes.place(self.reqs(w), extra)
                 self.reserve(qi, req, freed, pl.per_node if pl else None, extra)
+                if pl is not None:
+                    claimed = self.inflight_claimed
+                    for i, amount in pl.per_node.items():
+                        x = extra.get(i)
+                        if not x:
+                            continue
+                        c = claimed.setdefault(i, {})
+                        for k, v in amount.items():
+                            got = min(v, x.get(k, 0))
+                            if got > 0:
+                                c[k] = c.get(k, 0) + got
 
     def tournament(self) -> None:
         """Step 5: admit across queues in fair-share order, re-ranked after each admission."""

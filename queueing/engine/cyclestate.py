@@ -410,6 +410,9 @@ class CycleState:
         self.admitted_ws: list[WorkloadSpec] = []  # in the order of ``admissions``
         #: Workloads chosen as victims this cycle (never chosen twice).
         self.victim_ids: set[int] = {w.id for ws in self.inflight.values() for w in ws}
+        #: Per node index, what waiting preemptors' reservations take of the room their
+        #: victims in flight will release (the rest of that room is nobody's yet).
+        self.inflight_claimed: dict[int, dict[str, int]] = {}
         #: Preemptors waiting for capacity: id -> victim ids (in flight or new).
         self.waiting: dict[int, tuple[int, ...]] = {}
         #: Preemptors waiting instead for work that ends within the grace period

@@ -495,6 +495,14 @@ def test_a_preemptor_whose_victims_are_gone_keeps_its_room_from_one_still_waitin
     repeated_cycles_never_ping_pong(world_from_seed(17779))
 
 
+def test_a_job_waits_for_room_evictions_under_way_free_rather_than_reclaim_it() -> None:
+    """Found by the property test: q1's preemptors evicted four of q0's jobs (one of
+    them q0's own, for a smaller one of its own), leaving q0 under its min of 4 cpu; the
+    next cycle q0's 2-cpu job, within its min but short of memory on nodes the evictions
+    were still freeing, reclaimed q1's job for room it would have had anyway."""
+    repeated_cycles_never_ping_pong(world_from_seed(59090703))
+
+
 def repeated_cycles_never_ping_pong(snap: Snapshot) -> None:
     pairs: list[tuple[int, int]] = []
     quota_pairs: list[tuple[str, str]] = []
