@@ -119,11 +119,11 @@ class Preemptor:
                         for k, x in amount.raw.items():
                             e[k] = e.get(k, 0) + x
         for i, claimed in cy.inflight_claimed.items():
-            e = spare.get(i)
-            if e is not None:
+            left = spare.get(i)
+            if left is not None:
                 for k, x in claimed.items():
-                    if k in e:
-                        e[k] -= x
+                    if k in left:
+                        left[k] -= x
         # What waiting preemptors (nominated earlier, or chosen earlier in this cycle)
         # will add once admitted: capacity released inside their chain is theirs.
         self.incoming: list[dict[str, int]] = [{} for _ in range(n)]
