@@ -186,17 +186,25 @@ def sync_cluster(
             report.incremental = True
             names = {name for _, _, name in keys}
             namespaces = {namespace for _, namespace, _ in keys}
+            jobs = [job for job in infos.values() if job is not None]
+            uids = sorted({job.ref.uid for job in jobs if job.ref.uid})
+            # One read for the active workloads of these jobs and for any workload that
+            # stands for one of them (``known``, see _sync_jobs): one snapshot, so a
+            # workload finished meanwhile is in one or the other.
+            rows = _rows(
+                Workload.objects.filter(
+                    Q(phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces)
+                    | Q(object_uid__in=uids)
+                )
+            )
+            active_phases = set(ACTIVE_PHASES)
             active = [
                 w
-                for w in _rows(
-                    Workload.objects.filter(
-                        phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces
-                    )
-                )
-                if (w.kind, w.namespace, w.name) in keys
+                for w in rows
+                if w.phase in active_phases and (w.kind, w.namespace, w.name) in keys
             ]
-            jobs = [job for job in infos.values() if job is not None]
-            _sync_jobs(cluster, jobs, active, now, report, fence, checks)
+            known = {w.object_uid for w in rows if w.object_uid}
+            _sync_jobs(cluster, jobs, active, now, report, fence, checks, known=known)
             _marks[cluster] = (cursor, mark[1])
     if keys is None:
         cursor = journal.changed_jobs(None)[0] if journal is not None else (0, 0)
@@ -268,9 +276,12 @@ def _sync_jobs(
     report: SyncReport,
     fence: Fence,
     checks: Checks,
+    known: set[str] | None = None,
 ) -> None:
     """Reconcile ``active`` workloads with ``jobs`` (a workload whose job is not among
-    them has none), then register the jobs no workload stands for."""
+    them has none), then register the jobs no workload stands for. ``known``: the uids
+    of the workloads (any phase) among the jobs', read with ``active`` in one statement;
+    else they are read here."""
     by_uid = {job.ref.uid: job for job in jobs if job.ref.uid}
     by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
     seen: set[tuple[str, str, str]] = set()
@@ -320,8 +331,8 @@ def _sync_jobs(
     # A view that lags (a watch cache) may still show a job running whose workload another
     # worker has already finished: it is no longer among the active, yet it is not new.
     # Read after ``active``, so any finish committed before that read is seen here.
-    uids = [job.ref.uid for job in new if job.ref.uid]
-    known: set[str] = set()
+    uids = [job.ref.uid for job in new if job.ref.uid] if known is None else []
+    known = set() if known is None else known
     for start in range(0, len(uids), CHUNK):
         known.update(
             Workload.objects.filter(object_uid__in=uids[start : start + CHUNK]).values_list(
@@ -332,8 +343,7 @@ def _sync_jobs(
     memo = _placements() if new else {}
     for start in range(0, len(new), CHUNK):
         repairs = []
-        with transaction.atomic():
-            _register_all(new[start : start + CHUNK], report, repairs, memo)
+        _register_all(new[start : start + CHUNK], report, repairs, memo)
         _repair(cluster, repairs, report, fence)
 
 
@@ -511,7 +521,9 @@ def _register_all(
     memo: dict[tuple[str, str, str], Placement],
 ) -> None:
     """New jobs become Pending workloads: one insert for all that can be placed (one by
-    one when that insert collides, to find the one that does)."""
+    one when that insert collides, to find the one that does). Each insert is its own
+    transaction (a savepoint in the caller's, if any): the placements before it only
+    read, so a transaction around the chunk would add a savepoint's two round trips."""
     items: list[tuple[JobInfo, dict[str, Any]]] = []
     for job in jobs:
         item = _registration(job, _placement(job, memo), report)
@@ -520,7 +532,7 @@ def _register_all(
     if not items:
         return
     try:
-        with transaction.atomic():  # a savepoint: a collision leaves the chunk intact
+        with transaction.atomic():  # a collision inserts nothing, then one by one
             actions.register_cluster_workloads([item for _, item in items])
         registered = [job for job, _ in items]
     except (IntegrityError, NotSupportedError):
