@@ -463,3 +463,30 @@ def test_a_sync_of_the_changed_jobs_reads_their_workloads_once(
         and (f'"{table}"."name" IN' in q["sql"] or f'"{table}"."object_uid" IN' in q["sql"])
     ]
     assert len(reads) == 1, reads
+    view.changed = set()
+    assert sync_cluster(view, now=world.clock()).incremental  # and so on, between full ones
+
+
+def test_the_settings_mark_read_with_the_workloads_is_the_one_read_alone(world):
+    """The incremental sync reads the quotas' and queues' mark (whether the placements
+    kept between syncs still hold) with its workloads: the same mark as read alone, or
+    every sync would start the placements afresh."""
+    from django.db import connection
+
+    from queueing import sync
+
+    submit(world, "one")
+    submit(world, "two")
+    cases = [
+        (Workload.objects.filter(name="nothing"), True),  # no workload: the mark alone
+        (Workload.objects.filter(name__in=[]), False),  # nothing can match: no statement
+        (Workload.objects.all(), True),
+    ]
+    for query, read in cases:
+        rows, mark = sync._rows_and_mark(query)
+        assert rows == sync._rows(query)
+        if connection.vendor == "postgresql" and read:
+            assert mark == sync._settings_mark()
+        else:
+            assert mark is None
+    assert len(sync._rows_and_mark(Workload.objects.all())[0]) == 2
