@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import IntegrityError, NotSupportedError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -186,17 +187,35 @@ def sync_cluster(
             report.incremental = True
             names = {name for _, _, name in keys}
             namespaces = {namespace for _, namespace, _ in keys}
+            jobs = [job for job in infos.values() if job is not None]
+            uids = sorted({job.ref.uid for job in jobs if job.ref.uid})
+            # One read for the active workloads of these jobs and for any workload that
+            # stands for one of them (``known``, see _sync_jobs): one snapshot, so a
+            # workload finished meanwhile is in one or the other.
+            rows, settings_mark = _rows_and_mark(
+                Workload.objects.filter(
+                    Q(phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces)
+                    | Q(object_uid__in=uids)
+                )
+            )
+            active_phases = set(ACTIVE_PHASES)
             active = [
                 w
-                for w in _rows(
-                    Workload.objects.filter(
-                        phase__in=ACTIVE_PHASES, name__in=names, namespace__in=namespaces
-                    )
-                )
-                if (w.kind, w.namespace, w.name) in keys
+                for w in rows
+                if w.phase in active_phases and (w.kind, w.namespace, w.name) in keys
             ]
-            jobs = [job for job in infos.values() if job is not None]
-            _sync_jobs(cluster, jobs, active, now, report, fence, checks)
+            known = {w.object_uid for w in rows if w.object_uid}
+            _sync_jobs(
+                cluster,
+                jobs,
+                active,
+                now,
+                report,
+                fence,
+                checks,
+                known=known,
+                settings_mark=settings_mark,
+            )
             _marks[cluster] = (cursor, mark[1])
     if keys is None:
         cursor = journal.changed_jobs(None)[0] if journal is not None else (0, 0)
@@ -268,9 +287,14 @@ def _sync_jobs(
     report: SyncReport,
     fence: Fence,
     checks: Checks,
+    known: set[str] | None = None,
+    settings_mark: tuple[Any, ...] | None = None,
 ) -> None:
     """Reconcile ``active`` workloads with ``jobs`` (a workload whose job is not among
-    them has none), then register the jobs no workload stands for."""
+    them has none), then register the jobs no workload stands for. ``known``: the uids
+    of the workloads (any phase) among the jobs', read with ``active`` in one statement;
+    else they are read here. ``settings_mark``: the quotas' and queues' (_placements),
+    read with them."""
     by_uid = {job.ref.uid: job for job in jobs if job.ref.uid}
     by_name = {(job.ref.kind, job.ref.namespace, job.ref.name): job for job in jobs}
     seen: set[tuple[str, str, str]] = set()
@@ -320,8 +344,8 @@ def _sync_jobs(
     # A view that lags (a watch cache) may still show a job running whose workload another
     # worker has already finished: it is no longer among the active, yet it is not new.
     # Read after ``active``, so any finish committed before that read is seen here.
-    uids = [job.ref.uid for job in new if job.ref.uid]
-    known: set[str] = set()
+    uids = [job.ref.uid for job in new if job.ref.uid] if known is None else []
+    known = set() if known is None else known
     for start in range(0, len(uids), CHUNK):
         known.update(
             Workload.objects.filter(object_uid__in=uids[start : start + CHUNK]).values_list(
@@ -329,11 +353,10 @@ def _sync_jobs(
             )
         )
     new = [job for job in new if job.ref.uid not in known]
-    memo = _placements() if new else {}
+    memo = _placements(settings_mark) if new else {}
     for start in range(0, len(new), CHUNK):
         repairs = []
-        with transaction.atomic():
-            _register_all(new[start : start + CHUNK], report, repairs, memo)
+        _register_all(new[start : start + CHUNK], report, repairs, memo)
         _repair(cluster, repairs, report, fence)
 
 
@@ -463,25 +486,58 @@ _placement_memo: dict[tuple[str, str, str], Placement] = {}
 _placement_mark: tuple[Any, ...] | None = None
 
 
-def _placements() -> dict[tuple[str, str, str], Placement]:
+def _placements(mark: tuple[Any, ...] | None = None) -> dict[tuple[str, str, str], Placement]:
+    """The memo, afresh unless the quotas and queues are as they were (``mark``: theirs,
+    read already; else read here)."""
     global _placement_memo, _placement_mark
-    mark = _settings_mark()
+    mark = _settings_mark() if mark is None else mark
     if mark != _placement_mark:
         _placement_memo, _placement_mark = {}, mark
     return _placement_memo
 
 
-def _settings_mark() -> tuple[Any, ...]:
+def _mark_parts() -> list[str]:
+    """One query per settings table: its count, newest id, versions and last update."""
     q = connection.ops.quote_name
-    parts = [
+    return [
         f"SELECT COUNT(*), MAX({q('id')}), SUM({q('version')}), MAX({q('updated_at')}) "  # noqa: S608
         f"FROM {q(model._meta.db_table)}"
         for model in (Quota, Queue)
     ]
+
+
+def _settings_mark() -> tuple[Any, ...]:
     with connection.cursor() as cursor:
         # Identifiers from the models' meta, quoted; no values.
-        cursor.execute(" UNION ALL ".join(parts))
+        cursor.execute(" UNION ALL ".join(_mark_parts()))
         return tuple(tuple(row) for row in cursor.fetchall())
+
+
+def _rows_and_mark(query: Any) -> tuple[list[SyncRow], tuple[Any, ...] | None]:
+    """``_rows(query)`` and, on PostgreSQL, the quotas' and queues' mark (_placements) in
+    the same statement: the workloads joined to the one row of the mark (a row without a
+    workload when there is none). Elsewhere the mark is None (read when needed)."""
+    if connection.vendor != "postgresql":
+        return _rows(query), None
+    try:
+        sql, params = query.order_by("id").values_list(*SYNC_FIELDS).query.sql_with_params()
+    except EmptyResultSet:  # nothing can match (no names, no uids): no statement at all
+        return [], None
+    first, second = _mark_parts()
+    width = len(SYNC_FIELDS)
+    statement = (
+        f"SELECT a.*, b.*, r.* FROM ({first}) a CROSS JOIN ({second}) b "  # noqa: S608
+        f'LEFT JOIN ({sql}) r ON TRUE ORDER BY r."id"'
+    )
+    with connection.cursor() as cursor:
+        # Identifiers from the models' meta, quoted; every value a parameter.
+        cursor.execute(statement, params)
+        fetched = cursor.fetchall()
+    if not fetched:
+        return [], None
+    mark = (tuple(fetched[0][:4]), tuple(fetched[0][4:8]))
+    rows = [SyncRow._make(row[8 : 8 + width]) for row in fetched if row[8] is not None]
+    return rows, mark
 
 
 def _placement(job: JobInfo, memo: dict[tuple[str, str, str], Placement]) -> Placement:
@@ -511,7 +567,9 @@ def _register_all(
     memo: dict[tuple[str, str, str], Placement],
 ) -> None:
     """New jobs become Pending workloads: one insert for all that can be placed (one by
-    one when that insert collides, to find the one that does)."""
+    one when that insert collides, to find the one that does). Each insert is its own
+    transaction (a savepoint in the caller's, if any): the placements before it only
+    read, so a transaction around the chunk would add a savepoint's two round trips."""
     items: list[tuple[JobInfo, dict[str, Any]]] = []
     for job in jobs:
         item = _registration(job, _placement(job, memo), report)
@@ -520,7 +578,7 @@ def _register_all(
     if not items:
         return
     try:
-        with transaction.atomic():  # a savepoint: a collision leaves the chunk intact
+        with transaction.atomic():  # a collision inserts nothing, then one by one
             actions.register_cluster_workloads([item for _, item in items])
         registered = [job for job, _ in items]
     except (IntegrityError, NotSupportedError):

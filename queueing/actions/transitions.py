@@ -95,6 +95,10 @@ def transition_many(
         return out
     at = at or timezone.now()
     with transaction.atomic(savepoint=False):
+        if _one_statement(moves, out, at):
+            if publish_changes:
+                publish(out.changes)
+            return out
         rows = _read({m.workload_id for m in moves})
         current = {wid: row[0] for wid, row in rows.items()}
         rounds: list[list[tuple[Move, str]]] = []
@@ -165,6 +169,107 @@ def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
 # --- the statements ------------------------------------------------------------------
 
 
+def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
+    """PostgreSQL, each row moved once: the locked read, the conditional writes of every
+    kind and the timeline in one statement (data-modifying CTEs), filling ``out``.
+    False (nothing done) where that does not apply: the steps then go one by one.
+
+    The read locks the rows in id order (``FOR UPDATE``: the latest committed version,
+    after waiting for any writer); each kind's UPDATE joins it and writes only the rows
+    whose locked phase is one its move expects (and still is: the rows are ours now),
+    returning the phase it moved them from; the timeline is inserted from what the
+    UPDATEs returned. All in one snapshot and one round trip."""
+    if connection.vendor != "postgresql":
+        return False
+    ids = [m.workload_id for m in moves]
+    if len(set(ids)) != len(ids):
+        return False  # a row moved twice: rounds, in order (transition_many)
+    kinds = _kinds([(m, m) for m in moves], at)
+    q = connection.ops.quote_name
+    table = q(Workload._meta.db_table)
+    params: list[Any] = [sorted(ids)]
+    parts = [
+        f"lk AS (SELECT {q('id')}, {q('phase')}, {q('tenant_id')}, {q('queue_id')} "  # noqa: S608
+        f"FROM {table} WHERE {q('id')} = ANY(%s::bigint[]) ORDER BY {q('id')} FOR UPDATE)"
+    ]
+    names: list[str] = []
+    for number, rows in enumerate(kinds.values()):
+        sets, set_params, per_row, fields = _assignments(rows)
+        columns = ["id", "expect", "e_reason", "e_message", *(f"v_{f.column}" for f in fields)]
+        casts = ["bigint", "varchar[]", "varchar", "varchar", *(_cast(f) for f in fields)]
+        tuple_sql = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+        assign = sets + [f"{q(f.column)} = v.{q('v_' + f.column)}" for f in fields]
+        params += set_params
+        for wid, move, values in rows:
+            params += [wid, list(move.expect), move.reason, move.message]
+            params += [
+                f.get_db_prep_save(values[n], connection)
+                for n, f in zip(per_row, fields, strict=True)
+            ]
+        name = f"u{number}"
+        names.append(name)
+        parts.append(
+            " ".join(
+                (
+                    f"{name} AS (UPDATE {table} SET {', '.join(assign)}",  # noqa: S608
+                    f"FROM (VALUES {', '.join([tuple_sql] * len(rows))})",
+                    f"AS v({', '.join(q(c) for c in columns)}), lk",
+                    f"WHERE {table}.{q('id')} = v.{q('id')} AND lk.{q('id')} = v.{q('id')}",
+                    f"AND lk.{q('phase')} = ANY(v.{q('expect')})",
+                    f"AND {table}.{q('phase')} = lk.{q('phase')}",
+                    f"RETURNING {table}.{q('id')} AS wid, lk.{q('phase')} AS from_phase,",
+                    f"lk.{q('tenant_id')} AS tenant_id, lk.{q('queue_id')} AS queue_id,",
+                    f"{table}.{q('phase')} AS to_phase, v.{q('e_reason')} AS reason,",
+                    f"v.{q('e_message')} AS message)",
+                )
+            )
+        )
+    if len(params) > MAX_PARAMS:
+        return False
+    event = q(WorkloadEvent._meta.db_table)
+    union = " UNION ALL ".join(f"SELECT * FROM {n}" for n in names)  # noqa: S608
+    parts.append(f"m AS ({union})")
+    parts.append(
+        f"e AS (INSERT INTO {event} ({q('workload_id')}, {q('at')}, {q('from_phase')}, "  # noqa: S608
+        f"{q('to_phase')}, {q('reason')}, {q('message')}) "
+        "SELECT wid, %s, from_phase, to_phase, reason, message FROM m "
+        f"RETURNING {q('id')}, {q('workload_id')})"
+    )
+    params.append(at)
+    sql = (
+        "WITH "
+        + ", ".join(parts)
+        + f" SELECT m.wid, m.from_phase, m.tenant_id, m.queue_id, e.{q('id')} "
+        + f"FROM m JOIN e ON e.{q('workload_id')} = m.wid"
+    )
+    with connection.cursor() as cursor:
+        # Identifiers from the models' meta, quoted; every value is a parameter.
+        cursor.execute(sql, params)
+        written = {
+            int(wid): (str(phase), int(tenant_id), int(queue_id), int(eid))
+            for wid, phase, tenant_id, queue_id, eid in cursor.fetchall()
+        }
+    for move in moves:
+        row = written.get(move.workload_id)
+        if row is None:
+            out.conflicts.append(move)
+            continue
+        from_phase, tenant_id, queue_id, eid = row
+        out.made.append(Made(move, from_phase, tenant_id, queue_id))
+        saved = WorkloadEvent(
+            id=eid,
+            workload_id=move.workload_id,
+            at=at,
+            from_phase=from_phase,
+            to_phase=move.to_phase,
+            reason=move.reason,
+            message=move.message,
+        )
+        saved._state.adding, saved._state.db = False, connection.alias
+        out.events.append(saved)
+    return True
+
+
 def _read(ids: set[int]) -> dict[int, tuple[str, int, int]]:
     """id -> (phase, tenant id, queue id), read and locked in one query. In id order:
     two transactions locking overlapping rows take them in the same order, so they wait
@@ -178,10 +283,12 @@ def _read(ids: set[int]) -> dict[int, tuple[str, int, int]]:
     }
 
 
-def _write(moves: Sequence[tuple[Move, str]], at: datetime) -> set[int]:
-    """One statement per kind of change; returns the ids of the rows written."""
-    kinds: dict[tuple[Any, ...], list[tuple[int, str, dict[str, Any]]]] = {}
-    for move, from_phase in moves:
+def _kinds(
+    moves: Sequence[tuple[Move, Any]], at: datetime
+) -> dict[tuple[Any, ...], list[tuple[int, Any, dict[str, Any]]]]:
+    """The moves by kind of change (same fields, same expressions): (id, tag, values)."""
+    kinds: dict[tuple[Any, ...], list[tuple[int, Any, dict[str, Any]]]] = {}
+    for move, tag in moves:
         values = dict(move.fields)
         clear_for(move.to_phase, values, move.message or move.reason)
         values["phase"] = move.to_phase
@@ -192,9 +299,14 @@ def _write(moves: Sequence[tuple[Move, str]], at: datetime) -> set[int]:
                 (name, v if isinstance(v, BaseExpression) else None) for name, v in values.items()
             )
         )
-        kinds.setdefault(shape, []).append((move.workload_id, from_phase, values))
+        kinds.setdefault(shape, []).append((move.workload_id, tag, values))
+    return kinds
+
+
+def _write(moves: Sequence[tuple[Move, str]], at: datetime) -> set[int]:
+    """One statement per kind of change; returns the ids of the rows written."""
     written: set[int] = set()
-    for rows in kinds.values():
+    for rows in _kinds(moves, at).values():
         written |= _write_kind(rows)
     return written
 
@@ -204,14 +316,16 @@ def _same(values: list[Any]) -> bool:
     return all(type(v) is type(first) and v == first for v in values[1:])
 
 
-def _write_kind(rows: list[tuple[int, str, dict[str, Any]]]) -> set[int]:
+def _assignments(
+    rows: list[tuple[int, Any, dict[str, Any]]],
+) -> tuple[list[str], list[Any], list[str], list[Field]]:
+    """A kind's SET of the values every row shares (SQL, parameters), and the names and
+    fields of those that come row by row."""
     names = sorted(rows[0][2])
-    meta = Workload._meta
     constant = [n for n in names if _same([r[2][n] for r in rows])]
     per_row = [n for n in names if n not in constant]
     query = UpdateQuery(Workload)
     compiler = query.get_compiler(connection=connection)
-    table = connection.ops.quote_name(meta.db_table)
     sets: list[str] = []
     set_params: list[Any] = []
     for name in constant:
@@ -226,7 +340,12 @@ def _write_kind(rows: list[tuple[int, str, dict[str, Any]]]) -> set[int]:
         else:
             sets.append(f"{column} = %s")
             set_params.append(f.get_db_prep_save(value, connection))
-    fields = [_column(n) for n in per_row]
+    return sets, set_params, per_row, [_column(n) for n in per_row]
+
+
+def _write_kind(rows: list[tuple[int, str, dict[str, Any]]]) -> set[int]:
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    sets, set_params, per_row, fields = _assignments(rows)
 
     def row_params(row: tuple[int, str, dict[str, Any]]) -> list[Any]:
         return [

@@ -426,7 +426,9 @@ def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> int:
         for item in items
     ]
     if connection.vendor == "postgresql":
-        with transaction.atomic():
+        # One statement: no savepoint of its own (a failure undoes the caller's
+        # transaction or savepoint, as the sync's is).
+        with transaction.atomic(savepoint=False):
             changes = insert_workloads(actor, values, now)
             publish(changes)
         return len(changes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,36 @@ def test_a_kind_without_its_crd_does_not_keep_the_cache_from_being_used(
     finally:
         cluster.stop_watching()
         cluster.api.close()
+
+
+def test_a_changed_job_is_decoded_once_per_resource_version(
+    fake: FakeKube, cached: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+):
+    from queueing.cluster.kubernetes import reader
+
+    decoded: list[str] = []
+    job_info = reader.job_info
+
+    def counting(kind: Any, obj: Any, *args: Any) -> Any:
+        decoded.append(str(obj["metadata"]["resourceVersion"]))
+        return job_info(kind, obj, *args)
+
+    monkeypatch.setattr(reader, "job_info", counting)
+    fake.create("jobs", job_manifest("one"), "team-a")
+    key = ("Job", "team-a", "one")
+    wait_until(lambda: cached.job_infos({key}).get(key) is not None, timeout=10, interval=0.02)
+    first = cached.job_infos({key})[key]
+    assert cached.job_infos({key})[key] is first
+    assert len(decoded) == len(set(decoded))  # each version once, however often asked
+    fake.store.patch("jobs", "team-a", "one", {"metadata": {"labels": {"seen": "twice"}}})
+    wait_until(
+        lambda: (cached.job_infos({key})[key] or first).labels.get("seen") == "twice",
+        timeout=10,
+        interval=0.02,
+    )
+    assert len(decoded) == len(set(decoded)) >= 2  # the new version was decoded anew
+    # The next full view keeps what the journal's reads decoded.
+    before = len(decoded)
+    cached.refresh()
+    assert next(j for j in cached.jobs() if j.ref.name == "one") is cached.job_infos({key})[key]
+    assert len(decoded) == before

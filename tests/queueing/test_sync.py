@@ -388,3 +388,105 @@ def test_a_submission_whose_job_a_sync_registered_first_takes_that_workload(worl
     monkeypatch.setattr(world.cluster, "create_job", create)
     with pytest.raises(Exception, match="already exists"):
         submit(world, "raced")
+
+
+class Journaled(LaggingView):
+    """A lagging view with a change journal (as the watch cache has): after a first full
+    sync, a sync looks only at the jobs ``changed`` names, as ``shown`` shows them."""
+
+    def __init__(self, inner, fresh, shown):
+        super().__init__(inner, fresh)
+        self.shown = shown
+        self.changed: set[tuple[str, str, str]] = set()
+
+    def jobs(self):
+        return [self.shown(j) for j in self.inner.jobs()]
+
+    def changed_jobs(self, cursor):
+        return (cursor or 0) + 1, (None if cursor is None else set(self.changed))
+
+    def job_infos(self, keys):
+        found = {(j.ref.kind, j.ref.namespace, j.ref.name): j for j in self.jobs()}
+        return {key: found.get(key) for key in keys}
+
+
+def test_a_sync_of_the_changed_jobs_reads_their_workloads_once(
+    world, django_assert_max_num_queries
+):
+    """A sync between full ones reads the active workloads of the changed jobs and the
+    workloads that stand for any of them (finished ones too) in one statement: a job a
+    lagging view still shows running, whose workload is done, is not registered again;
+    a new job beside it is; a finished one is finished."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    done, finishing = submit(world, "done", runtime=5), submit(world, "finishing", runtime=5)
+    for workload in (done, finishing):
+        admit_in_db(workload)
+    sync_cluster(world.cluster, now=world.clock())  # re-admits: the jobs run
+    sync_cluster(world.cluster, now=world.clock.advance(1))
+    Workload.objects.filter(pk=done.pk).update(phase=Phase.SUCCEEDED)  # another worker's
+
+    def lagging(job):  # the view has not seen "done" finish
+        if job.ref.name == "done":
+            return replace(job, suspended=False, state="Running", active=1)
+        return job
+
+    def job_of(ref):
+        return next(j for j in world.cluster.jobs() if j.ref.uid == ref.uid)
+
+    view = Journaled(world.cluster, job_of, lagging)
+    sync_cluster(view, now=world.clock())  # the first: a full one
+    world.cluster.create_job(
+        JobRequest(
+            namespace="team-a",
+            name="new",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+    world.clock.advance(10)
+    world.cluster.tick(world.clock())
+    view.changed = {("Job", "team-a", n) for n in ("done", "finishing", "new")}
+    with CaptureQueriesContext(connection) as queries:
+        report = sync_cluster(view, now=world.clock())
+    assert report.incremental
+    assert report.registered == 1
+    assert report.transitions == 1
+    assert Workload.objects.filter(name="done").count() == 1
+    assert Workload.objects.get(pk=finishing.pk).phase == Phase.SUCCEEDED
+    assert Workload.objects.filter(name="new", phase=Phase.PENDING).count() == 1
+    table = Workload._meta.db_table
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith("SELECT")
+        and (f'"{table}"."name" IN' in q["sql"] or f'"{table}"."object_uid" IN' in q["sql"])
+    ]
+    assert len(reads) == 1, reads
+    view.changed = set()
+    assert sync_cluster(view, now=world.clock()).incremental  # and so on, between full ones
+
+
+def test_the_settings_mark_read_with_the_workloads_is_the_one_read_alone(world):
+    """The incremental sync reads the quotas' and queues' mark (whether the placements
+    kept between syncs still hold) with its workloads: the same mark as read alone, or
+    every sync would start the placements afresh."""
+    from django.db import connection
+
+    from queueing import sync
+
+    submit(world, "one")
+    submit(world, "two")
+    cases = [
+        (Workload.objects.filter(name="nothing"), True),  # no workload: the mark alone
+        (Workload.objects.filter(name__in=[]), False),  # nothing can match: no statement
+        (Workload.objects.all(), True),
+    ]
+    for query, read in cases:
+        rows, mark = sync._rows_and_mark(query)
+        assert rows == sync._rows(query)
+        if connection.vendor == "postgresql" and read:
+            assert mark == sync._settings_mark()
+        else:
+            assert mark is None
+    assert len(sync._rows_and_mark(Workload.objects.all())[0]) == 2

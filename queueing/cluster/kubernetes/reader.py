@@ -278,7 +278,16 @@ class Reader:
                 )
                 if owned or not compat.is_managed(labels, annotations, kind.is_suspended(obj)):
                     continue
-                info = job_info(kind, obj, labels, annotations, priorities)
+                # Decoded once per resourceVersion: the next full view keeps it (_list_view).
+                uid, rv = str(meta.get("uid")), str(meta.get("resourceVersion") or "")
+                memo = f"{rv}@{id(priorities)}" if rv else ""
+                known = self._infos.get(uid)
+                if memo and known is not None and known[0] == memo:
+                    info = known[1]
+                else:
+                    info = job_info(kind, obj, labels, annotations, priorities)
+                    if memo:
+                        self._infos[uid] = (memo, info)
                 found[key] = info
                 self._ownership[0].add(info.ref.uid)
             return found
