@@ -16,7 +16,7 @@ from queueing import actions, state
 from queueing.admission import cycle_root
 from queueing.choices import Phase
 from queueing.cluster import set_cluster
-from queueing.models import CycleLease, Workload
+from queueing.models import CycleLease, Quota, Workload
 from queueing.state import placement
 from queueing.state.annotate import write_annotations
 from queueing.sync import sync_cluster
@@ -384,3 +384,67 @@ def test_the_upserted_placement_lock_still_serialises_two_applies():
     two.join(30)
     assert order == ["first commits", "second locked"]
     assert CycleLease.objects.get(name=placement.LOCK_NAME).token == 2
+
+
+# --- a pass of several trees ------------------------------------------------------------
+
+
+def _three_trees() -> builders.World:
+    """The world's tree and two more, each with one job running and one waiting (each
+    quota full: a cycle admits nothing), the running ones on the nodes."""
+    w = _small_world()
+    for name in ("two", "three"):
+        root = actions.create_quota(
+            SYSTEM, name=name, tenant=None, parent=None, min={"cpu": "4"}, max={"cpu": "4"}
+        )
+        tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
+        actions.create_quota(
+            SYSTEM,
+            name=f"{name}-q",
+            tenant=tenant,
+            parent=root,
+            min={"cpu": "4"},
+            max={"cpu": "4"},
+            namespaces=[f"{name}-t"],
+        )
+    for name in ("cluster", "two", "three"):
+        leaf = w.quota if name == "cluster" else Quota.objects.get(name=f"{name}-q")
+        cpu = "12" if name == "cluster" else "4"
+        submit(w, f"{name}-run", cpu=cpu, runtime=1000, quota=leaf)
+        submit(w, f"{name}-wait", cpu="1", runtime=1000, quota=leaf)
+    return w
+
+
+def test_a_pass_of_three_trees_costs_what_it_must(
+    db, settings, django_capture_on_commit_callbacks
+):
+    """A pass cycles every woken tree (a woken sync's, a tick's): its leases, quotas,
+    journal reads and cycle notes are one statement or one round trip for all the trees
+    (docs/realtime.md §4), not one per tree."""
+    from queueing import wake
+    from queueing.admission import CycleSummary, _cycle_roots
+
+    settings.KQ_WAKE = True
+    settings.KQ_FORECAST_EVERY_S = 3600.0
+    wake.set_sender(lambda target, countdown_s: None)
+    try:
+        w = _three_trees()
+        roots = ["cluster", "three", "two"]
+
+        def one_pass(at: float) -> tuple[CycleSummary, Count]:
+            summary = CycleSummary()
+            with counting() as count, django_capture_on_commit_callbacks(execute=True):
+                _cycle_roots(w.cluster, roots, w.clock.advance(at), summary)
+            return summary, count
+
+        first, _ = one_pass(0.0)
+        assert first.admitted == 3  # the running ones
+        sync_cluster(w.cluster, now=w.clock.advance(0.5))
+        one_pass(0.5)
+        summary, count = one_pass(0.5)  # nothing moved
+        assert summary.roots == roots
+        assert summary.admitted == 0
+        print("pass statements", product(count), dict(mine(count)))
+        print("pass redis", count.round_trips, dict(count.redis))
+    finally:
+        wake.set_sender(None)
