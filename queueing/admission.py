@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ def cycle_root(
     nodes: list[NodeInfo] | None = None,
     background: bool = False,
     shared: state.PassReads | None = None,
+    lease: leases.Lease | None = None,
+    release_later: list[leases.Lease] | None = None,
 ) -> state.ApplyReport | None:
     """Run the cycle of one quota tree under its lease; None when another worker has it.
 
@@ -89,19 +92,38 @@ def cycle_root(
     once they are done, so the next tree's cycle and the next sync overlap this one's
     round trips; the next cycle of this tree in this process waits for them first.
     ``shared``: what the pass's cycles read once for all of them (state.PassReads); this
-    cycle's admissions are added to it."""
+    cycle's admissions are added to it. ``lease``: the tree's lease as the pass took it
+    (``lease.acquire_many``, after this process's last calls for the tree were done),
+    else taken here. ``release_later``: the lease is appended to it instead of released
+    (the pass releases its leases at once, ``lease.release_many``) -- unless cluster calls
+    still run in the background, which release it when they are done, as ever."""
     cluster = cluster or get_cluster()
-    _wait_for_calls(root)
-    held = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
-    if held is None:
+    if lease is None:
+        _wait_for_calls(root)
+        taken = leases.acquire(f"cycle:{root}", ttl_s=lease_ttl_s)
+    else:
+        taken = leases.keep(lease, ttl_s=lease_ttl_s)
+        if taken is None:
+            raise leases.LeaseLost(f"the lease {lease.name!r} #{lease.token} expired")
+    if taken is None:
         return None
+    held: leases.Lease = taken
     released = False
 
-    def release() -> None:
+    def release(now: bool = True) -> None:
         nonlocal released
         if not released:
             released = True
-            leases.release(held)
+            if now or release_later is None:
+                leases.release(held)
+            else:
+                release_later.append(held)
+
+    me = threading.get_ident()
+
+    def after_calls() -> None:
+        # In the background pool (the calls ran there): now; here: with the pass's.
+        release(now=threading.get_ident() != me)
 
     started = time.perf_counter()
     meter = trace.Meter().start()
@@ -118,10 +140,12 @@ def cycle_root(
         forecast = state.forecast_due(root)
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
-        quotas = state.read_quotas(root)  # one read: the world's tree and the snapshot's
+        # One read: the world's tree and the snapshot's (the pass's, when it read them).
+        quotas = (shared.quotas(root) if shared is not None else None) or state.read_quotas(root)
         seen: str | None = None
         if tree is not None:
-            tree.refresh(state.tree_quota_ids(root, quotas))
+            ahead = shared.journal(root) if shared is not None else None
+            tree.refresh(state.tree_quota_ids(root, quotas), ahead)
             seen = tree.cursor  # what of the journal this cycle has read (wake.covered)
         refreshed = time.perf_counter()
         snapshot, index = state.build_snapshot(
@@ -150,7 +174,7 @@ def cycle_root(
             engine_ms=engine_ms,
             full=full,
             annotate=forecast,
-            then=release if background else None,
+            then=after_calls if background else None,
             started=started,
         )
         report.seen = seen
@@ -208,7 +232,7 @@ def cycle_root(
         if report is not None and report.pending is not None:
             _tree_calls[root] = report.pending  # releases the lease when the calls are done
         else:
-            release()
+            release(now=False)
 
 
 # Per tree: the cluster calls of this process's last cycle of it, when they run in the
@@ -518,32 +542,73 @@ def _cycle_roots(
         persist_ms=round((time.perf_counter() - listed) * 1000, 1),
     )
     # What the trees' snapshots read alike, read once for all (the queues, what each tree
-    # holds on the nodes); each tree's own quotas and rows are read under its lease.
+    # holds on the nodes, each tree's quotas and the journal after its world's cursor).
     shared = state.PassReads() if len(roots) > 1 else None
-    # Each tree's cluster calls run while the next tree cycles (and the next sync).
-    for root in roots:
-        try:
-            applied = cycle_root(
-                root, cluster=cluster, now=now, nodes=nodes, background=True, shared=shared
-            )
-        except leases.LeaseLost as exc:
-            log.warning("cycle of %s dropped: %s", root, exc)
-            summary.skipped.append(root)
-            continue
-        if applied is None:
-            trace.mark("cycle_busy", root=root)
-            summary.skipped.append(root)
-            continue
-        # What of the journal it read (its world's cursor, None without worlds) and
-        # whether it left work waiting for node room: one round trip.
-        wake.cycled(root, applied.seen, node_bound=applied.node_bound)
-        summary.roots.append(root)
-        summary.admitted += len(applied.admitted)
-        summary.preempted += len(applied.preempted)
-        summary.requeued += len(applied.requeued)
-        summary.conflicts += applied.conflicts
-        summary.engine_ms += applied.engine_ms
-        summary.errors.extend(applied.errors)
+    # The pass's leases, one statement: each tree whose last calls in this process are
+    # done (a tree whose calls still run takes its own lease after them, in its turn).
+    ready = [root for root in roots if _calls_done(root)]
+    for root in ready:
+        _wait_for_calls(root)  # done: only their errors, logged
+    held = leases.acquire_many([f"cycle:{root}" for root in ready]) if ready else {}
+    release_later: list[leases.Lease] = []
+    reached: set[str] = set()
+    notes: list[tuple[str, str | None, bool | None, float]] = []
+    try:
+        if shared is not None:
+            mine = [root for root in ready if f"cycle:{root}" in held]
+            shared.read_quotas(mine)
+            if world.enabled():
+                shared.read_journal([world.world_of(root) for root in mine])
+        # Each tree's cluster calls run while the next tree cycles (and the next sync).
+        for root in roots:
+            lease = held.get(f"cycle:{root}")
+            if root in ready and lease is None:
+                trace.mark("cycle_busy", root=root)
+                summary.skipped.append(root)
+                continue
+            reached.add(root)
+            try:
+                applied = cycle_root(
+                    root,
+                    cluster=cluster,
+                    now=now,
+                    nodes=nodes,
+                    background=True,
+                    shared=shared,
+                    lease=lease,
+                    release_later=release_later,
+                )
+            except leases.LeaseLost as exc:
+                log.warning("cycle of %s dropped: %s", root, exc)
+                summary.skipped.append(root)
+                continue
+            if applied is None:
+                trace.mark("cycle_busy", root=root)
+                summary.skipped.append(root)
+                continue
+            # What of the journal it read (its world's cursor, None without worlds) and
+            # whether it left work waiting for node room: noted for every tree at once.
+            notes.append((root, applied.seen, applied.node_bound, time.time()))
+            summary.roots.append(root)
+            summary.admitted += len(applied.admitted)
+            summary.preempted += len(applied.preempted)
+            summary.requeued += len(applied.requeued)
+            summary.conflicts += applied.conflicts
+            summary.engine_ms += applied.engine_ms
+            summary.errors.extend(applied.errors)
+    finally:
+        # The leases the pass is done with, one statement: the cycled trees' (but those
+        # whose cluster calls still run: released when the calls are done) and those of
+        # trees an error kept it from reaching.
+        unreached = [held[f"cycle:{r}"] for r in ready if f"cycle:{r}" in held and r not in reached]
+        leases.release_many([*release_later, *unreached])
+        wake.cycled_many(notes)
+
+
+def _calls_done(root: str) -> bool:
+    """Whether this process's last cycle of ``root`` has no cluster calls still running."""
+    pending = _tree_calls.get(root)
+    return pending is None or pending.done()
 
 
 def _arm_timer(cluster: Cluster, now: datetime | None) -> None:

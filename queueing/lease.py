@@ -6,6 +6,15 @@ re-checks the token inside its own transaction (row-locked), so a worker that st
 past its expiry and lost the lease cannot write decisions computed from a stale view.
 Works the same on PostgreSQL and SQLite; no extra service is needed.
 
+A pass (one task cycling several woken trees in turn: admission._cycle_roots) takes the
+leases of all its trees at once (``acquire_many``: one statement on PostgreSQL) and gives
+back those it is done with at once (``release_many``), each with its own token exactly as
+``acquire`` would give it: apply's fence and the cluster writes' ``Fence`` are per tree as
+before. A worker killed mid-pass leaves all the pass's leases held until their TTL
+(``KQ_CYCLE_LEASE_S``), not just the one of the tree it was cycling: safe (nobody else
+cycles those trees until then; beat's tick and the busy retries pick them up after),
+it only delays them (docs/realtime.md §4).
+
 Cluster writes happen outside the database, after the commit, so the token cannot guard
 them. ``Fence`` does instead: before each write it makes sure the lease will outlive the
 write (a write gives up after its retry budget and one request timeout), renewing it
@@ -17,11 +26,15 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from queueing.models import CycleLease
@@ -67,6 +80,56 @@ def acquire(name: str, *, holder: str | None = None, ttl_s: float | None = None)
     return Lease(name=name, holder=holder, token=token, expires_at=now + ttl)
 
 
+def acquire_many(
+    names: Sequence[str], *, holder: str | None = None, ttl_s: float | None = None
+) -> dict[str, Lease]:
+    """Take the leases of ``names`` that are free or expired (each as ``acquire`` would:
+    its token incremented, a missing row made with token 1): name -> Lease, the names
+    held by another left out.
+
+    PostgreSQL: one statement -- the free rows locked and taken (``FOR UPDATE SKIP
+    LOCKED``: a row another transaction holds locked is skipped, not waited for: that is
+    another worker's apply under the lease, or its take or release of it, so the lease is
+    held or about to be, and the busy retry comes back for it), the missing rows inserted
+    (``ON CONFLICT DO NOTHING``: a racing worker's insert wins). SQLite (one writer at a
+    time, no row locks): ``acquire`` for each."""
+    holder = holder or worker_id()
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return {}
+    if connection.vendor != "postgresql":
+        taken = {name: acquire(name, holder=holder, ttl_s=ttl_s) for name in wanted}
+        return {name: lease for name, lease in taken.items() if lease is not None}
+    ttl = timedelta(seconds=ttl_s if ttl_s is not None else settings.KQ_CYCLE_LEASE_S)
+    now = timezone.now()
+    until = now + ttl
+    q = connection.ops.quote_name
+    table = q(CycleLease._meta.db_table)
+    name, who, token, expires = q("name"), q("holder"), q("token"), q("expires_at")
+    marks = ", ".join(["%s"] * len(wanted))
+    values = ", ".join(["(%s)"] * len(wanted))
+    sql = (
+        # Identifiers from the model's meta, quoted; every value is a parameter.
+        f"WITH free AS (SELECT {name} FROM {table} WHERE {name} IN ({marks}) "  # noqa: S608
+        f"AND ({expires} IS NULL OR {expires} <= %s OR {who} = %s) FOR UPDATE SKIP LOCKED), "
+        f"taken AS (UPDATE {table} t SET {who} = %s, {token} = t.{token} + 1, {expires} = %s "
+        f"FROM free WHERE t.{name} = free.{name} RETURNING t.{name}, t.{token}), "
+        f"made AS (INSERT INTO {table} ({name}, {who}, {token}, {expires}) "
+        f"SELECT v.name, %s, 1, %s FROM (VALUES {values}) AS v(name) "
+        f"ON CONFLICT ({name}) DO NOTHING RETURNING {name}, {token}) "
+        f"SELECT {name}, {token} FROM taken UNION ALL SELECT {name}, {token} FROM made"
+    )
+    to_db = connection.ops.adapt_datetimefield_value
+    params = [*wanted, to_db(now), holder, holder, to_db(until), holder, to_db(until), *wanted]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return {
+        str(row[0]): Lease(name=str(row[0]), holder=holder, token=int(row[1]), expires_at=until)
+        for row in rows
+    }
+
+
 def _take(name: str, holder: str, now: datetime, until: datetime) -> int | None:
     """The conditional take: the new token, or None (held by another, or no row)."""
     table = CycleLease._meta.db_table
@@ -109,6 +172,29 @@ def release(lease: Lease) -> None:
     CycleLease.objects.filter(name=lease.name, token=lease.token, holder=lease.holder).update(
         expires_at=None, holder=""
     )
+
+
+def release_many(held: Iterable[Lease]) -> None:
+    """``release`` of each of ``held``, in one statement (a pass's leases, at its end)."""
+    chosen = list(held)
+    if not chosen:
+        return
+    if len(chosen) == 1:
+        release(chosen[0])
+        return
+    match = reduce(or_, (Q(name=h.name, token=h.token, holder=h.holder) for h in chosen))
+    CycleLease.objects.filter(match).update(expires_at=None, holder="")
+
+
+def keep(lease: Lease, *, ttl_s: float | None = None) -> Lease | None:
+    """A lease taken ahead of its use (a pass's, ``acquire_many``), as its use starts:
+    itself while at least half its TTL is left, else renewed (None: it was lost). So a
+    tree cycled late in a long pass starts with as much time as one cycled alone would,
+    give or take half a TTL, at no statement in the common case."""
+    ttl = ttl_s if ttl_s is not None else settings.KQ_CYCLE_LEASE_S
+    if (lease.expires_at - timezone.now()).total_seconds() >= ttl / 2:
+        return lease
+    return renew(lease, ttl_s=ttl_s)
 
 
 def renew(lease: Lease, *, ttl_s: float | None = None) -> Lease | None:

@@ -255,6 +255,24 @@ def cycled(root: str, head: str | None, *, node_bound: bool | None = None) -> No
         log.exception("could not note the cycle of %s", root)
 
 
+def cycled_many(notes: Iterable[tuple[str, str | None, bool | None, float]]) -> None:
+    """``cycled`` of each tree of a pass, in one round trip at its end: (root, head,
+    node_bound, when its cycle succeeded -- ``time.time()``, as ``cycled`` notes it)."""
+    if not enabled():
+        return
+    values: dict[str, Any] = {}
+    for root, head, bound, at in notes:
+        values[cycled_key(root)] = [at, head]
+        if bound is not None:
+            values[node_bound_key(root)] = int(bound)
+    if not values:
+        return
+    try:
+        cache.set_many(values, timeout=NODE_BOUND_TTL_S)
+    except Exception:
+        log.exception("could not note the cycles of %s", ", ".join(n[0] for n in notes))
+
+
 def covered(whats: Iterable[str], seconds: float) -> set[str]:
     """Those of ``whats`` (``WOKEN_SYNC``, roots) that beat's tick (every ``seconds``)
     leaves to woken tasks. Empty with wakes off: then only ticks sync and cycle.

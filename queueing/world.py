@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 LIVE = frozenset((*WAITING_PHASES, *HOLDING_PHASES))
 MAXLEN = 100_000  # journal entries kept per tree (each a commit's ids)
 Cursor = str  # a stream id ("<ms>-<seq>"); "0-0" before the first entry
+#: What ``Journal.since`` answers: (a new cursor, the ids, the reader's own, the unsettled).
+Since = tuple[Cursor, set[int] | None, set[int], set[int]]
 
 
 # --- the journal -----------------------------------------------------------------------
@@ -86,6 +88,11 @@ class Journal(Protocol):
         """(a new cursor, the ids recorded after ``cursor``, those of them that
         ``reader`` wrote itself, the unsettled: ids of records made inside a transaction
         whose record after the commit is not among those read); None: some were lost."""
+        ...
+
+    def since_many(self, reads: Mapping[str, tuple[Cursor, str]]) -> dict[str, Since]:
+        """``since`` of several trees at once (root -> (cursor, reader)): one read of the
+        journal for a pass's trees (``PassReads.read_journal``)."""
         ...
 
 
@@ -193,13 +200,27 @@ class RedisJournal:
     def since(
         self, root: str, cursor: Cursor, *, reader: str = ""
     ) -> tuple[Cursor, set[int] | None, set[int], set[int]]:
-        key = self.key(root)
-        # One round trip: the stream's first entry (was our cursor trimmed away?) and the
-        # entries after the cursor, read atomically (MULTI); more only past BATCH.
+        return self.since_many({root: (cursor, reader)})[root]
+
+    def since_many(self, reads: Mapping[str, tuple[Cursor, str]]) -> dict[str, Since]:
+        # One round trip for every tree: each stream's first entry (was our cursor
+        # trimmed away?) and the entries after the cursor, read atomically (MULTI); more
+        # only past BATCH, per tree.
+        chosen = list(reads.items())
+        if not chosen:
+            return {}
         pipe = self.client.pipeline(transaction=True)
-        pipe.xrange(key, count=1)
-        pipe.xrange(key, min=f"({cursor}" if cursor != "0-0" else "-", count=self.BATCH)
-        first, batch = pipe.execute()
+        for root, (cursor, _) in chosen:
+            key = self.key(root)
+            pipe.xrange(key, count=1)
+            pipe.xrange(key, min=f"({cursor}" if cursor != "0-0" else "-", count=self.BATCH)
+        answers = pipe.execute()
+        out: dict[str, Since] = {}
+        for i, (root, (cursor, reader)) in enumerate(chosen):
+            out[root] = self._since(root, cursor, reader, answers[2 * i], answers[2 * i + 1])
+        return out
+
+    def _since(self, root: str, cursor: Cursor, reader: str, first: Any, batch: Any) -> Since:
         if not first:
             # Nothing recorded, ever, or the stream is gone (a Redis restart): only the
             # first is safe to believe.
@@ -219,7 +240,7 @@ class RedisJournal:
                 )
             if len(batch) < self.BATCH:
                 break
-            batch = self.client.xrange(key, min=f"({last}", count=self.BATCH)
+            batch = self.client.xrange(self.key(root), min=f"({last}", count=self.BATCH)
         return (last, *read.result())
 
 
@@ -283,6 +304,12 @@ class LocalJournal:
                 if seq > after:
                     read.add(changed, by, tx, done)
             return (f"{self.seq}-{self.generation}", *read.result())
+
+    def since_many(self, reads: Mapping[str, tuple[Cursor, str]]) -> dict[str, Since]:
+        return {
+            root: self.since(root, cursor, reader=reader)
+            for root, (cursor, reader) in reads.items()
+        }
 
     def reset(self) -> None:
         """Forget everything (tests: as if Redis restarted)."""
@@ -553,15 +580,25 @@ class TreeWorld:
     def invalidate(self) -> None:
         self.cursor = None
 
-    def refresh(self, quota_ids: Iterable[int]) -> None:
-        """Bring the rows up to date: the journal's ids since the cursor, or a rebuild
-        (at least every KQ_WORLD_REBUILD_S: the periodic reconciliation)."""
-        wanted = frozenset(quota_ids)
+    def due_rebuild(self) -> bool:
+        """Whether the next refresh rebuilds whatever the quotas (no cursor, or stale)."""
         stale = time.monotonic() - self.rebuilt_at > settings.KQ_WORLD_REBUILD_S
-        if stale or self.cursor is None or wanted != self.quota_ids:
+        return stale or self.cursor is None
+
+    def refresh(self, quota_ids: Iterable[int], ahead: tuple[Cursor, Since] | None = None) -> None:
+        """Bring the rows up to date: the journal's ids since the cursor, or a rebuild
+        (at least every KQ_WORLD_REBUILD_S: the periodic reconciliation). ``ahead``: the
+        journal read after the cursor it names (a pass's one read for all its trees,
+        made after their leases were taken and before any of their rows were read):
+        used when that is still this world's cursor, else the journal is read here."""
+        wanted = frozenset(quota_ids)
+        if self.due_rebuild() or wanted != self.quota_ids:
             self._rebuild(wanted)
             return
-        cursor, ids, own, unsettled = journal().since(self.root, self.cursor, reader=self.token)
+        if ahead is not None and ahead[0] == self.cursor:
+            cursor, ids, own, unsettled = ahead[1]
+        else:
+            cursor, ids, own, unsettled = journal().since(self.root, self.cursor, reader=self.token)
         if ids is None:
             self._rebuild(wanted)
             return

@@ -43,7 +43,7 @@ from queueing.models import (
     Workload,
 )
 from queueing.state import placement
-from queueing.world import row_order_key
+from queueing.world import Since, row_order_key
 
 if TYPE_CHECKING:
     from queueing.world import TreeWorld
@@ -148,6 +148,48 @@ class PassReads:
     def __init__(self) -> None:
         self._queues: list[dict[str, Any]] | None = None
         self._held: dict[int, placement.Usage] | None = None
+        self._quotas: dict[str, list[dict[str, Any]]] = {}
+        self._journal: dict[str, tuple[str, Since]] = {}
+
+    def read_quotas(self, roots: Sequence[str]) -> None:
+        """The quotas with their ledgers of every tree of ``roots``, in one read (as
+        ``read_quotas(root)`` reads one tree's). Only for trees whose leases the pass
+        holds already: what a tree's cycle writes of its quotas (runtime quota, usage,
+        ledgers) only a holder of its lease writes, so the read stays true until the
+        tree's cycle, however late in the pass it comes. A tree whose lease is taken
+        after this read reads its own (``quotas`` gives None)."""
+        if not roots:
+            return
+        rows = read_quotas_of(roots)
+        for root in roots:
+            self._quotas[root] = [dict(q) for q in subtree(rows, root)]
+
+    def quotas(self, root: str) -> list[dict[str, Any]] | None:
+        """The tree's quotas as ``read_quotas`` read them for the pass (once: a second
+        cycle of the tree in the pass reads its own), or None."""
+        return self._quotas.pop(root, None)
+
+    def read_journal(self, worlds: Sequence[TreeWorld]) -> None:
+        """What the journal recorded after each world's cursor, in one read for every
+        tree of the pass (``Journal.since_many``); each world's refresh takes its own
+        (``journal``) instead of reading the journal again. Made after the pass took the
+        trees' leases and before any of their rows are read (a world reads the journal
+        first, then the rows it names): a change recorded after this read is read by the
+        tree's next refresh, as one recorded just after a refresh of its own would be."""
+        from queueing import world as worlds_
+
+        chosen = {w.root: w for w in worlds if not w.due_rebuild() and w.cursor is not None}
+        if not chosen:
+            return
+        found = worlds_.journal().since_many(
+            {root: (str(w.cursor), w.token) for root, w in chosen.items()}
+        )
+        for root, answer in found.items():
+            self._journal[root] = (str(chosen[root].cursor), answer)
+
+    def journal(self, root: str) -> tuple[str, Since] | None:
+        """The pass's read of the tree's journal (``read_journal``), once, or None."""
+        return self._journal.pop(root, None)
 
     def queues(self) -> list[dict[str, Any]]:
         if self._queues is None:
@@ -222,9 +264,16 @@ def read_quotas(root: str | None = None) -> list[dict[str, Any]]:
     build_snapshot's ``quotas``). The tree's ids come from a recursive subquery in the same
     statement: a cycle decoded every tree's quotas and ledgers before (9 % of its CPU at a
     tenth of kueue_baseline_e2e, five trees), and used one tree's."""
+    return read_quotas_of(None if root is None else [root])
+
+
+def read_quotas_of(roots: Sequence[str] | None) -> list[dict[str, Any]]:
+    """``read_quotas`` of the trees under each of ``roots`` (None: every quota), in one
+    query (a pass's trees: ``PassReads.read_quotas``)."""
     rows = Quota.objects.all()
-    if root is not None:
-        rows = rows.filter(id__in=RawSQL(_tree_ids_sql(), [root]))  # noqa: S611 (no input in the SQL)
+    if roots is not None:
+        chosen = list(dict.fromkeys(roots))
+        rows = rows.filter(id__in=RawSQL(_tree_ids_sql(len(chosen)), chosen))  # noqa: S611 (no input in the SQL)
     return [
         {
             **{name: row[name] for name in QUOTA_FIELDS},
@@ -236,14 +285,15 @@ def read_quotas(root: str | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def _tree_ids_sql() -> str:
-    """The ids of the quotas under a named quota (inclusive), as a recursive subquery
-    (PostgreSQL and SQLite alike); the name is its one parameter."""
+def _tree_ids_sql(names: int = 1) -> str:
+    """The ids of the quotas under ``names`` named quotas (inclusive), as a recursive
+    subquery (PostgreSQL and SQLite alike); the names are its parameters."""
     q = connection.ops.quote_name
     table = q(Quota._meta.db_table)
-    # Identifiers from the model's meta, quoted; the name is a parameter.
+    marks = ", ".join(["%s"] * max(1, names))
+    # Identifiers from the model's meta, quoted; the names are parameters.
     return (
-        f"WITH RECURSIVE kq_tree(id) AS (SELECT {q('id')} FROM {table} WHERE {q('name')} = %s "  # noqa: S608
+        f"WITH RECURSIVE kq_tree(id) AS (SELECT {q('id')} FROM {table} WHERE {q('name')} IN ({marks}) "  # noqa: S608
         f"UNION ALL SELECT c.{q('id')} FROM {table} c JOIN kq_tree t ON c.{q('parent_id')} = t.id) "
         "SELECT id FROM kq_tree"
     )
