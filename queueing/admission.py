@@ -551,7 +551,6 @@ def _cycle_roots(
         _wait_for_calls(root)  # done: only their errors, logged
     held = leases.acquire_many([f"cycle:{root}" for root in ready]) if ready else {}
     release_later: list[leases.Lease] = []
-    reached: set[str] = set()
     notes: list[tuple[str, str | None, bool | None, float]] = []
     try:
         if shared is not None:
@@ -566,7 +565,6 @@ def _cycle_roots(
                 trace.mark("cycle_busy", root=root)
                 summary.skipped.append(root)
                 continue
-            reached.add(root)
             try:
                 applied = cycle_root(
                     root,
@@ -597,11 +595,16 @@ def _cycle_roots(
             summary.engine_ms += applied.engine_ms
             summary.errors.extend(applied.errors)
     finally:
-        # The leases the pass is done with, one statement: the cycled trees' (but those
-        # whose cluster calls still run: released when the calls are done) and those of
-        # trees an error kept it from reaching.
-        unreached = [held[f"cycle:{r}"] for r in ready if f"cycle:{r}" in held and r not in reached]
-        leases.release_many([*release_later, *unreached])
+        # The leases the pass is done with, one statement: every lease it took (those of
+        # trees an error kept it from reaching or cut short too) but those of trees whose
+        # cluster calls still run in the background, which release theirs when done.
+        done = {held.name: held for held in release_later}
+        for root in ready:
+            taken = held.get(f"cycle:{root}")
+            calls = _tree_calls.get(root)
+            if taken is not None and (calls is None or calls.done()):
+                done.setdefault(taken.name, taken)
+        leases.release_many(done.values())
         wake.cycled_many(notes)
 
 

@@ -592,7 +592,8 @@ class TreeWorld:
         made after their leases were taken and before any of their rows were read):
         used when that is still this world's cursor, else the journal is read here."""
         wanted = frozenset(quota_ids)
-        if self.due_rebuild() or wanted != self.quota_ids:
+        stale = time.monotonic() - self.rebuilt_at > settings.KQ_WORLD_REBUILD_S
+        if stale or self.cursor is None or wanted != self.quota_ids:
             self._rebuild(wanted)
             return
         if ahead is not None and ahead[0] == self.cursor:

@@ -1,0 +1,194 @@
+"""The cycle's leases taken and given back a pass at a time (queueing.lease: acquire_many,
+release_many, keep), with the fencing of each tree exactly as a lease taken alone."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from queueing import actions, admission, lease
+from queueing.admission import CycleSummary, _cycle_roots
+from queueing.choices import Phase
+from queueing.models import CycleLease, Quota, Workload
+from tests.builders import SYSTEM, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def _tree(name: str, cpu: str = "8") -> Quota:
+    root = actions.create_quota(
+        SYSTEM, name=name, tenant=None, parent=None, min={"cpu": cpu}, max={"cpu": cpu}
+    )
+    tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
+    return actions.create_quota(
+        SYSTEM,
+        name=f"{name}-q",
+        tenant=tenant,
+        parent=root,
+        min={"cpu": cpu},
+        max={"cpu": cpu},
+        namespaces=[f"{name}-t"],
+    )
+
+
+def test_a_pass_takes_its_leases_with_the_tokens_acquire_would_give():
+    # "a": taken and released once (token 1); "b": held by another; "c": its holder's
+    # lease expired; "d": never taken (no row).
+    first = lease.acquire("a", holder="w1", ttl_s=60)
+    assert first is not None
+    assert first.token == 1
+    lease.release(first)
+    assert lease.acquire("b", holder="other", ttl_s=60) is not None
+    assert lease.acquire("c", holder="gone", ttl_s=60) is not None
+    CycleLease.objects.filter(name="c").update(expires_at=timezone.now() - timedelta(seconds=1))
+    taken = lease.acquire_many(["a", "b", "c", "d"], holder="w1", ttl_s=60)
+    assert {name: held.token for name, held in taken.items()} == {"a": 2, "c": 2, "d": 1}
+    assert {held.holder for held in taken.values()} == {"w1"}
+    rows = {r.name: (r.holder, r.token) for r in CycleLease.objects.all()}
+    assert rows == {"a": ("w1", 2), "b": ("other", 1), "c": ("w1", 2), "d": ("w1", 1)}
+    # The same as one at a time: the next take of each counts on from there.
+    assert lease.acquire("d", holder="w1", ttl_s=60).token == 2  # type: ignore[union-attr]
+    assert lease.acquire_many([], holder="w1") == {}
+
+
+def test_a_pass_gives_back_only_the_leases_it_still_holds():
+    taken = lease.acquire_many(["a", "b", "c"], holder="w1", ttl_s=60)
+    assert set(taken) == {"a", "b", "c"}
+    # "b" expired and another worker took it: the pass's release leaves it held.
+    CycleLease.objects.filter(name="b").update(expires_at=timezone.now() - timedelta(seconds=1))
+    theirs = lease.acquire("b", holder="w2", ttl_s=60)
+    assert theirs is not None
+    lease.release_many(taken.values())
+    rows = {r.name: r.holder for r in CycleLease.objects.all()}
+    assert rows == {"a": "", "b": "w2", "c": ""}
+    from django.db import transaction
+
+    with transaction.atomic():
+        lease.check(theirs)  # still theirs
+    with pytest.raises(lease.LeaseLost), transaction.atomic():
+        lease.check(taken["b"])
+
+
+def test_a_lease_taken_ahead_is_renewed_when_half_its_time_is_gone():
+    held = lease.acquire_many(["a"], holder="w1", ttl_s=60)["a"]
+    assert lease.keep(held, ttl_s=60) is held  # fresh: no statement, the same lease
+    later = held.expires_at - timedelta(seconds=40)
+    CycleLease.objects.filter(name="a").update(expires_at=later)
+    aged = lease.Lease(name="a", holder="w1", token=held.token, expires_at=later)
+    kept = lease.keep(aged, ttl_s=60)
+    assert kept is not None
+    assert (kept.token, kept.expires_at > later) == (held.token, True)
+    # Expired and taken by another meanwhile: lost.
+    CycleLease.objects.filter(name="a").update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert lease.acquire("a", holder="w2", ttl_s=60) is not None
+    assert lease.keep(aged, ttl_s=60) is None
+
+
+def test_a_tree_whose_lease_the_pass_lost_writes_nothing_and_the_others_are_cycled(
+    world, monkeypatch
+):
+    """The fencing of a pass's leases is each tree's: a tree whose lease another worker
+    took over while the pass cycled the trees before it writes nothing of its cycle, and
+    the pass's release leaves the other worker's lease alone."""
+    other = _tree("other")
+    submit(world, "mine", cpu="1")
+    submit(world, "theirs", cpu="1", quota=other)
+    real = admission.engine_cycle
+    stolen: list[lease.Lease] = []
+
+    def engine_cycle(snapshot: Any, **kwargs: Any) -> Any:
+        if any(q.name == "other" for q in snapshot.quotas):
+            # Between the snapshot and the apply of "other", the pass's lease ran out (a
+            # stall) and another worker took it.
+            CycleLease.objects.filter(name="cycle:other").update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            )
+            took = lease.acquire("cycle:other", holder="another-worker", ttl_s=60)
+            assert took is not None
+            stolen.append(took)
+        return real(snapshot, **kwargs)
+
+    monkeypatch.setattr(admission, "engine_cycle", engine_cycle)
+    summary = CycleSummary()
+    _cycle_roots(world.cluster, ["cluster", "other"], world.clock(), summary)
+    assert len(stolen) == 1  # positive control: the engine of "other" ran
+    assert summary.roots == ["cluster"]
+    assert summary.skipped == ["other"]
+    assert dict(Workload.objects.values_list("name", "phase")) == {
+        "mine": Phase.ADMITTED,
+        "theirs": Phase.PENDING,
+    }
+    row = CycleLease.objects.get(name="cycle:other")
+    assert (row.holder, row.token) == ("another-worker", stolen[0].token)
+    assert CycleLease.objects.get(name="cycle:cluster").holder == ""  # given back
+
+
+def test_a_tree_held_by_another_worker_is_skipped_and_left_to_its_holder(world):
+    other = _tree("other")
+    submit(world, "mine", cpu="1")
+    submit(world, "theirs", cpu="1", quota=other)
+    theirs = lease.acquire("cycle:other", holder="another-worker", ttl_s=60)
+    assert theirs is not None
+    summary = CycleSummary()
+    _cycle_roots(world.cluster, ["cluster", "other"], world.clock(), summary)
+    assert (summary.roots, summary.skipped) == (["cluster"], ["other"])
+    row = CycleLease.objects.get(name="cycle:other")
+    assert (row.holder, row.token) == ("another-worker", theirs.token)
+    assert Workload.objects.get(name="theirs").phase == Phase.PENDING
+
+
+def test_an_error_mid_pass_gives_back_every_lease_of_the_pass(world, monkeypatch):
+    _tree("other")
+    _tree("third")
+    real = admission.cycle_root
+
+    def cycle_root(root: str, **kwargs: Any) -> Any:
+        if root == "other":
+            raise RuntimeError("the database went away")
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(admission, "cycle_root", cycle_root)
+    with pytest.raises(RuntimeError):
+        _cycle_roots(world.cluster, ["cluster", "other", "third"], world.clock(), CycleSummary())
+    # "cluster" was cycled, "other" failed, "third" never reached: all free again.
+    held = dict(CycleLease.objects.filter(name__startswith="cycle:").values_list("name", "holder"))
+    assert held == {"cycle:cluster": "", "cycle:other": "", "cycle:third": ""}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks: PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_row_locked_by_another_transaction_is_skipped_not_waited_for():
+    """Another worker's apply holds its lease row locked to its commit (lease.check): the
+    pass leaves that lease rather than wait behind the apply for a lease it would find
+    held anyway (a waiting take would get it once the lock goes: it is free here)."""
+    from django.db import connections, transaction
+
+    lease.acquire_many(["a", "b"], holder="w0", ttl_s=60)
+    CycleLease.objects.update(holder="", expires_at=None)
+    locked = threading.Event()
+    done = threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                list(CycleLease.objects.select_for_update().filter(name="b"))
+                locked.set()
+                done.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        taken = lease.acquire_many(["a", "b"], holder="w1", ttl_s=60)
+    finally:
+        done.set()
+        thread.join(30)
+    assert set(taken) == {"a"}
+    assert lease.acquire_many(["b"], holder="w1", ttl_s=60)["b"].token == 2
