@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -432,3 +433,34 @@ def test_the_journal_tells_which_ids_are_not_settled(kind, settings):
     assert (ids, unsettled) == ({3}, set())
     if kind == "redis":
         found.client.delete(found.key(root))
+
+
+@pytest.mark.parametrize("kind", ["local", "redis"])
+def test_one_read_of_several_trees_journals_answers_as_a_read_of_each(kind, settings):
+    """A pass reads the journal of all its trees at once (``since_many``): each answer is
+    ``since``'s for that tree, its cursor, reader, trimmed or lost stream included."""
+    roots = ["t-many-a", "t-many-b", "t-many-gone"]
+    if kind == "redis":
+        if not settings.REDIS_URL:
+            pytest.skip("needs REDIS_URL")
+        found: Any = world.RedisJournal(settings.REDIS_URL)
+        found.client.delete(*(found.key(root) for root in roots))
+    else:
+        found = LocalJournal()
+    a, b = found.head(roots[0]), found.head(roots[1])
+    found.append({roots[0]: [1, 2], roots[1]: [7]}, done=True)
+    found.append({roots[0]: [3]}, by="me-a", tx="x")
+    found.append({roots[1]: [8]}, tx="y")
+    middle = found.head(roots[1])
+    found.append({roots[1]: [9]}, done=True)
+    reads = {roots[0]: (a, "me-a"), roots[1]: (middle, "me-b"), roots[2]: ("5-0", "me")}
+    many = found.since_many(reads)
+    one = {root: found.since(root, cursor, reader=who) for root, (cursor, who) in reads.items()}
+    assert many == one
+    assert many[roots[0]][1:] == ({1, 2}, {3}, set())
+    assert many[roots[1]][1] == {9}
+    assert many[roots[2]][1] is None  # a cursor the journal cannot answer for: rebuild
+    assert found.since_many({}) == {}
+    assert found.since_many({roots[1]: (b, "")})[roots[1]][1] == {7, 8, 9}
+    if kind == "redis":
+        found.client.delete(*(found.key(root) for root in roots))
