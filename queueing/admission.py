@@ -544,6 +544,7 @@ def _cycle_roots(
     # What the trees' snapshots read alike, read once for all (the queues, what each tree
     # holds on the nodes, each tree's quotas and the journal after its world's cursor).
     shared = state.PassReads() if len(roots) > 1 else None
+    meter = trace.Meter().start()  # the pass's statements, its cycles' included
     # The pass's leases, one statement: each tree whose last calls in this process are
     # done (a tree whose calls still run takes its own lease after them, in its turn).
     ready = [root for root in roots if _calls_done(root)]
@@ -606,6 +607,7 @@ def _cycle_roots(
                 done.setdefault(taken.name, taken)
         leases.release_many(done.values())
         wake.cycled_many(notes)
+        trace.mark("pass", trees=len(roots), cycled=len(notes), **meter.stop())
 
 
 def _calls_done(root: str) -> bool:
