@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import logging
 import os
 import secrets
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -98,7 +100,7 @@ class _SenderLoop:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: deque[Callable[[], Awaitable[Any]]] = deque()
+        self._waiting: deque[Callable[[], Awaitable[Any]] | _Outgoing] = deque()
         self._draining = False
         self._pid = 0
         self._dropped = 0
@@ -130,7 +132,7 @@ class _SenderLoop:
             future.cancel()
             raise
 
-    def submit(self, make: Callable[[], Awaitable[Any]], timeout_s: float) -> bool:
+    def submit(self, make: Callable[[], Awaitable[Any]] | _Outgoing, timeout_s: float) -> bool:
         """Queue a send, in order after those submitted before; returns at once. False
         when the backlog is full and it was dropped."""
         loop = self._running_loop()
@@ -149,6 +151,13 @@ class _SenderLoop:
                 asyncio.run_coroutine_threadsafe(self._drain(timeout_s), loop)
         return True
 
+    def submit_message(self, layer: Any, tenant_id: int | None, payload: dict) -> bool:
+        """Queue one live event for ``layer`` (see ``submit``). Events that wait together
+        leave together: ``changed`` ones merged (``merge_changed``), their groups'
+        listeners counted in one round trip and the empty groups skipped
+        (``group_sends``)."""
+        return self.submit(_Outgoing(layer, tenant_id, payload), SEND_TIMEOUT_S)
+
     async def _drain(self, timeout_s: float) -> None:
         while True:
             with self._lock:
@@ -156,14 +165,28 @@ class _SenderLoop:
                     self._draining = False
                     self._idle.notify_all()
                     return
-                make = self._waiting[0]
+                head = self._waiting[0]
+                if isinstance(head, _Outgoing):
+                    # Every live event waiting behind it for the same layer goes along.
+                    batch = [head]
+                    for item in itertools.islice(self._waiting, 1, MAX_BATCH):
+                        if not isinstance(item, _Outgoing) or item.layer is not head.layer:
+                            break
+                        batch.append(item)
             try:
-                await asyncio.wait_for(make(), timeout_s)
+                # asyncio.timeout, not only the caller's: a Redis that stopped answering
+                # must not hold the backlog (and an exiting worker's flush) forever.
+                async with asyncio.timeout(timeout_s):
+                    if isinstance(head, _Outgoing):
+                        await group_sends(head.layer, fan_out(merge_changed(batch)))
+                    else:
+                        await head()
             except Exception:  # the stream is best effort; the database is the truth
                 log.exception("could not publish a live event")
             finally:
                 with self._lock:
-                    self._waiting.popleft()
+                    for _ in range(len(batch) if isinstance(head, _Outgoing) else 1):
+                        self._waiting.popleft()
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every submitted send is done (tests; a process about to exit).
@@ -190,20 +213,137 @@ def send(tenant_id: int | None, payload: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    message = {"type": "kq.event", "payload": payload}
-
-    async def both() -> None:
-        if tenant_id is not None:
-            await layer.group_send(group_name(tenant_id), message)
-        await layer.group_send(ALL_GROUP, message)
-
     try:
         if _cross_process(layer):
-            _sender.submit(both, SEND_TIMEOUT_S)  # in order, not waited for
+            _sender.submit_message(layer, tenant_id, payload)  # in order, not waited for
         else:
-            async_to_sync(both)()
+            sends = fan_out([_Outgoing(layer, tenant_id, payload)])
+
+            async def each() -> None:
+                for group, message in sends:
+                    await layer.group_send(group, message)
+
+            async_to_sync(each)()
     except Exception:  # the stream is best effort; the database is the truth
         log.exception("could not publish a live event for tenant %s", tenant_id)
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    """A live event waiting in the sender loop's backlog."""
+
+    layer: Any
+    tenant_id: int | None
+    payload: dict
+
+
+MAX_BATCH = 500  # live events sent together at most (one count of listeners)
+_CHANGED_FIELDS = frozenset({"type", "tenant", "cycle", "queues", "workloads", "count"})
+
+
+def _mergeable(payload: Mapping[str, Any]) -> bool:
+    return payload.get("type") == "changed" and payload.keys() >= _CHANGED_FIELDS
+
+
+def merge_changed(batch: list[_Outgoing]) -> list[_Outgoing]:
+    """One ``changed`` notification per tenant and cycle of the events that wait
+    together (several commits of one cycle, or of syncs, before the loop sent them):
+    queues and workloads united (ids while at most ``MAX_IDS``), at the place of the last
+    of them, with its key and time. Every other message keeps its place. A notification is
+    a hint to re-read: the merged one makes each listener read once what the separate
+    ones would have made it read, in the order the rest arrive."""
+    groups: dict[tuple[int | None, Any], list[int]] = {}
+    for index, item in enumerate(batch):
+        if _mergeable(item.payload):
+            groups.setdefault((item.tenant_id, item.payload["cycle"]), []).append(index)
+    if all(len(indexes) == 1 for indexes in groups.values()):
+        return batch
+    out: list[_Outgoing | None] = list(batch)
+    for indexes in groups.values():
+        if len(indexes) == 1:
+            continue
+        payloads = [batch[i].payload for i in indexes]
+        queues: set[int] = set()
+        ids: set[int] | None = set()
+        for payload in payloads:
+            queues.update(payload["queues"])
+            if ids is not None and payload["workloads"] is not None:
+                ids.update(payload["workloads"])
+            else:
+                ids = None
+        # Some carried only a count: at most their sum changed.
+        count = len(ids) if ids is not None else sum(int(p["count"]) for p in payloads)
+        merged = {
+            **payloads[-1],
+            "queues": sorted(queues),
+            "workloads": sorted(ids) if ids is not None and len(ids) <= MAX_IDS else None,
+            "count": count,
+        }
+        for i in indexes[:-1]:
+            out[i] = None
+        last = batch[indexes[-1]]
+        out[indexes[-1]] = _Outgoing(last.layer, last.tenant_id, merged)
+    return [item for item in out if item is not None]
+
+
+def fan_out(batch: Iterable[_Outgoing]) -> list[tuple[str, dict]]:
+    """The (group, message) sends of live events: a tenant's to its group and the
+    cluster admins', a cluster-wide one to the cluster admins' only."""
+    sends: list[tuple[str, dict]] = []
+    for item in batch:
+        message = {"type": "kq.event", "payload": item.payload}
+        if item.tenant_id is not None:
+            sends.append((group_name(item.tenant_id), message))
+        sends.append((ALL_GROUP, message))
+    return sends
+
+
+def _counts_listeners(layer: Any) -> bool:
+    """The Redis channel layer (channels_redis.core), whose groups are sorted sets of
+    channel names that one command counts."""
+    try:
+        from channels_redis.core import RedisChannelLayer
+    except ImportError:  # pragma: no cover - a deployment without channels_redis
+        return False
+    return isinstance(layer, RedisChannelLayer)
+
+
+async def listened(layer: Any, groups: Iterable[str]) -> set[str] | None:
+    """Which of ``groups`` have at least one listener, in one pipelined round trip per
+    Redis shard; None when the layer cannot tell (every group is then sent to).
+
+    Counts what ``group_send`` would send to: the members a ``group_expiry`` has not
+    yet expired."""
+    if not _counts_listeners(layer):
+        return None
+    by_shard: dict[int, list[str]] = {}
+    for group in dict.fromkeys(groups):
+        by_shard.setdefault(layer.consistent_hash(group), []).append(group)
+    floor = int(time.time()) - int(layer.group_expiry)
+    out: set[str] = set()
+    for index, names in by_shard.items():
+        pipe = layer.connection(index).pipeline(transaction=False)
+        for group in names:
+            pipe.zcount(layer._group_key(group), f"({floor}", "+inf")
+        counts = await pipe.execute()
+        out.update(group for group, count in zip(names, counts, strict=True) if count)
+    return out
+
+
+async def group_sends(layer: Any, sends: list[tuple[str, dict]]) -> int:
+    """``group_send`` each (group, message) in order, skipping the groups nobody listens
+    to (``listened``); returns how many were sent. A group with no listener would
+    deliver to nobody anyway: a browser that joins later reads the state when it
+    subscribes (docs/events.md, "Delivery rules")."""
+    if not sends:
+        return 0
+    live = await listened(layer, (group for group, _ in sends))
+    sent = 0
+    for group, message in sends:
+        if live is None or group in live:
+            await layer.group_send(group, message)
+            sent += 1
+    return sent
 
 
 def flush(timeout_s: float = SEND_TIMEOUT_S) -> bool:

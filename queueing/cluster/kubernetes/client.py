@@ -1,7 +1,8 @@
 """The client wrapper: the only module that imports the ``kubernetes`` client.
 
-``Rest`` sends raw JSON over the official client's ApiClient (auth, TLS, kubeconfig) and
-owns the retry policy: a 409 is the caller's to resolve, 429 honours Retry-After, 5xx
+``Rest`` sends raw JSON through the official client's urllib3 pool (auth, TLS, kubeconfig
+from its ApiClient; the request built here, not by the client's per-call serialisation,
+``wire_request``) and owns the retry policy: a 409 is the caller's to resolve, 429 honours Retry-After, 5xx
 and requests that got no answer are retried with jittered exponential backoff within a
 time budget; what is left is an ``ApiCallError`` whose ``to_cluster_error`` tells the
 sync whether a later try may succeed. Objects travel as plain JSON (``dict``), never the
@@ -13,15 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
+import decimal
+import enum
 import json
 import logging
 import random
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client as k8s
@@ -114,6 +120,74 @@ def record_api_error(verb: str, label: str) -> None:
         log.debug("could not count an API error (%s %s)", verb, label, exc_info=True)
 
 
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+def _json_default(value: Any) -> Any:
+    """What ``ApiClient.sanitize_for_serialization`` makes of the few non-JSON values a
+    body may hold (a datetime in an Event, say); plain JSON never gets here."""
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):  # a client model
+        return to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _query_value(value: Any) -> str:
+    # As ApiClient.parameters_to_url_query: booleans lower case, dicts as JSON, then
+    # percent-encoded with "/" kept.
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, dict):
+        value = json.dumps(value)
+    return quote(str(value))
+
+
+def wire_request(
+    api: k8s.ApiClient,
+    method: str,
+    path: str,
+    query: Mapping[str, Any] | None,
+    body: Any,
+    content_type: str | None,
+) -> tuple[str, dict[str, str], bytes | None]:
+    """The URL, headers and body the client's ``param_serialize`` + ``call_api`` would
+    send for this request: the configuration's host, the ApiClient's default headers
+    (User-Agent) and cookie, the bearer token (after the refresh hook), JSON in and out.
+    ``None`` query values are left out; a JSON patch that is not a list is sent as a
+    strategic merge patch, as the client does."""
+    configuration = api.configuration
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type or "application/json"
+    headers.update(api.default_headers)
+    if api.cookie:
+        headers["Cookie"] = api.cookie
+    keys = configuration.api_key
+    if "BearerToken" in keys or "authorization" in keys:
+        token = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token is not None:
+            headers["authorization"] = token
+    url = configuration.host + path
+    if query:
+        pairs = [f"{k}={_query_value(v)}" for k, v in query.items() if v is not None]
+        if pairs:
+            url += "?" + "&".join(pairs)
+    data = None
+    if method not in ("GET", "HEAD"):
+        if headers.get("Content-Type") == JSON_PATCH and not isinstance(body, list):
+            headers["Content-Type"] = STRATEGIC_MERGE_PATCH
+        if body is not None:
+            data = json.dumps(body, default=_json_default).encode()
+    return url, headers, data
+
+
 class Rest:
     """Raw JSON over the official client's ApiClient (auth, TLS, kubeconfig), with the
     retry policy. ``once`` is one request; ``call`` retries what may succeed later."""
@@ -135,6 +209,8 @@ class Rest:
         self.on_error = on_error
         self.rng = random.Random(seed)  # noqa: S311 - backoff jitter, not secrets
         self._stream: Any = None  # the response of the watch in progress, to interrupt it
+        # The default timeouts of one request: connect within 5 s, each read within 30 s.
+        self._timeout = urllib3.Timeout(connect=min(5.0, timeout_s), read=timeout_s)
 
     def _send(
         self,
@@ -144,27 +220,32 @@ class Rest:
         body: Any,
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
-    ) -> Any:
-        throttle_token_refresh(self.api.configuration)
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        params = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+    ) -> urllib3.BaseHTTPResponse:
+        """One request through the client's urllib3 pool (the ApiClient's own, so its
+        TLS, proxy and pool size hold), built here: what ``ApiClient.param_serialize``
+        and ``call_api`` would send (``wire_request``), without their per-call
+        serialisation machinery."""
+        api = self.api
+        configuration = api.configuration
+        throttle_token_refresh(configuration)
+        url, headers, data = wire_request(api, method, path, query, body, content_type)
+        if timeout is None:
+            request_timeout = self._timeout
+        elif isinstance(timeout, tuple):
+            request_timeout = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            request_timeout = urllib3.Timeout(total=timeout)
         try:
-            return self.api.call_api(
-                *params, _request_timeout=timeout or (min(5.0, self.timeout_s), self.timeout_s)
+            return api.rest_client.pool_manager.request(
+                method,
+                url,
+                body=data,
+                headers=headers,
+                timeout=request_timeout,
+                preload_content=False,
             )
         except urllib3.exceptions.HTTPError as exc:
             raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
-        except k8s.ApiException as exc:  # the client's wrapper around TLS errors
-            raise ApiCallError(exc.status or NO_ANSWER, str(exc.reason)) from exc
         except OSError as exc:
             raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
 
@@ -180,7 +261,7 @@ class Rest:
         """One request; raises ApiCallError for anything but a 2xx answer."""
         response = self._send(method, path, query, body, content_type, None)
         try:
-            data = response.read()
+            data = response.data
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
         if not 200 <= response.status < 300:
@@ -271,7 +352,7 @@ class Rest:
         if response.status != 200:
             data = response.read()
             raise _error_from_response(response.status, data, response.headers)
-        raw = response.response
+        raw = response
         self._stream = raw
         try:
             for line in iter_resp_lines(raw):
