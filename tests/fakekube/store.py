@@ -632,6 +632,10 @@ class Store:
                     self._commit(namespaces, "DELETED", obj, obj)
             self.compact()
 
+    def count(self, rtype: ResourceType | str) -> int:
+        """How many objects of a kind there are."""
+        return len(self._bucket(self.registry.resolve(rtype)))
+
     def counts(self) -> dict[str, int]:
         with self.cond:
             return {

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from tests.fakekube import ApiError, FakeKube, ManualClock, api_client
+from tests.fakekube import RUNTIME_ANNOTATION, ApiError, FakeKube, ManualClock, api_client
 from tests.fakekube.store import Feed, Store
 
 
@@ -202,7 +202,7 @@ def test_the_runner_sleeps_until_its_next_timer() -> None:
     assert runner._sleep() == runner.idle  # nothing due: only a change wakes it
     fake.add_node("n", {"cpu": "8"})
     body = {
-        "metadata": {"name": "timed", "annotations": {}},
+        "metadata": {"name": "timed", "annotations": {RUNTIME_ANNOTATION: "0.25"}},
         "spec": {
             "suspend": False,
             "template": {
@@ -213,7 +213,6 @@ def test_the_runner_sleeps_until_its_next_timer() -> None:
             },
         },
     }
-    body["metadata"]["annotations"]["fake.koord-queue.io/runtime-seconds"] = "0.25"
     fake.create("jobs", body, "default")
     runner.step()  # the pod starts: a timer 0.25 s ahead
     assert runner._sleep() == pytest.approx(0.25)
