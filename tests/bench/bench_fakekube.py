@@ -17,7 +17,10 @@ Figures: ``late_*_ms`` -- how long after its scheduled time each creation was an
 the server process used from the first creation until the Jobs ran (what it takes
 from the product on a shared machine). Knobs:
 KQ_BENCH_FAKE_SCALE (fraction of each class, default 1), KQ_BENCH_FAKE_ADMIT (0 to
-leave Jobs suspended).
+leave Jobs suspended), KQ_BENCH_FAKE_WATCHES (``product``: also the 64 watches the product
+opens in the end-to-end run -- per process, one over the Jobs of each of the 30
+namespaces, one over nodes, one over bound pods; two processes -- so that each commit is
+offered to the watches of its kind and namespace only, as there).
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.bench.bench_e2e import COHORTS, NOMINAL, QUEUES_PER_COHORT, Api, schedule, seed_cluster
+from tests.bench.bench_e2e import (
+    COHORTS,
+    NOMINAL,
+    QUEUES_PER_COHORT,
+    Api,
+    cluster_queues,
+    schedule,
+    seed_cluster,
+)
 from tests.fakekube.client import FakeKubeProcess
 
 THREADS = 6  # as create_on_schedule
@@ -45,9 +56,15 @@ def _pct(values: list[float], pct: float) -> float:
 class Watcher(threading.Thread):
     """A watch over every Job; tells ``admitter`` (if any) of new and finished Jobs."""
 
-    def __init__(self, url: str, admitter: Admitter | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        admitter: Admitter | None = None,
+        path: str = "/apis/batch/v1/jobs?watch=true&timeoutSeconds=600",
+    ) -> None:
         super().__init__(daemon=True)
         self.url = url
+        self.path = path
         self.admitter = admitter
         self.events = 0
         self.stop = threading.Event()
@@ -55,7 +72,7 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         parts = urlsplit(self.url)
         conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port)
-        conn.request("GET", "/apis/batch/v1/jobs?watch=true&timeoutSeconds=600")
+        conn.request("GET", self.path)
         response = conn.getresponse()
         buffer = b""
         while not self.stop.is_set():
@@ -135,9 +152,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def product_watches() -> list[str]:
+    """The watch paths one process of the product opens in the end-to-end run
+    (queueing.cluster.kubernetes.informers.ClusterWatcher)."""
+    query = "watch=true&allowWatchBookmarks=true&timeoutSeconds=600"
+    paths = [f"/apis/batch/v1/namespaces/{ns}/jobs?{query}" for ns in cluster_queues()]
+    bound = "spec.nodeName!%3D,status.phase!%3DSucceeded,status.phase!%3DFailed"
+    return [*paths, f"/api/v1/nodes?{query}", f"/api/v1/pods?{query}&fieldSelector={bound}"]
+
+
 def fakekube_creations() -> dict[str, Any]:
     scale = float(os.environ.get("KQ_BENCH_FAKE_SCALE", "1"))
     admit = os.environ.get("KQ_BENCH_FAKE_ADMIT", "1") != "0"
+    product = os.environ.get("KQ_BENCH_FAKE_WATCHES", "") == "product"
     plan = schedule(scale)
     with FakeKubeProcess("--time-scale", "1", "--history-limit", "1000000") as fake:
         seed_cluster(fake.url)
@@ -145,6 +172,8 @@ def fakekube_creations() -> dict[str, Any]:
         pid = fake.process.pid
         admitter = Admitter(fake.url, capacity=COHORTS * QUEUES_PER_COHORT * NOMINAL)
         watchers = [Watcher(fake.url, admitter if admit else None), Watcher(fake.url)]
+        if product:
+            watchers += [Watcher(fake.url, path=p) for p in product_watches() * 2]
         for thread in (*watchers, admitter):
             thread.start()
         time.sleep(0.5)  # let both watches open before the first creation
@@ -200,9 +229,11 @@ def fakekube_creations() -> dict[str, Any]:
         "admitted": admitter.done,
         "finished": finished,
         "all_finished_s": round(time_all_done, 2),
-        "watch_events": [w.events for w in watchers],
+        "watch_events": [w.events for w in watchers[:2]],
+        "watches": len(watchers),
         "requests": state.get("requests"),
         "server_cpu_s": round(cpu, 1),
+        "server_cpu_ms_per_request": round(1000 * cpu / max(1, state.get("requests") or 1), 2),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 

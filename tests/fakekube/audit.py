@@ -118,8 +118,11 @@ class TransitionRecorder:
         if change.type == "DELETED":
             self.log.append("deleted", **base, **self._origin(change))
             return
-        labels = dict(dig(obj, "metadata", "labels") or {})
-        self._job_labels[uid] = labels
+        found = dig(obj, "metadata", "labels")
+        labels = self._job_labels.get(uid)
+        if labels is None or old is None or found is not dig(old, "metadata", "labels"):
+            # (a status write keeps the labels' dict: nothing to copy again)
+            labels = self._job_labels[uid] = dict(found or {})
         suspend = bool(dig(obj, *rtype.suspend_path))
         previous = None if old is None else bool(dig(old, *rtype.suspend_path))
         if previous is None or previous != suspend:
@@ -141,6 +144,8 @@ class TransitionRecorder:
                 **extra,
                 **self._origin(change),
             )
+        if old is not None and obj.get("status") is old.get("status"):
+            return  # the status is the same object: no condition turned true
         for cond in ("Complete", "Failed"):
             if _condition_true(obj, cond) and not _condition_true(old, cond):
                 reason = next(

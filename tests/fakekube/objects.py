@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -56,8 +57,20 @@ def copy(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+_stamp: tuple[int, str] = (0, "1970-01-01T00:00:00Z")
+
+
 def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Seconds since the epoch as RFC 3339 (whole seconds, as Kubernetes writes them);
+    formatted once per second, not per call."""
+    global _stamp
+    second = math.floor(ts)
+    cached = _stamp  # one read: another thread may replace the pair meanwhile
+    if cached[0] == second:
+        return cached[1]
+    text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _stamp = (second, text)
+    return text
 
 
 def dig(obj: Any, *path: str) -> Any:

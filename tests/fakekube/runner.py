@@ -90,14 +90,17 @@ class JobRunner:
         clock: Callable[[], float],
         default_runtime: float = 1.0,
         time_scale: float = 1.0,
-        tick: float = 0.01,
+        idle: float = 1.0,
     ) -> None:
         self.store = store
         self.clock = clock
         self.default_runtime = default_runtime
         self.time_scale = time_scale  # runtimes and activeDeadlineSeconds are multiplied by it
-        self.tick = tick
-        self.paused = False
+        # The longest the thread sleeps with nothing due: it is woken by every change and
+        # sleeps until the next timer, so this only bounds how late it notices a clock
+        # that jumps (a test's clock, not the wall clock).
+        self.idle = idle
+        self._paused = False
         self.errors: list[str] = []  # tracebacks of rounds that failed; tests assert it's empty
         self._dirty: set[JobKey] = set()
         self._orphans: set[str] = set()  # uids of deleted Jobs whose pods must go
@@ -209,16 +212,32 @@ class JobRunner:
             self._thread.join(timeout=5)
             self._thread = None
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self._paused = value
+        self._wake.set()  # resuming runs what piled up at once
+
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.tick)
+            self._wake.wait(self._sleep())
             self._wake.clear()
-            if self.paused:
+            if self._paused:
                 continue
             try:
                 self.step()
             except Exception:
                 self.errors.append(traceback.format_exc())
+
+    def _sleep(self) -> float:
+        """Seconds until the next timer is due (at most `idle`): changes wake the thread,
+        timers are the only thing it waits for."""
+        if self._paused or not self._timers:
+            return self.idle
+        return min(self.idle, max(0.0, self._timers[0][0] - self.clock()))
 
     def step(self) -> None:
         """One round: due timers, dirty Jobs, garbage pods, then pending pods."""

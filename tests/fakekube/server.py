@@ -4,6 +4,7 @@ the `/_fake/` control endpoints."""
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import itertools
 import json
 import math
@@ -21,10 +22,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from . import webhooks
 from .audit import AuditLog, Entry, TransitionRecorder
-from .objects import ApiError, Obj, dig, status_body
+from .objects import ApiError, Obj, status_body
 from .resources import Registry, ResourceType
 from .runner import JobRunner
-from .store import Event, Store
+from .store import Event, Feed, Store, watch_line
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 WRITE_VERBS = ("create", "update", "patch", "delete")
@@ -121,6 +122,32 @@ class Faults:
         return ApiError(code, reason, f"fakekube: injected {code} on {verb}", details, headers)
 
 
+_MAX_LINE = 65536  # http.client's limits
+_MAX_HEADERS = 100
+
+
+class Headers(dict[str, str]):
+    """Request headers by lower-cased name (the first of repeated ones, as
+    `email.message.Message.get` answers); `get` takes any case."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+
+_date: tuple[int, str] = (0, "")
+
+
+def http_date() -> str:
+    """The Date header's value, formatted once per second."""
+    global _date
+    now = time.time()
+    second = math.floor(now)
+    cached = _date
+    if cached[0] != second:
+        cached = _date = (second, email.utils.formatdate(second, usegmt=True))
+    return cached[1]
+
+
 @dataclass
 class Route:
     rtype: ResourceType
@@ -144,6 +171,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    raw_requestline: bytes  # set by handle_one_request before parse_request
 
     def setup(self) -> None:
         super().setup()
@@ -160,6 +188,47 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the audit log records requests
 
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # (send_response formats a line for it otherwise)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        return http_date() if timestamp is None else super().date_time_string(timestamp)
+
+    def parse_request(self) -> bool:
+        """The request line and headers, as http.server reads them but without the email
+        parser (`http.client.parse_headers` builds an `email.message` for every request).
+        Anything but a plain HTTP/1.x request line goes the standard way."""
+        words = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n").split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.1", "HTTP/1.0"):
+            return super().parse_request()
+        self.requestline = " ".join(words)
+        self.command, path, self.request_version = words
+        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
+        self.close_connection = self.request_version == "HTTP/1.0"
+        headers = Headers()
+        while True:
+            line = self.rfile.readline(_MAX_LINE + 1)
+            if len(line) > _MAX_LINE or len(headers) > _MAX_HEADERS:
+                self.send_error(431, "Request header fields too large")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, colon, value = line.decode("iso-8859-1").partition(":")
+            if colon:
+                headers.setdefault(name.strip().lower(), value.strip())
+        self.headers = headers  # type: ignore[assignment]
+        connection = headers.get("connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        elif connection == "keep-alive":
+            self.close_connection = False
+        if (
+            headers.get("expect", "").lower() == "100-continue"
+            and self.request_version == "HTTP/1.1"
+        ):
+            return self.handle_expect_100()
+        return True
+
     def do_GET(self) -> None:
         self._handle()
 
@@ -168,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- plumbing ---------------------------------------------------------------------------
 
     def _send(self, code: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        data = body if isinstance(body, bytes) else encode(self.server.fake.store, body)
         self.send_response(code)
         ctype = "application/json" if not isinstance(body, bytes) else "text/plain"
         self.send_header("Content-Type", ctype)
@@ -287,11 +356,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "BadRequest", "invalid timeoutSeconds") from None
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         deadline = time.monotonic() + timeout
-        initial, cursor, expired = None, 0, None
+        initial: list[Obj] | None = None
+        feed: Feed | None = None
+        expired: ApiError | None = None
         try:
-            initial, cursor = store.watch_start(
-                rtype, route.namespace, query.get("resourceVersion")
-            )
+            initial, feed = store.watch(rtype, route.namespace, query.get("resourceVersion"))
         except ApiError as err:
             if err.code != 410:
                 raise
@@ -303,10 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
         def render(event: Event) -> bytes | None:
-            if event.rtype is not rtype:
-                return None
-            if route.namespace and dig(event.obj, "metadata", "namespace") != route.namespace:
-                return None
+            # The feed holds only this kind in this namespace (or all): selectors remain.
             if not filtered:
                 return event.line()
             now_ok = match(event.obj)
@@ -319,15 +385,11 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             if initial:
-                lines = [
-                    json.dumps({"type": "ADDED", "object": o}).encode() + b"\n"
-                    for o in initial
-                    if match(o)
-                ]
+                lines = [watch_line("ADDED", store.encoded(o)) for o in initial if match(o)]
                 if lines:
                     self._chunk(b"".join(lines))
             last_bookmark = time.monotonic()
-            while expired is None and not fake.stopping.is_set():
+            while feed is not None and expired is None and not fake.stopping.is_set():
                 now = time.monotonic()
                 if now >= deadline:
                     break
@@ -335,12 +397,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if bookmarks:
                     wait = max(0.0, min(wait, last_bookmark + fake.bookmark_interval - now))
                 try:
-                    events, cursor_after = store.events_after(cursor, wait)
+                    events, cursor = feed.take(wait)
                 except ApiError as err:
                     expired = err
                     break
                 lines = [line for e in events if (line := render(e)) is not None]
-                cursor = cursor_after
                 if lines:
                     self._chunk(b"".join(lines))
                 elif not self._client_alive():
@@ -361,6 +422,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+        finally:
+            if feed is not None:
+                store.unwatch(feed)
 
     def _client_alive(self) -> bool:
         """A watch only writes when there is news; notice a client that hung up meanwhile."""
@@ -452,8 +516,7 @@ class FakeKube:
 
     def stop(self) -> None:
         self.stopping.set()
-        with self.store.cond:
-            self.store.cond.notify_all()
+        self.store.wake_watches()
         self.runner.stop()
         if self._server is not None:
             self._server.shutdown()
@@ -743,6 +806,20 @@ class FakeKube:
             self.runner.step()
             return self.state()
         raise ApiError(404, "NotFound", f"no control endpoint {method} {path}")
+
+
+def encode(store: Store, body: Any) -> bytes:
+    """A response body as JSON; committed objects (alone or as a list's items) in the
+    encoding their watch events share."""
+    if not isinstance(body, dict):
+        return json.dumps(body).encode()
+    items = body.get("items")
+    if isinstance(items, list) and str(body.get("kind", "")).endswith("List"):
+        head = json.dumps({**body, "items": None}).encode()
+        if head.endswith(b'"items": null}'):
+            listed = b", ".join(store.encoded(item) for item in items)
+            return head[: -len(b"null}")] + b"[" + listed + b"]}"
+    return store.encoded(body)
 
 
 def _not_served() -> ApiError:

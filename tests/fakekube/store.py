@@ -53,15 +53,62 @@ class Event:
     type: str
     obj: Obj
     old: Obj | None
+    _json: bytes | None = None
     _line: bytes | None = None
+
+    def json(self) -> bytes:
+        """The object's JSON, encoded once: every watch and every GET of this version share
+        it (committed objects are never mutated)."""
+        if self._json is None:
+            self._json = json.dumps(self.obj).encode()
+        return self._json
 
     def line(self, type_: str | None = None) -> bytes:
         """The watch line; cached, since every unfiltered watcher sends the same bytes."""
         if type_ is not None and type_ != self.type:
-            return json.dumps({"type": type_, "object": self.obj}).encode() + b"\n"
+            return watch_line(type_, self.json())
         if self._line is None:
-            self._line = json.dumps({"type": self.type, "object": self.obj}).encode() + b"\n"
+            self._line = watch_line(self.type, self.json())
         return self._line
+
+
+def watch_line(type_: str, obj_json: bytes) -> bytes:
+    return b'{"type": "%s", "object": %s}\n' % (type_.encode(), obj_json)
+
+
+class Feed:
+    """The events one watch can match, offered at commit: only the watches of the event's
+    kind, and of its namespace or of all namespaces, see an event (`Store.watch`).
+
+    `take` has the history's semantics: it answers 410 Gone once the store compacted past
+    the resourceVersion the watch had reached (`cursor`), as a watch reading the history
+    would; while it keeps up, it streams in resourceVersion order."""
+
+    __slots__ = ("_store", "cond", "cursor", "events", "key", "namespace", "rtype")
+
+    def __init__(
+        self, store: Store, rtype: ResourceType, namespace: str, cursor: int, backlog: list[Event]
+    ) -> None:
+        self._store = store
+        self.rtype = rtype
+        self.namespace = namespace  # "" for all namespaces (and cluster-scoped kinds)
+        self.key = (rtype.key, namespace)
+        self.cursor = cursor
+        self.events = backlog
+        self.cond = threading.Condition(store.lock)
+
+    def take(self, timeout: float) -> tuple[builtins.list[Event], int]:
+        """The events committed since the last take (waiting up to `timeout` for the
+        first), and the resourceVersion they bring the watch up to."""
+        store = self._store
+        with self.cond:
+            store.check_cursor(self.cursor)
+            if not self.events and timeout > 0:
+                self.cond.wait(timeout)
+                store.check_cursor(self.cursor)
+            events, self.events = self.events, []
+            self.cursor = max(self.cursor, store.rv)
+            return events, self.cursor
 
 
 class _Context(threading.local):
@@ -123,12 +170,17 @@ class Store:
         self.registry = registry
         self.clock = clock
         self.history_limit = history_limit
-        self.cond = threading.Condition(threading.RLock())
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)  # the lock every read and write holds
         self.listeners: list[Callable[[Change], None]] = []
         self.rv = 0
         self.compacted_rv = 0  # watches from a resourceVersion below this get 410 Gone
         self._objects: dict[tuple[str, str, str], dict[tuple[str, str], Obj]] = {}
         self._history: list[Event] = []
+        # Open watches by (kind, namespace); namespace "" = all namespaces.
+        self._feeds: dict[tuple[tuple[str, str, str], str], set[Feed]] = {}
+        # The latest event of each live object, by id(object): its encoding for GETs.
+        self._live: dict[int, Event] = {}
         self._rng = random.Random(seed)
         self._ctx = _Context()
         for name in DEFAULT_NAMESPACES:
@@ -224,23 +276,53 @@ class Store:
         self.rv += 1
         new = {**new, "metadata": {**new["metadata"], "resourceVersion": str(self.rv)}}
         bucket = self._bucket(rtype)
-        key = _key(rtype, new["metadata"].get("namespace"), new["metadata"]["name"])
-        if type_ == "DELETED":
-            bucket.pop(key, None)
-        else:
+        namespace = (new["metadata"].get("namespace") or "") if rtype.namespaced else ""
+        key = _key(rtype, namespace, new["metadata"]["name"])
+        replaced = bucket.pop(key, None) if type_ == "DELETED" else bucket.get(key)
+        if replaced is not None:
+            self._live.pop(id(replaced), None)
+        event = Event(self.rv, rtype, type_, new, old)
+        if type_ != "DELETED":
             bucket[key] = new
-        self._history.append(Event(self.rv, rtype, type_, new, old))
+            self._live[id(new)] = event
+        self._history.append(event)
         limit = self.history_limit
         if len(self._history) > limit + limit // 10 + 1:
             cut = len(self._history) - limit
             self.compacted_rv = self._history[cut - 1].rv
             del self._history[:cut]
+        self._offer(event, rtype.key, namespace)
         ctx = self._ctx
         change = Change(rtype, type_, new, old, ctx.request_id, ctx.actor, ctx.user_agent)
         for listener in self.listeners:
             listener(change)
-        self.cond.notify_all()
         return new
+
+    def _offer(self, event: Event, kind: tuple[str, str, str], namespace: str) -> None:
+        """Hand the event to the watches of its kind that can match it, and wake them."""
+        feeds = self._feeds
+        if not feeds:
+            return
+        targets = feeds.get((kind, ""))
+        if namespace:
+            scoped = feeds.get((kind, namespace))
+            if scoped:
+                targets = scoped if not targets else targets | scoped
+        if not targets:
+            return
+        compacted = self.compacted_rv
+        for feed in targets:
+            if feed.cursor >= compacted:  # an expired watch gets 410 at its next take
+                feed.events.append(event)
+                feed.cond.notify()
+
+    def encoded(self, obj: Obj) -> bytes:
+        """The JSON of a committed object, shared with its watch event when it is the live
+        version (encoded once however many watches and GETs send it)."""
+        event = self._live.get(id(obj))
+        if event is not None and event.obj is obj:
+            return event.json()
+        return json.dumps(obj).encode()
 
     def create(
         self,
@@ -474,10 +556,14 @@ class Store:
 
     # --- watch ------------------------------------------------------------------------------
 
-    def watch_start(
+    def watch(
         self, rtype: ResourceType, namespace: str | None, resource_version: str | None
-    ) -> tuple[builtins.list[Obj] | None, int]:
-        """(objects to send as ADDED first, or None; the cursor to stream events after)."""
+    ) -> tuple[builtins.list[Obj] | None, Feed]:
+        """Open a watch: (objects to send as ADDED first, or None; the feed of the events
+        after them). Without a resourceVersion (or "0") the watch starts with the current
+        objects; with one it replays the history after it (410 Gone if compacted away).
+        `unwatch` the feed when done."""
+        namespace = (namespace or "") if rtype.namespaced else ""
         with self.cond:
             if resource_version in (None, "", "0"):
                 items = [
@@ -485,13 +571,39 @@ class Store:
                     for (ns, _), obj in sorted(self._bucket(rtype).items())
                     if not namespace or ns == namespace
                 ]
-                return items, self.rv
-            try:
-                cursor = int(resource_version)  # type: ignore[arg-type]
-            except ValueError:
-                raise ApiError(400, "BadRequest", "invalid resourceVersion") from None
-            self.check_cursor(cursor)
-            return None, cursor
+                backlog: builtins.list[Event] = []
+            else:
+                try:
+                    cursor = int(resource_version)  # type: ignore[arg-type]
+                except ValueError:
+                    raise ApiError(400, "BadRequest", "invalid resourceVersion") from None
+                self.check_cursor(cursor)
+                items = None
+                start = bisect_right(self._history, cursor, key=lambda e: e.rv)
+                backlog = [
+                    e
+                    for e in self._history[start:]
+                    if e.rtype is rtype
+                    and (not namespace or e.obj["metadata"].get("namespace") == namespace)
+                ]
+            feed = Feed(self, rtype, namespace, self.rv, backlog)
+            self._feeds.setdefault(feed.key, set()).add(feed)
+            return items, feed
+
+    def unwatch(self, feed: Feed) -> None:
+        with self.cond:
+            feeds = self._feeds.get(feed.key)
+            if feeds is not None:
+                feeds.discard(feed)
+                if not feeds:
+                    del self._feeds[feed.key]
+
+    def wake_watches(self) -> None:
+        """Wake every open watch (stopping, compaction): each checks where it stands."""
+        with self.cond:
+            for feeds in self._feeds.values():
+                for feed in feeds:
+                    feed.cond.notify_all()
 
     def check_cursor(self, cursor: int) -> None:
         if cursor < self.compacted_rv:
@@ -499,23 +611,12 @@ class Store:
                 410, "Expired", f"too old resource version: {cursor} ({self.compacted_rv})"
             )
 
-    def events_after(self, cursor: int, timeout: float) -> tuple[builtins.list[Event], int]:
-        """Events with resourceVersion > cursor, waiting up to `timeout` for the first one;
-        and the resourceVersion they bring the caller up to."""
-        with self.cond:
-            self.check_cursor(cursor)
-            if self.rv <= cursor and timeout > 0:
-                self.cond.wait(timeout)
-                self.check_cursor(cursor)
-            start = bisect_right(self._history, cursor, key=lambda e: e.rv)
-            return self._history[start:], max(cursor, self.rv)
-
     def compact(self) -> int:
         """Forget all history: watches and continue tokens from before now get 410 Gone."""
         with self.cond:
             self.compacted_rv = self.rv
             self._history.clear()
-            self.cond.notify_all()
+            self.wake_watches()
             return self.rv
 
     def reset(self) -> None:
@@ -530,6 +631,10 @@ class Store:
                 if name not in DEFAULT_NAMESPACES:
                     self._commit(namespaces, "DELETED", obj, obj)
             self.compact()
+
+    def count(self, rtype: ResourceType | str) -> int:
+        """How many objects of a kind there are."""
+        return len(self._bucket(self.registry.resolve(rtype)))
 
     def counts(self) -> dict[str, int]:
         with self.cond:

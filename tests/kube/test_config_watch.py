@@ -5,6 +5,7 @@ ElasticQuotas it writes for quotas managed here never read as a change (no loop)
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -239,8 +240,9 @@ def test_an_elastic_quota_tree_is_a_quota_tree(
     assert quotas["vision"].max == {"cpu": 8000}
     assert quotas["nlp"].kube_ref == "ElasticQuotaTree kube-system/default#nlp"
     assert quotas["nlp"].source == "kubernetes"
-    # An edit of one node, and a node removed: applied at the next look.
-    obj = fake.store.get("elasticquotatrees", "kube-system", "default")
+    # An edit of one node, and a node removed: applied at the next look (on a copy: the
+    # store's objects are never mutated, their encoding is shared).
+    obj = copy.deepcopy(fake.store.get("elasticquotatrees", "kube-system", "default"))
     research = obj["spec"]["root"]["children"][0]
     research["children"] = [research["children"][0]]  # nlp goes
     research["children"][0]["max"] = {"cpu": "10"}
