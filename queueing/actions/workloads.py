@@ -429,9 +429,9 @@ def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> int:
         # One statement: no savepoint of its own (a failure undoes the caller's
         # transaction or savepoint, as the sync's is).
         with transaction.atomic(savepoint=False):
-            changes = insert_workloads(actor, values, now)
-            publish(changes)
-        return len(changes)
+            inserted = insert_workloads(actor, values, now)
+            publish(inserted.changes, trees=inserted.trees)
+        return len(inserted.changes)
     with transaction.atomic():
         created = Workload.objects.bulk_create(Workload(**v) for v in values)
         if any(w.pk is None for w in created):  # a backend that returns no ids

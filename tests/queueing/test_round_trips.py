@@ -31,10 +31,11 @@ pytestmark = pytest.mark.django_db
 # trees' holdings, runtime history; fence and placement lock -- one statement on
 # PostgreSQL --, the placement read, the phases' locked read, one UPDATE per kind, the
 # timeline, ledgers, the record; release; the node view unchanged: no read), and a sync
-# (the workloads, the phases' read, UPDATE and timeline, the trees of the moved rows, the
-# overrunning check). A forecasting cycle adds what the forecast reads of history.
+# (the workloads; the phases' locked read, UPDATE, timeline and the moved rows' trees --
+# one statement on PostgreSQL --; the time limits' check, at most once a second: these
+# syncs are ten seconds apart). A forecasting cycle adds what the forecast reads of history.
 WOKEN_CYCLE_AT_MOST = 14 if connection.vendor == "postgresql" else 15
-SYNC_AT_MOST = 7
+SYNC_AT_MOST = 3 if connection.vendor == "postgresql" else 6
 
 
 def product(count: Count) -> int:
