@@ -385,3 +385,43 @@ def test_the_upserted_placement_lock_still_serialises_two_applies():
     two.join(30)
     assert order == ["first commits", "second locked"]
     assert CycleLease.objects.get(name=placement.LOCK_NAME).token == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_that_finishes_and_registers_opens_no_transaction_on_postgresql(monkeypatch):
+    """Its transitions and its registrations are one statement each: on PostgreSQL they
+    run without BEGIN and COMMIT (a single statement is atomic); elsewhere in
+    transactions. What the simulated cluster writes (its own rows) is not counted."""
+    from queueing.cluster.base import JobRequest
+    from tests.queueing.roundtrips import _where
+
+    w = _small_world()
+    for i in range(3):
+        submit(w, f"w{i}", cpu="1", runtime=5)
+    cycle_root("cluster", cluster=w.cluster, now=w.clock())
+    sync_cluster(w.cluster, now=w.clock.advance(0.5))  # they run
+    w.cluster.create_job(
+        JobRequest(
+            namespace="team-a",
+            name="new",
+            pod_sets=[{"name": "main", "count": 1, "requests": {"cpu": 500}}],
+        )
+    )
+    begun: list[str] = []
+    original = connection.set_autocommit
+
+    def set_autocommit(value: bool, *args: object, **kwargs: object) -> None:
+        if not value:  # a transaction begins
+            begun.append(_where())
+        original(value, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(connection, "set_autocommit", set_autocommit)
+    report = sync_cluster(w.cluster, now=w.clock.advance(10))
+    assert (report.transitions, report.registered) == (3, 1)
+    assert Workload.objects.filter(phase=Phase.SUCCEEDED).count() == 3
+    assert Workload.objects.filter(name="new", phase=Phase.PENDING).count() == 1
+    mine = [where for where in begun if not where.startswith("cluster.")]
+    if connection.vendor == "postgresql":
+        assert mine == []
+    else:
+        assert mine == ["sync._sync_jobs", "sync._register_all"], begun
