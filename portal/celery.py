@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -85,6 +86,49 @@ def _wake_on_start(sender: Any = None, **kwargs: Any) -> None:
         wake.on_worker_start(names)
     except Exception:  # the broker or the cache is not there yet: beat's tick comes
         log.exception("could not wake the cycle at the worker's start")
+
+
+@task_prerun.connect
+def _usable_database(sender: Any = None, **kwargs: Any) -> None:
+    """Before each task, the checks Django makes before each request, cheaply.
+
+    Workers keep their database connection between tasks (CELERY_DB_REUSE_MAX), so
+    nothing else would notice one that broke meanwhile: PostgreSQL restarted, or an
+    administrator ended the backend. Django's own rules apply first (errors since the last
+    commit, autocommit left off, CONN_MAX_AGE); then a connection whose socket has
+    something to say while idle is dropped -- a server that ends a backend sends its
+    reason and closes the socket -- and the task connects anew. A live one is marked
+    checked, so Django does not send its health check's SELECT 1 before the task's first
+    query (one round trip per task). Eager tasks run in their caller's connection."""
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close_if_unusable_or_obsolete()
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        if _dropped(conn.connection):
+            log.warning("database connection %s was closed by the server: reconnecting", conn.alias)
+            conn.close()
+        else:
+            conn.health_check_done = True  # type: ignore[attr-defined]
+
+
+def _dropped(raw: Any) -> bool:
+    """A psycopg connection the server closed (or that has data waiting while idle, which
+    only a closing server sends it); False for other drivers (SQLite: no server)."""
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is None:
+        return False
+    if raw.closed or raw.broken:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    except Exception:  # no socket any more
+        return True
 
 
 app.conf.beat_schedule = {

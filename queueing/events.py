@@ -427,9 +427,16 @@ def _batch(cycle_id: int | None) -> _Batch:
     return batch
 
 
-def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | None = None) -> None:
+def notify_changes(
+    changes: Iterable[tuple[int, int, int]],
+    *,
+    cycle_id: int | None = None,
+    trees: tuple[dict[str, list[int]], set[str]] | None = None,
+) -> None:
     """Announce changed workloads, given as ``(tenant id, queue id, workload id)``, once
-    the current transaction commits (at once outside one). Reads nothing."""
+    the current transaction commits (at once outside one). ``trees``: the changed rows'
+    trees as ``world.roots_and_deciding`` answers, named by the statement that wrote them
+    (else read here, one query)."""
     items = list(changes)
     if not items:
         return
@@ -441,13 +448,15 @@ def notify_changes(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | N
     if cycle_id is None:
         # Not the cycle's own writes (it journals those itself): the trees' worlds hear
         # of them, and what changed may change a decision (docs/realtime.md).
-        _journal_and_wake([int(workload_id) for _, _, workload_id in items])
+        _journal_and_wake([int(workload_id) for _, _, workload_id in items], trees)
 
 
-def _journal_and_wake(ids: list[int]) -> None:
-    """The trees of changed workloads, read once (one query): their worlds' journal now
-    and again after the commit (world.record_now_and_on_commit), and after the commit a
-    wake of the cycles of those trees whose workloads now wait, ended or are being
+def _journal_and_wake(
+    ids: list[int], trees: tuple[dict[str, list[int]], set[str]] | None = None
+) -> None:
+    """The trees of changed workloads (``trees``, else read in one query): their worlds'
+    journal now and again after the commit (world.record_now_and_on_commit), and after
+    the commit a wake of the cycles of those trees whose workloads now wait, ended or are being
     evicted. A workload that still holds its quota (admitted, now running) neither frees
     nor asks for any: its tree is journaled, not woken (the sync's ADMITTED -> RUNNING of
     every job would otherwise cost its tree a cycle)."""
@@ -455,7 +464,7 @@ def _journal_and_wake(ids: list[int]) -> None:
 
     if not (wake.enabled() or world.enabled()):
         return
-    roots, deciding = world.roots_and_deciding(ids)
+    roots, deciding = world.roots_and_deciding(ids) if trees is None else trees
     if not roots:
         return
     if world.enabled():

@@ -27,8 +27,13 @@ POINTS = {
     "calls.made": "a cluster call made, the calls after it not",
     # state.placement: the node lock taken inside the apply's transaction.
     "placement.locked": "the placement lock held, nothing of the cycle written yet",
-    # sync: a chunk's transitions, then the repairs it found.
-    "sync.before_commit": "a chunk's transitions written, not committed",
+    # sync: a chunk's transitions, then the repairs it found. On PostgreSQL a chunk is one
+    # statement outside any transaction (actions.transitions.one_statement), so no moment
+    # holds it written but uncommitted: the point comes before the statement.
+    "sync.before_commit": (
+        "a chunk's transitions decided, none committed: PostgreSQL, none written (one "
+        "statement, no transaction); SQLite, written in the chunk's open transaction"
+    ),
     "sync.committed": "a chunk committed, its repairs (cluster calls) not made",
     # admission.react: the woken cycle on the cycle queue.
     "react.taken": "the wake taken (its key dropped), nothing cycled yet",

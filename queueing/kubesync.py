@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from queueing import (
@@ -49,7 +50,7 @@ def after_sync(cluster: Any, now: datetime) -> None:
     except Exception:  # the cluster or a refused item: the next look tries again
         log.exception("could not apply the configuration objects of the cluster")
     try:
-        maxexec.enforce(now)
+        _enforce_limits(cluster, now)
     except Exception:  # the next sync checks again
         log.exception("could not enforce maximum execution times")
     config_ms = round((time.perf_counter() - started) * 1000, 1)
@@ -59,6 +60,32 @@ def after_sync(cluster: Any, now: datetime) -> None:
         tell(cluster, now, config_ms=config_ms)
     elif _telling is None or _telling.done():
         _telling = _pool().submit(_tell_in_background, cluster, now, config_ms)
+
+
+# When this process's syncs of a cluster next read the workloads with a time limit: (the
+# time of the last read, the time of the next). None: read at the next sync.
+_limits_read: weakref.WeakKeyDictionary[Any, tuple[datetime, datetime]] = (
+    weakref.WeakKeyDictionary()
+)
+# A limit is a positive whole number of seconds (compat.max_execution_s, the queue's
+# setting): a workload admitted after a read runs past its limit a second later at the
+# earliest; so does one whose queue's limit an edit shortened.
+LIMITS_FLOOR = timedelta(seconds=1)
+
+
+def _enforce_limits(cluster: Any, now: datetime) -> None:
+    """Stop what ran past its time limit, reading the limited workloads only when one
+    can be due: at the earliest end of those the last read found, and at least a second
+    after that read (what it could not see). Most syncs -- several a second under load,
+    with no limit anywhere -- read nothing."""
+    last = _limits_read.get(cluster)
+    if last is not None and last[0] <= now < last[1]:
+        return
+    found, due = maxexec.scan(now)
+    floor = now + LIMITS_FLOOR
+    _limits_read[cluster] = (now, floor if due is None else min(due, floor))
+    if found:
+        maxexec.enforce(now, found)
 
 
 def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None:

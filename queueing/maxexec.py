@@ -13,7 +13,8 @@ A workload admitted for longer is stopped: cancelled through ``actions.cancel_wo
 with koord-queue's reason ``MaximumExecutionTimeExceeded`` and a message naming the
 limit and where it came from (its job is deleted, as any cancel; Kueue deactivates its
 Workload instead, which this product has no state for). The time counts from admission,
-as Kueue counts it (koord-queue counts from the pods' start). Checked after each sync.
+as Kueue counts it (koord-queue counts from the pods' start). Checked after the syncs
+(``kubesync``: whenever one can be due, at least once a second).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def limit_of(workload: Workload) -> tuple[int, str] | None:
 
 def overrunning(now: datetime) -> list[tuple[Workload, int]]:
     """Workloads holding quota past their limit, with the limit."""
+    return scan(now)[0]
+
+
+def scan(now: datetime) -> tuple[list[tuple[Workload, int]], datetime | None]:
+    """``overrunning(now)``, and the earliest time one of the other limited workloads
+    will run past its limit (None: none holds quota with a limit)."""
     limited = (
         Q(annotations__has_any_keys=KEYS)
         | Q(labels__has_key=compat.KUEUE_MAX_EXEC_LABEL)
@@ -62,22 +69,25 @@ def overrunning(now: datetime) -> list[tuple[Workload, int]]:
         .order_by("id")
     )
     out = []
+    due: datetime | None = None
     for workload in candidates:
         found = limit_of(workload)
         admitted = workload.admitted_at
-        if (
-            found is not None
-            and admitted is not None
-            and now - admitted > timedelta(seconds=found[0])
-        ):
+        if found is None or admitted is None:
+            continue
+        ends = admitted + timedelta(seconds=found[0])
+        if now > ends:
             out.append((workload, found[0]))
-    return out
+        elif due is None or ends < due:
+            due = ends
+    return out, due
 
 
-def enforce(now: datetime) -> int:
-    """Stop what ran too long; returns how many were stopped."""
+def enforce(now: datetime, overrun: list[tuple[Workload, int]] | None = None) -> int:
+    """Stop what ran too long (``overrun``: ``overrunning(now)``, read already); returns
+    how many were stopped."""
     stopped = 0
-    for workload, limit in overrunning(now):
+    for workload, limit in overrunning(now) if overrun is None else overrun:
         found = limit_of(workload)
         source = found[1] if found is not None else "its maximum execution time"
         try:

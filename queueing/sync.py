@@ -25,6 +25,7 @@ With ``KQ_MIRROR_QUEUEUNITS`` the phases are then shown in kube-queue QueueUnits
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import weakref
@@ -301,27 +302,29 @@ def _sync_jobs(
     for start in range(0, len(active), CHUNK):
         repairs: list[Call] = []
         moves: list[actions.Move] = []
-        with transaction.atomic():  # one commit (and one notification) per chunk
-            for workload in active[start : start + CHUNK]:
-                job = by_uid.get(workload.object_uid) if workload.object_uid else None
-                if job is None:
-                    job = by_name.get((workload.kind, workload.namespace, workload.name))
-                    if (
-                        job is not None
-                        and workload.object_uid
-                        and job.ref.uid != workload.object_uid
-                    ):
-                        job = None  # same name, another object: ours was deleted
-                if job is not None:
-                    seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
-                _reconcile(workload, job, now, repairs, moves, checks)
-            made_moves = actions.transition_many(moves).made
-            for made in made_moves:
-                if made.move.to_phase == Phase.CANCELLED:
-                    report.cancelled += 1
-                else:
-                    report.transitions += 1
+        for workload in active[start : start + CHUNK]:
+            job = by_uid.get(workload.object_uid) if workload.object_uid else None
+            if job is None:
+                job = by_name.get((workload.kind, workload.namespace, workload.name))
+                if job is not None and workload.object_uid and job.ref.uid != workload.object_uid:
+                    job = None  # same name, another object: ours was deleted
+            if job is not None:
+                seen.add((job.ref.kind, job.ref.namespace, job.ref.name))
+            _reconcile(workload, job, now, repairs, moves, checks)
+        # One commit (and one notification) per chunk: on PostgreSQL its one statement,
+        # committed by itself (actions.transitions.one_statement); else a transaction.
+        if actions.one_statement(moves):
             faults.reach("sync.before_commit", work=len(moves))
+            made_moves = actions.transition_many(moves).made
+        else:
+            with transaction.atomic():
+                made_moves = actions.transition_many(moves).made
+                faults.reach("sync.before_commit", work=len(moves))
+        for made in made_moves:
+            if made.move.to_phase == Phase.CANCELLED:
+                report.cancelled += 1
+            else:
+                report.transitions += 1
         faults.reach("sync.committed", work=len(moves) + len(repairs))
         if trace.on() and made_moves:
             names = {w.pk: f"{w.namespace}/{w.name}" for w in active[start : start + CHUNK]}
@@ -568,8 +571,9 @@ def _register_all(
 ) -> None:
     """New jobs become Pending workloads: one insert for all that can be placed (one by
     one when that insert collides, to find the one that does). Each insert is its own
-    transaction (a savepoint in the caller's, if any): the placements before it only
-    read, so a transaction around the chunk would add a savepoint's two round trips."""
+    transaction (a savepoint in the caller's, if any; on PostgreSQL one statement, no
+    transaction at all): the placements before it only read, so a transaction around
+    the chunk would add a savepoint's two round trips."""
     items: list[tuple[JobInfo, dict[str, Any]]] = []
     for job in jobs:
         item = _registration(job, _placement(job, memo), report)
@@ -577,8 +581,11 @@ def _register_all(
             items.append((job, item))
     if not items:
         return
+    # A collision inserts nothing, then one by one. On PostgreSQL the insert is one
+    # statement, atomic without a transaction of its own (no BEGIN and COMMIT).
+    alone = connection.vendor == "postgresql" and not connection.in_atomic_block
     try:
-        with transaction.atomic():  # a collision inserts nothing, then one by one
+        with contextlib.nullcontext() if alone else transaction.atomic():
             actions.register_cluster_workloads([item for _, item in items])
         registered = [job for job, _ in items]
     except (IntegrityError, NotSupportedError):

@@ -385,6 +385,47 @@ def record_now_and_on_commit(
 MAX_TREE_DEPTH = 64
 
 
+def roots_cte(quota_ids_sql: str, name: str = "kq_roots") -> str:
+    """SQL of two common table expressions (inside ``WITH RECURSIVE``) ending in
+    ``name(quota_id, root)``: the name of the root of each quota ``quota_ids_sql`` (a
+    SELECT of one column) names, walked up the tree at most MAX_TREE_DEPTH steps. The
+    statements that move or insert workloads name their trees with it, so what they
+    journal and wake needs no read of its own (``events.notify_changes``)."""
+    from django.db import connection
+
+    from queueing.models import Quota
+
+    q = connection.ops.quote_name
+    quotas = q(Quota._meta.db_table)
+    up = f"{name}_up"
+    return (
+        f"{up}(quota_id, parent, root, depth) AS ("  # noqa: S608 - identifiers from meta
+        f"SELECT t.{q('id')}, t.{q('parent_id')}, t.{q('name')}, 0 FROM {quotas} t"
+        f" WHERE t.{q('id')} IN ({quota_ids_sql})"
+        f" UNION ALL SELECT u.quota_id, t.{q('parent_id')}, t.{q('name')}, u.depth + 1"
+        f" FROM {up} u JOIN {quotas} t ON t.{q('id')} = u.parent"
+        f" WHERE u.depth < {int(MAX_TREE_DEPTH)}), "
+        f"{name}(quota_id, root) AS (SELECT quota_id, root FROM {up} WHERE parent IS NULL)"
+    )
+
+
+def trees_of(rows: Iterable[tuple[int, str | None, str]]) -> tuple[dict[str, list[int]], set[str]]:
+    """What ``roots_and_deciding`` answers, from ``(workload id, root, phase)`` rows read
+    already (a root None: the quota is gone, left out)."""
+    from queueing.choices import Phase
+
+    holding = {str(Phase.ADMITTED), str(Phase.RUNNING)}
+    out: dict[str, list[int]] = {}
+    deciding: set[str] = set()
+    for workload_id, root, phase in rows:
+        if root is None:
+            continue
+        out.setdefault(str(root), []).append(int(workload_id))
+        if str(phase) not in holding:
+            deciding.add(str(root))
+    return out, deciding
+
+
 def roots_of_workloads(workload_ids: Iterable[int]) -> dict[str, list[int]]:
     """The workloads' ids per the root of their quota's tree, in one query (a recursive
     walk up the quota tree in the database): what the journal and the wakes of a commit
@@ -397,7 +438,6 @@ def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]
     (neither admitted nor running: waiting, ended, being evicted), in the same query."""
     from django.db import connection
 
-    from queueing.choices import Phase
     from queueing.models import Quota, Workload
 
     ids = sorted({int(i) for i in workload_ids})
@@ -406,9 +446,7 @@ def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]
     q = connection.ops.quote_name
     workloads = q(Workload._meta.db_table)
     quotas = q(Quota._meta.db_table)
-    holding = {str(Phase.ADMITTED), str(Phase.RUNNING)}
-    out: dict[str, list[int]] = {}
-    deciding: set[str] = set()
+    found: list[tuple[int, str | None, str]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(ids), 10_000):
             chunk = ids[start : start + 10_000]
@@ -426,11 +464,8 @@ def roots_and_deciding(workload_ids: Iterable[int]) -> tuple[dict[str, list[int]
                 " SELECT wid, phase, name FROM up WHERE parent IS NULL",
                 [*chunk, MAX_TREE_DEPTH],
             )
-            for workload_id, phase, root in cursor.fetchall():
-                out.setdefault(str(root), []).append(int(workload_id))
-                if str(phase) not in holding:
-                    deciding.add(str(root))
-    return out, deciding
+            found.extend((wid, root, phase) for wid, phase, root in cursor.fetchall())
+    return trees_of(found)
 
 
 #: The annotation fields a world keeps (state.snapshot.WORKLOAD_FIELDS): what a cycle's

@@ -37,7 +37,7 @@ from queueing.actions.tenancy import (
     set_membership,
     update_tenant,
 )
-from queueing.actions.transitions import Made, Move, Outcome, transition_many
+from queueing.actions.transitions import Made, Move, Outcome, one_statement, transition_many
 from queueing.actions.workloads import (
     cancel_workload,
     parse_pod_sets,
@@ -72,6 +72,7 @@ __all__ = [
     "delete_sim_node",
     "delete_tenant",
     "new_quota_proposal",
+    "one_statement",
     "parse_pod_sets",
     "quota_for_namespace",
     "quota_proposal",

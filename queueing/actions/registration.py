@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import Field, Model
 
+from queueing import world
 from queueing.actions.base import Actor, snapshot_of
 from queueing.models import AuditEvent, Workload, WorkloadEvent
 
@@ -31,14 +32,20 @@ from queueing.models import AuditEvent, Workload, WorkloadEvent
 _KEYS = ("kind", "namespace", "name")
 
 
-def insert_workloads(
-    actor: Actor, rows: Sequence[Mapping[str, Any]], now: datetime
-) -> list[tuple[int, int, int]]:
+class Inserted(NamedTuple):
+    """What ``insert_workloads`` wrote, for ``publish``: ``(tenant id, queue id, workload
+    id)`` of each row, and their trees as ``world.roots_and_deciding`` answers."""
+
+    changes: list[tuple[int, int, int]]
+    trees: tuple[dict[str, list[int]], set[str]]
+
+
+def insert_workloads(actor: Actor, rows: Sequence[Mapping[str, Any]], now: datetime) -> Inserted:
     """Insert workloads with the given field values (by field name, relations as model
-    instances or ids), their first timeline step and audit records; returns
-    ``(tenant id, queue id, workload id)`` of each, for ``publish``."""
+    instances or ids), their first timeline step and audit records; returns what was
+    written and the trees of the new rows (named by the same statement)."""
     if not rows:
-        return []
+        return Inserted([], ({}, set()))
     q = connection.ops.quote_name
     fields = [f for f in Workload._meta.concrete_fields if not f.primary_key]
     per_row: list[Field] = []
@@ -82,12 +89,12 @@ def insert_workloads(
     )
     join = " AND ".join(f"v.{q(k)} = w.{q(k)}" for k in _KEYS)
     sql = f"""
-        WITH v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v({record})),
+        WITH RECURSIVE v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v({record})),
         w AS (
             INSERT INTO {workload} ({", ".join(q(c) for c in insert_columns)})
             SELECT {", ".join(select)} FROM v
             RETURNING {q("id")}, {q("tenant_id")}, {q("queue_id")}, {q("phase")},
-                {", ".join(q(k) for k in _KEYS)}
+                {q("quota_id")}, {", ".join(q(k) for k in _KEYS)}
         ),
         e AS (
             INSERT INTO {event} ({q("workload_id")}, {q("at")}, {q("from_phase")},
@@ -101,8 +108,10 @@ def insert_workloads(
             SELECT %s, %s, %s, %s, 'workload.submit', %s, w.{q("id")}::text, v.kq_repr,
                 w.{q("tenant_id")}, v.kq_after
             FROM w JOIN v ON {join}
-        )
-        SELECT {q("tenant_id")}, {q("queue_id")}, {q("id")} FROM w
+        ),
+        {world.roots_cte(f"SELECT {q('quota_id')} FROM w")}
+        SELECT w.{q("tenant_id")}, w.{q("queue_id")}, w.{q("id")}, r.root, w.{q("phase")}
+        FROM w LEFT JOIN kq_roots r ON r.quota_id = w.{q("quota_id")}
     """  # noqa: S608 - identifiers from the models' meta, quoted; every value a parameter
     params = [
         json.dumps(documents, separators=(",", ":")),
@@ -116,7 +125,11 @@ def insert_workloads(
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [(int(t), int(qid), int(wid)) for t, qid, wid in cursor.fetchall()]
+        fetched = cursor.fetchall()
+    return Inserted(
+        [(int(t), int(qid), int(wid)) for t, qid, wid, _, _ in fetched],
+        world.trees_of((wid, root, phase) for _, _, wid, root, phase in fetched),
+    )
 
 
 def _plain(f: Field, value: Any) -> Any:

@@ -18,6 +18,10 @@ transaction (or one of its own):
 4. announces the moved rows through ``publish`` (after the commit), unless the caller
    publishes itself (the cycle adds its annotations and its id to the same message).
 
+On PostgreSQL, called outside any transaction with each row moved once (the sync's
+chunks), steps 1-3 are one statement, run without a transaction of its own (a single
+statement is atomic): no BEGIN and COMMIT round trips.
+
 Why here, in ``actions``: every write goes through the actions or the cycle's apply,
 and the import contracts put the actions below both the cycle (``queueing.state``) and
 the sync, which both use this; the cancel action uses it too.
@@ -38,7 +42,7 @@ from django.db.models.expressions import BaseExpression
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from queueing import events
+from queueing import events, world
 from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES
 from queueing.models import Workload, WorkloadEvent
 
@@ -76,6 +80,9 @@ class Outcome:
     conflicts: list[Move] = field(default_factory=list)
     #: The timeline events written, in the order of ``made``.
     events: list[WorkloadEvent] = field(default_factory=list)
+    #: The moved rows' trees (``world.roots_and_deciding``), when the statement that
+    #: moved them named them (PostgreSQL's one statement, when it publishes).
+    trees: tuple[dict[str, list[int]], set[str]] | None = None
 
     @property
     def changes(self) -> list[tuple[int, int, int]]:
@@ -94,10 +101,17 @@ def transition_many(
     if not moves:
         return out
     at = at or timezone.now()
+    # Outside any transaction the one statement is atomic by itself: no BEGIN and COMMIT
+    # around it (two round trips); its notifications go at once, as after a commit.
+    alone = _outside_transactions()
+    if alone and _one_statement(moves, out, at, with_trees=publish_changes):
+        if publish_changes:
+            publish(out.changes, trees=out.trees)
+        return out
     with transaction.atomic(savepoint=False):
-        if _one_statement(moves, out, at):
+        if not alone and _one_statement(moves, out, at, with_trees=publish_changes):
             if publish_changes:
-                publish(out.changes)
+                publish(out.changes, trees=out.trees)
             return out
         rows = _read({m.workload_id for m in moves})
         current = {wid: row[0] for wid, row in rows.items()}
@@ -142,15 +156,39 @@ def transition_many(
     return out
 
 
-def publish(changes: Iterable[tuple[int, int, int]], *, cycle_id: int | None = None) -> None:
+def one_statement(moves: Sequence[Move]) -> bool:
+    """Whether ``transition_many`` writes these moves in one statement and no transaction
+    of its own (PostgreSQL, called outside any transaction, each row moved once, within
+    MAX_PARAMS): what it writes is then committed when it returns, and nothing before."""
+    ids = {m.workload_id for m in moves}
+    # Per row: id, expectations, reason, message, its fields and what clear_for adds.
+    params = sum(4 + len(m.fields) + 9 for m in moves)
+    return _outside_transactions() and len(ids) == len(moves) and params <= MAX_PARAMS
+
+
+def _outside_transactions() -> bool:
+    return (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and connection.get_autocommit()
+    )
+
+
+def publish(
+    changes: Iterable[tuple[int, int, int]],
+    *,
+    cycle_id: int | None = None,
+    trees: tuple[dict[str, list[int]], set[str]] | None = None,
+) -> None:
     """The one way workload changes are announced: ``(tenant id, queue id, workload id)``
     go to the live stream in one ``changed`` message per tenant after the commit.
 
     Outside a cycle (an action, the sync) the trees' worlds are journalled and their
     cycles woken by the notification itself (events.notify_changes). The cycle names its
     ``cycle_id``: its own writes wake no cycle (it journals them for the tree's worlds
-    itself, ``world.record_cycle``)."""
-    events.notify_changes(changes, cycle_id=cycle_id)
+    itself, ``world.record_cycle``). ``trees``: the rows' trees, when the statement
+    that wrote them named them."""
+    events.notify_changes(changes, cycle_id=cycle_id, trees=trees)
 
 
 def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
@@ -169,7 +207,9 @@ def clear_for(to_phase: str, fields: dict[str, Any], reason: str) -> None:
 # --- the statements ------------------------------------------------------------------
 
 
-def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
+def _one_statement(
+    moves: Sequence[Move], out: Outcome, at: datetime, *, with_trees: bool = False
+) -> bool:
     """PostgreSQL, each row moved once: the locked read, the conditional writes of every
     kind and the timeline in one statement (data-modifying CTEs), filling ``out``.
     False (nothing done) where that does not apply: the steps then go one by one.
@@ -178,7 +218,9 @@ def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
     after waiting for any writer); each kind's UPDATE joins it and writes only the rows
     whose locked phase is one its move expects (and still is: the rows are ours now),
     returning the phase it moved them from; the timeline is inserted from what the
-    UPDATEs returned. All in one snapshot and one round trip."""
+    UPDATEs returned. ``with_trees``: the moved rows' trees too (``world.roots_cte``),
+    for the journal and the wakes (``Outcome.trees``). All in one snapshot and one round
+    trip."""
     if connection.vendor != "postgresql":
         return False
     ids = [m.workload_id for m in moves]
@@ -189,7 +231,8 @@ def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
     table = q(Workload._meta.db_table)
     params: list[Any] = [sorted(ids)]
     parts = [
-        f"lk AS (SELECT {q('id')}, {q('phase')}, {q('tenant_id')}, {q('queue_id')} "  # noqa: S608
+        f"lk AS (SELECT {q('id')}, {q('phase')}, {q('tenant_id')}, {q('queue_id')}, "  # noqa: S608
+        f"{q('quota_id')} "
         f"FROM {table} WHERE {q('id')} = ANY(%s::bigint[]) ORDER BY {q('id')} FOR UPDATE)"
     ]
     names: list[str] = []
@@ -219,6 +262,7 @@ def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
                     f"AND {table}.{q('phase')} = lk.{q('phase')}",
                     f"RETURNING {table}.{q('id')} AS wid, lk.{q('phase')} AS from_phase,",
                     f"lk.{q('tenant_id')} AS tenant_id, lk.{q('queue_id')} AS queue_id,",
+                    f"lk.{q('quota_id')} AS quota_id,",
                     f"{table}.{q('phase')} AS to_phase, v.{q('e_reason')} AS reason,",
                     f"v.{q('e_message')} AS message)",
                 )
@@ -236,19 +280,24 @@ def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
         f"RETURNING {q('id')}, {q('workload_id')})"
     )
     params.append(at)
+    root, roots_join = "NULL", ""
+    if with_trees:
+        parts.append(world.roots_cte("SELECT quota_id FROM m"))
+        root, roots_join = "r.root", " LEFT JOIN kq_roots r ON r.quota_id = m.quota_id"
     sql = (
-        "WITH "
+        "WITH RECURSIVE "
         + ", ".join(parts)
-        + f" SELECT m.wid, m.from_phase, m.tenant_id, m.queue_id, e.{q('id')} "
-        + f"FROM m JOIN e ON e.{q('workload_id')} = m.wid"
+        + f" SELECT m.wid, m.from_phase, m.tenant_id, m.queue_id, e.{q('id')}, {root} "
+        + f"FROM m JOIN e ON e.{q('workload_id')} = m.wid{roots_join}"
     )
+    trees: list[tuple[int, str | None, str]] = []
     with connection.cursor() as cursor:
         # Identifiers from the models' meta, quoted; every value is a parameter.
         cursor.execute(sql, params)
-        written = {
-            int(wid): (str(phase), int(tenant_id), int(queue_id), int(eid))
-            for wid, phase, tenant_id, queue_id, eid in cursor.fetchall()
-        }
+        written = {}
+        for wid, phase, tenant_id, queue_id, eid, tree in cursor.fetchall():
+            written[int(wid)] = (str(phase), int(tenant_id), int(queue_id), int(eid))
+            trees.append((int(wid), tree, ""))
     for move in moves:
         row = written.get(move.workload_id)
         if row is None:
@@ -267,6 +316,9 @@ def _one_statement(moves: Sequence[Move], out: Outcome, at: datetime) -> bool:
         )
         saved._state.adding, saved._state.db = False, connection.alias
         out.events.append(saved)
+    if with_trees:
+        phases = {m.move.workload_id: m.move.to_phase for m in out.made}
+        out.trees = world.trees_of((wid, tree, phases[wid]) for wid, tree, _ in trees)
     return True
 
 

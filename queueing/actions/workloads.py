@@ -8,6 +8,7 @@ A workload's change is announced with the small ``changed`` notification
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -427,11 +428,13 @@ def register_cluster_workloads(items: Sequence[Mapping[str, Any]]) -> int:
     ]
     if connection.vendor == "postgresql":
         # One statement: no savepoint of its own (a failure undoes the caller's
-        # transaction or savepoint, as the sync's is).
-        with transaction.atomic(savepoint=False):
-            changes = insert_workloads(actor, values, now)
-            publish(changes)
-        return len(changes)
+        # transaction or savepoint), and outside any, no transaction either: a single
+        # statement is atomic, committed when it returns (the sync's registrations).
+        inside = connection.in_atomic_block
+        with transaction.atomic(savepoint=False) if inside else contextlib.nullcontext():
+            inserted = insert_workloads(actor, values, now)
+            publish(inserted.changes, trees=inserted.trees)
+        return len(inserted.changes)
     with transaction.atomic():
         created = Workload.objects.bulk_create(Workload(**v) for v in values)
         if any(w.pk is None for w in created):  # a backend that returns no ids

@@ -100,11 +100,16 @@ def _row(workload: Workload) -> dict[str, Any]:
 def test_one_statement_writes_what_djangos_inserts_write(world):
     actor, now = Actor.cluster(), timezone.now()
     with transaction.atomic():
-        changes = registration.insert_workloads(actor, _values(world, "one", now), now)
+        changes, trees = registration.insert_workloads(actor, _values(world, "one", now), now)
         expected = _django_insert(actor, _values(world, "bulk", now), now)
     assert len(changes) == 2
     ours = {w.name: w for w in Workload.objects.filter(name__startswith="one-")}
     assert sorted(changes) == sorted((w.tenant_id, w.queue_id, w.pk) for w in ours.values())
+    roots, deciding = trees  # named by the same statement: new rows wait, their trees wake
+    assert ({r: sorted(ids) for r, ids in roots.items()}, deciding) == (
+        {"cluster": sorted(w.pk for w in ours.values())},
+        {"cluster"},
+    )
     for django_made in expected:
         django_made.refresh_from_db()
         mine = ours[django_made.name.replace("bulk-", "one-")]

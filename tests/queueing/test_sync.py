@@ -490,3 +490,34 @@ def test_the_settings_mark_read_with_the_workloads_is_the_one_read_alone(world):
         else:
             assert mark is None
     assert len(sync._rows_and_mark(Workload.objects.all())[0]) == 2
+
+
+def test_the_time_limits_are_read_only_when_one_can_be_due(world):
+    """kubesync reads the limited workloads at the earliest end the last read found, and
+    at least a second after it; a workload past its limit is stopped at that read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from queueing import kubesync
+    from queueing.admission import cycle_root
+
+    limited = submit(world, "limited", cpu="1", runtime=1000)
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())
+    limited.refresh_from_db()
+    assert limited.phase == Phase.ADMITTED
+    admitted = limited.admitted_at
+    assert admitted is not None
+
+    def reads(seconds: float) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            kubesync._enforce_limits(world.cluster, admitted + timedelta(seconds=seconds))
+        return len(queries)
+
+    # No limit anywhere: one read a second.
+    assert [reads(0.1), reads(0.6), reads(1.1), reads(1.5)] == [1, 0, 1, 0]
+    limited.queue.max_execution_s = 3
+    limited.queue.save(update_fields=["max_execution_s"])
+    assert [reads(2.2), reads(2.9)] == [1, 0]  # the edit seen within the second
+    assert Workload.objects.get(pk=limited.pk).phase == Phase.ADMITTED
+    assert reads(3.05) > 1  # due at 3 s: read, and stopped
+    assert Workload.objects.get(pk=limited.pk).phase == Phase.CANCELLED

@@ -144,7 +144,7 @@ def test_a_row_changed_between_the_read_and_the_write_is_a_conflict_and_kept(wor
     monkeypatch.setattr(transitions, "_read", read_then_race)
     # PostgreSQL reads, locks and writes in one statement (nothing can come between):
     # the steps one by one, as a row moved twice takes them, are what this races.
-    monkeypatch.setattr(transitions, "_one_statement", lambda *_: False)
+    monkeypatch.setattr(transitions, "_one_statement", lambda *_, **__: False)
     with transaction.atomic():
         outcome = transition_many(admit(ids, world.clock()), publish_changes=False)
     assert [m.workload_id for m in outcome.conflicts] == [raced]
@@ -256,3 +256,58 @@ def test_a_cycle_admitting_more_workloads_sends_no_more_workload_updates(world):
         tick(cluster=world.cluster, now=world.clock.advance(1))  # they start: Running
     assert len(updates[0]) == len(updates[1]), updates
     assert Workload.objects.filter(phase=Phase.RUNNING).count() == 9
+
+
+def test_the_statement_names_the_trees_of_the_rows_it_moved(world, monkeypatch):
+    """On PostgreSQL the one statement names the moved rows' trees (world.roots_cte), so
+    the journal and the wakes read no tree of their own; what it names is what the read
+    would answer: the root of each row, and the trees woken by a row that now waits or
+    ended (not by one that was admitted)."""
+    from queueing import actions
+    from queueing import world as worlds
+    from tests.builders import SYSTEM
+
+    other = actions.create_quota(
+        SYSTEM, name="other", tenant=None, parent=None, min={"cpu": "4"}, max={"cpu": "4"}
+    )
+    leaf = actions.create_quota(
+        SYSTEM,
+        name="other-leaf",
+        tenant=world.tenant,
+        parent=other,
+        min={"cpu": "1"},
+        max={"cpu": "4"},
+    )
+    a, b = pending(world, 2)
+    (c,) = pending(world, 1, prefix="c")
+    Workload.objects.filter(pk=c).update(quota=leaf)
+    moves = [
+        *admit([a], world.clock()),
+        Move(b, Phase.CANCELLED, tuple(WAITING_PHASES), "Cancelled"),
+        Move(c, Phase.CANCELLED, tuple(WAITING_PHASES), "Cancelled"),
+    ]
+    expected = worlds.roots_and_deciding([a, b, c])
+    assert expected[1] == {"cluster", "other"}
+    journaled: list[Any] = []
+    monkeypatch.setattr(worlds, "enabled", lambda: True)
+    monkeypatch.setattr(
+        worlds, "record_now_and_on_commit", lambda roots, **kw: journaled.append((roots, kw))
+    )
+    if connection.vendor == "postgresql":
+        monkeypatch.setattr(worlds, "roots_and_deciding", _no_read)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        outcome = transition_many(moves)
+    assert len(outcome.made) == 3
+    ((roots, kw),) = journaled
+    assert {r: sorted(ids) for r, ids in roots.items()} == {
+        r: sorted(ids) for r, ids in expected[0].items()
+    }
+    assert set(roots) - set(kw["quiet"]) == expected[1]
+    if connection.vendor == "postgresql":
+        assert outcome.trees is not None
+        mine = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+        assert len(mine) == 1, mine  # locked read, writes, timeline and trees together
+
+
+def _no_read(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the statement named the trees: no read of them")
