@@ -124,6 +124,7 @@ def server_url(channel_layer: None, django_db_blocker: Any) -> Iterator[str]:
 
     # The server's threads close their connections after each request, so none is left
     # open on the test database when it is dropped.
+    kept_max_age = connections.settings["default"].get("CONN_MAX_AGE")
     connections.settings["default"]["CONN_MAX_AGE"] = 0
     port = free_port()
     config = uvicorn.Config(
@@ -138,6 +139,9 @@ def server_url(channel_layer: None, django_db_blocker: Any) -> Iterator[str]:
     thread.join(timeout=15)
     with django_db_blocker.unblock():
         close_server_connections()
+    # Given back: the process's later tests (a Celery worker's kept connection) expect the
+    # settings' own.
+    connections.settings["default"]["CONN_MAX_AGE"] = kept_max_age
 
 
 def close_server_connections() -> None:

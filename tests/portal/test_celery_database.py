@@ -63,10 +63,13 @@ def _wait_for(n: int, timeout_s: float = 30.0) -> list[tuple[str, Any]]:
 
 
 @pytest.fixture
-def worker() -> Iterator[None]:
+def worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from celery import signals
     from celery.fixups.django import DjangoFixup
 
+    # PostgreSQL's setting (portal/settings.py), whatever an earlier test of this process
+    # or SQLite's default (0: close at each task) left.
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 60)
     _ran.clear()
     _created.clear()
     connection_created.connect(_count)
@@ -93,11 +96,7 @@ def test_celery_reads_the_reuse_setting(settings) -> None:
     assert DjangoWorkerFixup(app).db_reuse_max == 10_000
 
 
-def test_tasks_in_one_worker_share_one_connection(
-    worker: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # PostgreSQL's setting (portal/settings.py); SQLite's default, 0, closes at each task.
-    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 60)
+def test_tasks_in_one_worker_share_one_connection(worker: None) -> None:
     me = threading.get_ident()
     for _ in range(8):
         _backend.delay()
