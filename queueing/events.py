@@ -435,7 +435,7 @@ def notify_changes(
 ) -> None:
     """Announce changed workloads, given as ``(tenant id, queue id, workload id)``, once
     the current transaction commits (at once outside one). ``trees``: the changed rows'
-    trees as ``world.roots_and_deciding`` answers, named by the statement that wrote them
+    trees as ``trees.roots_and_deciding`` answers, named by the statement that wrote them
     (else read here, one query)."""
     items = list(changes)
     if not items:
@@ -460,11 +460,12 @@ def _journal_and_wake(
     evicted. A workload that still holds its quota (admitted, now running) neither frees
     nor asks for any: its tree is journaled, not woken (the sync's ADMITTED -> RUNNING of
     every job would otherwise cost its tree a cycle)."""
+    from queueing import trees as quota_trees
     from queueing import wake, world
 
     if not (wake.enabled() or world.enabled()):
         return
-    roots, deciding = world.roots_and_deciding(ids) if trees is None else trees
+    roots, deciding = quota_trees.roots_and_deciding(ids) if trees is None else trees
     if not roots:
         return
     if world.enabled():

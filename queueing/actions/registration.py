@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Field, Model
 
-from queueing import world
+from queueing import trees
 from queueing.actions.base import Actor, snapshot_of
 from queueing.models import AuditEvent, Workload, WorkloadEvent
 
@@ -34,7 +34,7 @@ _KEYS = ("kind", "namespace", "name")
 
 class Inserted(NamedTuple):
     """What ``insert_workloads`` wrote, for ``publish``: ``(tenant id, queue id, workload
-    id)`` of each row, and their trees as ``world.roots_and_deciding`` answers."""
+    id)`` of each row, and their trees as ``trees.roots_and_deciding`` answers."""
 
     changes: list[tuple[int, int, int]]
     trees: tuple[dict[str, list[int]], set[str]]
@@ -109,7 +109,7 @@ def insert_workloads(actor: Actor, rows: Sequence[Mapping[str, Any]], now: datet
                 w.{q("tenant_id")}, v.kq_after
             FROM w JOIN v ON {join}
         ),
-        {world.roots_cte(f"SELECT {q('quota_id')} FROM w")}
+        {trees.roots_cte(f"SELECT {q('quota_id')} FROM w")}
         SELECT w.{q("tenant_id")}, w.{q("queue_id")}, w.{q("id")}, r.root, w.{q("phase")}
         FROM w LEFT JOIN kq_roots r ON r.quota_id = w.{q("quota_id")}
     """  # noqa: S608 - identifiers from the models' meta, quoted; every value a parameter
@@ -128,7 +128,7 @@ def insert_workloads(actor: Actor, rows: Sequence[Mapping[str, Any]], now: datet
         fetched = cursor.fetchall()
     return Inserted(
         [(int(t), int(qid), int(wid)) for t, qid, wid, _, _ in fetched],
-        world.trees_of((wid, root, phase) for _, _, wid, root, phase in fetched),
+        trees.trees_of((wid, root, phase) for _, _, wid, root, phase in fetched),
     )
 
 

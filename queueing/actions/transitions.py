@@ -42,9 +42,10 @@ from django.db.models.expressions import BaseExpression
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from queueing import events, world
+from queueing import events
 from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES
 from queueing.models import Workload, WorkloadEvent
+from queueing.trees import roots_cte, trees_of
 
 # Parameters per statement at most (PostgreSQL takes 65,535; a margin for the constants).
 MAX_PARAMS = 30_000
@@ -80,7 +81,7 @@ class Outcome:
     conflicts: list[Move] = field(default_factory=list)
     #: The timeline events written, in the order of ``made``.
     events: list[WorkloadEvent] = field(default_factory=list)
-    #: The moved rows' trees (``world.roots_and_deciding``), when the statement that
+    #: The moved rows' trees (``trees.roots_and_deciding``), when the statement that
     #: moved them named them (PostgreSQL's one statement, when it publishes).
     trees: tuple[dict[str, list[int]], set[str]] | None = None
 
@@ -218,7 +219,7 @@ def _one_statement(
     after waiting for any writer); each kind's UPDATE joins it and writes only the rows
     whose locked phase is one its move expects (and still is: the rows are ours now),
     returning the phase it moved them from; the timeline is inserted from what the
-    UPDATEs returned. ``with_trees``: the moved rows' trees too (``world.roots_cte``),
+    UPDATEs returned. ``with_trees``: the moved rows' trees too (``trees.roots_cte``),
     for the journal and the wakes (``Outcome.trees``). All in one snapshot and one round
     trip."""
     if connection.vendor != "postgresql":
@@ -282,7 +283,7 @@ def _one_statement(
     params.append(at)
     root, roots_join = "NULL", ""
     if with_trees:
-        parts.append(world.roots_cte("SELECT quota_id FROM m"))
+        parts.append(roots_cte("SELECT quota_id FROM m"))
         root, roots_join = "r.root", " LEFT JOIN kq_roots r ON r.quota_id = m.quota_id"
     sql = (
         "WITH RECURSIVE "
@@ -318,7 +319,7 @@ def _one_statement(
         out.events.append(saved)
     if with_trees:
         phases = {m.move.workload_id: m.move.to_phase for m in out.made}
-        out.trees = world.trees_of((wid, tree, phases[wid]) for wid, tree, _ in trees)
+        out.trees = trees_of((wid, tree, phases[wid]) for wid, tree, _ in trees)
     return True
 
 

@@ -283,7 +283,7 @@ def test_a_workload_cancelled_after_the_snapshot_is_refused_by_the_batched_write
 
 
 def test_the_trees_of_changed_workloads_are_one_query(world):
-    from queueing import world as worlds
+    from queueing import trees
 
     other_root = actions.create_quota(
         SYSTEM, name="other", tenant=None, parent=None, min={"cpu": "4"}, max={"cpu": "4"}
@@ -301,7 +301,7 @@ def test_the_trees_of_changed_workloads_are_one_query(world):
     a = submit(world, "a")
     b = submit(world, "b", quota=leaf)
     with counting() as count:
-        found = worlds.roots_of_workloads([a.pk, b.pk, 999_999])
+        found = trees.roots_of_workloads([a.pk, b.pk, 999_999])
     assert count.statements == 1
     assert {root: sorted(ids) for root, ids in found.items()} == {
         "cluster": [a.pk],

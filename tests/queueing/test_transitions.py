@@ -259,11 +259,11 @@ def test_a_cycle_admitting_more_workloads_sends_no_more_workload_updates(world):
 
 
 def test_the_statement_names_the_trees_of_the_rows_it_moved(world, monkeypatch):
-    """On PostgreSQL the one statement names the moved rows' trees (world.roots_cte), so
+    """On PostgreSQL the one statement names the moved rows' trees (trees.roots_cte), so
     the journal and the wakes read no tree of their own; what it names is what the read
     would answer: the root of each row, and the trees woken by a row that now waits or
     ended (not by one that was admitted)."""
-    from queueing import actions
+    from queueing import actions, trees
     from queueing import world as worlds
     from tests.builders import SYSTEM
 
@@ -286,7 +286,7 @@ def test_the_statement_names_the_trees_of_the_rows_it_moved(world, monkeypatch):
         Move(b, Phase.CANCELLED, tuple(WAITING_PHASES), "Cancelled"),
         Move(c, Phase.CANCELLED, tuple(WAITING_PHASES), "Cancelled"),
     ]
-    expected = worlds.roots_and_deciding([a, b, c])
+    expected = trees.roots_and_deciding([a, b, c])
     assert expected[1] == {"cluster", "other"}
     journaled: list[Any] = []
     monkeypatch.setattr(worlds, "enabled", lambda: True)
@@ -294,7 +294,7 @@ def test_the_statement_names_the_trees_of_the_rows_it_moved(world, monkeypatch):
         worlds, "record_now_and_on_commit", lambda roots, **kw: journaled.append((roots, kw))
     )
     if connection.vendor == "postgresql":
-        monkeypatch.setattr(worlds, "roots_and_deciding", _no_read)
+        monkeypatch.setattr(trees, "roots_and_deciding", _no_read)
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         outcome = transition_many(moves)
     assert len(outcome.made) == 3
