@@ -69,6 +69,24 @@ def node(name: str, cpu: str = "8", memory: str = "32Gi", **extra: Any) -> None:
     )
 
 
+def tree(name: str, cpu: str = "8") -> Quota:
+    """Another quota tree: a root ``name`` with one leaf ``name-q`` (min = max = ``cpu``)
+    of a tenant ``name-t`` whose namespace is ``name-t``. Returns the leaf."""
+    root = actions.create_quota(
+        SYSTEM, name=name, tenant=None, parent=None, min={"cpu": cpu}, max={"cpu": cpu}
+    )
+    tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
+    return actions.create_quota(
+        SYSTEM,
+        name=f"{name}-q",
+        tenant=tenant,
+        parent=root,
+        min={"cpu": cpu},
+        max={"cpu": cpu},
+        namespaces=[f"{name}-t"],
+    )
+
+
 def world(
     *,
     nodes: int = 2,

@@ -246,22 +246,6 @@ def test_a_heads_only_cycle_records_every_pending_workload(world, monkeypatch):
     assert run.pending == 304 - len(report.admitted)  # 176 of them were not listed
 
 
-def _second_tree(name: str = "other", cpu: str = "16") -> Quota:
-    root = actions.create_quota(
-        SYSTEM, name=name, tenant=None, parent=None, min={"cpu": cpu}, max={"cpu": cpu}
-    )
-    tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
-    return actions.create_quota(
-        SYSTEM,
-        name=f"{name}-q",
-        tenant=tenant,
-        parent=root,
-        min={"cpu": cpu},
-        max={"cpu": cpu},
-        namespaces=[f"{name}-t"],
-    )
-
-
 def held_per_node() -> dict[str, int]:
     held: dict[str, int] = {}
     for assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
@@ -274,7 +258,7 @@ def held_per_node() -> dict[str, int]:
 
 def test_two_trees_cycled_at_once_never_overfill_a_shared_node(world):
     # Two trees of 16 cpu each over the same two 8-cpu nodes, each with 16 cpu of work.
-    other = _second_tree()
+    other = builders.tree("other", "16")
     mine = [submit(world, f"a{i}", cpu="4") for i in range(4)]
     theirs = [submit(world, f"b{i}", cpu="4", quota=other) for i in range(4)]
     nodes = world.cluster.nodes()
@@ -298,7 +282,7 @@ def test_two_trees_cycled_at_once_never_overfill_a_shared_node(world):
 def test_room_left_by_another_tree_is_still_used(world):
     # Positive control of the check above: the other tree grew on the nodes since the
     # snapshot (so the admissions are replayed), but there is room for both.
-    other = _second_tree()
+    other = builders.tree("other", "16")
     submit(world, "a0", cpu="4")
     theirs = submit(world, "b0", cpu="4", quota=other)
     nodes = world.cluster.nodes()
@@ -452,7 +436,7 @@ def test_what_other_trees_hold_is_summed_whatever_the_shapes(world):
 
 def test_a_cycle_reads_its_own_trees_quotas_with_their_ledgers(world):
     # Three levels under "other" (root -> "other-q" -> "deep") beside the world's tree.
-    leaf = _second_tree()
+    leaf = builders.tree("other", "16")
     deep = actions.create_quota(
         SYSTEM, name="deep", tenant=leaf.tenant, parent=leaf, min={"cpu": "4"}, max={"cpu": "4"}
     )
@@ -480,7 +464,7 @@ def test_a_pass_of_two_trees_reads_queues_and_holdings_once_and_counts_its_own_a
     # on the same room and have every admission withdrawn under the lock).
     from queueing.admission import CycleSummary, _cycle_roots
 
-    other = _second_tree()
+    other = builders.tree("other", "16")
     mine = [submit(world, f"a{i}", cpu="4") for i in range(4)]
     for i in range(4):
         submit(world, f"b{i}", cpu="4", quota=other)

@@ -11,29 +11,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from queueing import actions, admission, lease
+from queueing import admission, lease
 from queueing.admission import CycleSummary, _cycle_roots
 from queueing.choices import Phase
-from queueing.models import CycleLease, Quota, Workload
-from tests.builders import SYSTEM, submit
+from queueing.models import CycleLease, Workload
+from tests import builders
+from tests.builders import submit
 
 pytestmark = pytest.mark.django_db
-
-
-def _tree(name: str, cpu: str = "8") -> Quota:
-    root = actions.create_quota(
-        SYSTEM, name=name, tenant=None, parent=None, min={"cpu": cpu}, max={"cpu": cpu}
-    )
-    tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
-    return actions.create_quota(
-        SYSTEM,
-        name=f"{name}-q",
-        tenant=tenant,
-        parent=root,
-        min={"cpu": cpu},
-        max={"cpu": cpu},
-        namespaces=[f"{name}-t"],
-    )
 
 
 def test_a_pass_takes_its_leases_with_the_tokens_acquire_would_give():
@@ -95,7 +80,7 @@ def test_a_tree_whose_lease_the_pass_lost_writes_nothing_and_the_others_are_cycl
     """The fencing of a pass's leases is each tree's: a tree whose lease another worker
     took over while the pass cycled the trees before it writes nothing of its cycle, and
     the pass's release leaves the other worker's lease alone."""
-    other = _tree("other")
+    other = builders.tree("other")
     submit(world, "mine", cpu="1")
     submit(world, "theirs", cpu="1", quota=other)
     real = admission.engine_cycle
@@ -129,7 +114,7 @@ def test_a_tree_whose_lease_the_pass_lost_writes_nothing_and_the_others_are_cycl
 
 
 def test_a_tree_held_by_another_worker_is_skipped_and_left_to_its_holder(world):
-    other = _tree("other")
+    other = builders.tree("other")
     submit(world, "mine", cpu="1")
     submit(world, "theirs", cpu="1", quota=other)
     theirs = lease.acquire("cycle:other", holder="another-worker", ttl_s=60)
@@ -143,8 +128,8 @@ def test_a_tree_held_by_another_worker_is_skipped_and_left_to_its_holder(world):
 
 
 def test_an_error_mid_pass_gives_back_every_lease_of_the_pass(world, monkeypatch):
-    _tree("other")
-    _tree("third")
+    builders.tree("other")
+    builders.tree("third")
     real = admission.cycle_root
 
     def cycle_root(root: str, **kwargs: Any) -> Any:

@@ -397,19 +397,7 @@ def _three_trees() -> builders.World:
     quota full: a cycle admits nothing), the running ones on the nodes."""
     w = _small_world()
     for name in ("two", "three"):
-        root = actions.create_quota(
-            SYSTEM, name=name, tenant=None, parent=None, min={"cpu": "4"}, max={"cpu": "4"}
-        )
-        tenant = actions.create_tenant(SYSTEM, name=f"{name}-t")
-        actions.create_quota(
-            SYSTEM,
-            name=f"{name}-q",
-            tenant=tenant,
-            parent=root,
-            min={"cpu": "4"},
-            max={"cpu": "4"},
-            namespaces=[f"{name}-t"],
-        )
+        builders.tree(name, "4")
     for name in ("cluster", "two", "three"):
         leaf = w.quota if name == "cluster" else Quota.objects.get(name=f"{name}-q")
         cpu = "12" if name == "cluster" else "4"
