@@ -86,13 +86,18 @@ class Loopback:
                 answer = owner.answers.pop(0) if len(owner.answers) > 1 else owner.answers[0]
                 if answer.hang is not None:
                     answer.hang.wait(10)
-                self.send_response(answer.status)
-                for name, value in answer.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.end_headers()
+                    self.wfile.write(answer.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # A client that timed out has hung up (the timeout cases): nothing to
+                    # answer, and no traceback on stderr.
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
