@@ -191,9 +191,7 @@ def sync_cluster(
             # One read for the active workloads of these jobs and for any workload that
             # stands for one of them (``known``, see _sync_jobs): one snapshot, so a
             # workload finished meanwhile is in one or the other.
-            rows, settings_mark = _rows_and_mark(
-                Workload.objects.filter(_active_of(keys) | Q(object_uid__in=uids))
-            )
+            rows, settings_mark = _changed_rows_and_mark(keys, uids)
             active_phases = set(ACTIVE_PHASES)
             active = [
                 w
@@ -239,18 +237,51 @@ def sync_cluster(
     return report
 
 
+def _changed_rows_and_mark(
+    keys: Iterable[tuple[str, str, str]], uids: Sequence[str]
+) -> tuple[list[SyncRow], tuple[Any, ...] | None]:
+    """The active workloads of exactly the jobs ``keys`` names (kind, namespace, name),
+    and the workloads (any phase) that stand for one of ``uids``, in one statement with
+    the settings' mark (``_rows_and_mark``). Not each name in each namespace: jobs named
+    alike in many namespaces (one per queue, as in Kueue's baseline) made that read
+    every namespace's namesakes too, several times the rows the sync needed, from a scan
+    of every active row. On PostgreSQL the keys are three array parameters joined to
+    the partial unique index on the three (a condition per key made the driver and the
+    ORM spend more on the statement than the read saved)."""
+    wanted = sorted(set(keys))
+    if not wanted and not uids:
+        return [], None  # nothing can match: no statement at all
+    if connection.vendor != "postgresql":
+        return _rows_and_mark(Workload.objects.filter(_active_of(wanted) | Q(object_uid__in=uids)))
+    q = connection.ops.quote_name
+    table = q(Workload._meta.db_table)
+    columns = ", ".join(f"w.{q(Workload._meta.get_field(n).column)}" for n in SYNC_FIELDS)
+    kind, namespace, name = (q(c) for c in ("kind", "namespace", "name"))
+    sql = (
+        f"SELECT {columns} FROM {table} w JOIN unnest(%s::varchar[], %s::varchar[], "  # noqa: S608
+        f"%s::varchar[]) AS k({kind}, {namespace}, {name}) ON w.{kind} = k.{kind} "
+        f"AND w.{namespace} = k.{namespace} AND w.{name} = k.{name} "
+        f"WHERE w.{q('phase')} = ANY(%s::varchar[]) "
+        f"UNION SELECT {columns} FROM {table} w WHERE w.{q('object_uid')} = ANY(%s::varchar[])"
+    )
+    params = [
+        [k for k, _, _ in wanted],
+        [n for _, n, _ in wanted],
+        [m for _, _, m in wanted],
+        [str(phase) for phase in ACTIVE_PHASES],
+        list(uids),
+    ]
+    return _rows_and_mark((sql, params))
+
+
 def _active_of(keys: Iterable[tuple[str, str, str]]) -> Q:
     """The active workloads named by ``keys`` (kind, namespace, name), exactly: one
-    condition per kind and namespace, with its names (each an arm the partial unique
-    index on the three serves). Not every name in every namespace: jobs of the same names in many
-    namespaces (one per queue, as in Kueue's baseline) made that read each namespace's
-    namesakes too, several times the rows the sync needed."""
+    condition per kind and namespace, with its names (SQLite's form of the read above)."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for kind, namespace, name in keys:
         grouped.setdefault((kind, namespace), []).append(name)
     matches = Q(pk__in=[])  # no keys: nothing
     for (kind, namespace), names in sorted(grouped.items()):
-        # Each condition whole (the phases in each): an arm the index can serve alone.
         matches |= Q(phase__in=ACTIVE_PHASES, kind=kind, namespace=namespace, name__in=names)
     return matches
 
@@ -531,12 +562,15 @@ def _rows_and_mark(query: Any) -> tuple[list[SyncRow], tuple[Any, ...] | None]:
     """``_rows(query)`` and, on PostgreSQL, the quotas' and queues' mark (_placements) in
     the same statement: the workloads joined to the one row of the mark (a row without a
     workload when there is none). Elsewhere the mark is None (read when needed)."""
-    if connection.vendor != "postgresql":
+    if isinstance(query, tuple):  # PostgreSQL's statement of the fields, made already
+        sql, params = query
+    elif connection.vendor != "postgresql":
         return _rows(query), None
-    try:
-        sql, params = query.order_by("id").values_list(*SYNC_FIELDS).query.sql_with_params()
-    except EmptyResultSet:  # nothing can match (no names, no uids): no statement at all
-        return [], None
+    else:
+        try:
+            sql, params = query.order_by("id").values_list(*SYNC_FIELDS).query.sql_with_params()
+        except EmptyResultSet:  # nothing can match (no names, no uids): no statement at all
+            return [], None
     first, second = _mark_parts()
     width = len(SYNC_FIELDS)
     statement = (
