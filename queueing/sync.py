@@ -255,7 +255,7 @@ def _changed_rows_and_mark(
         return _rows_and_mark(Workload.objects.filter(_active_of(wanted) | Q(object_uid__in=uids)))
     q = connection.ops.quote_name
     table = q(Workload._meta.db_table)
-    columns = ", ".join(f"w.{q(Workload._meta.get_field(n).column)}" for n in SYNC_FIELDS)
+    columns = ", ".join(f"w.{q(_column(n))}" for n in SYNC_FIELDS)
     kind, namespace, name = (q(c) for c in ("kind", "namespace", "name"))
     sql = (
         f"SELECT {columns} FROM {table} w JOIN unnest(%s::varchar[], %s::varchar[], "  # noqa: S608
@@ -272,6 +272,15 @@ def _changed_rows_and_mark(
         list(uids),
     ]
     return _rows_and_mark((sql, params))
+
+
+def _column(name: str) -> str:
+    """The column of a workload's field (or of its attname, ``tenant_id``)."""
+    f = Workload._meta.get_field(name)
+    column = getattr(f, "column", None)
+    if not isinstance(column, str):
+        raise ValueError(f"{name!r} is not a column of a workload.")
+    return column
 
 
 def _active_of(keys: Iterable[tuple[str, str, str]]) -> Q:
