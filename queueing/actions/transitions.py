@@ -20,7 +20,9 @@ transaction (or one of its own):
 
 On PostgreSQL, called outside any transaction with each row moved once (the sync's
 chunks), steps 1-3 are one statement, run without a transaction of its own (a single
-statement is atomic): no BEGIN and COMMIT round trips.
+statement is atomic): no BEGIN and COMMIT round trips. Inside a transaction too, with
+each row moved once. Its rows travel as one JSON document per kind
+(``jsonb_to_recordset``), not as a placeholder per value.
 
 Why here, in ``actions``: every write goes through the actions or the cycle's apply,
 and the import contracts put the actions below both the cycle (``queueing.state``) and
