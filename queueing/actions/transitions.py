@@ -20,7 +20,9 @@ transaction (or one of its own):
 
 On PostgreSQL, called outside any transaction with each row moved once (the sync's
 chunks), steps 1-3 are one statement, run without a transaction of its own (a single
-statement is atomic): no BEGIN and COMMIT round trips.
+statement is atomic): no BEGIN and COMMIT round trips. Inside a transaction too, with
+each row moved once. Its rows travel as one JSON document per kind
+(``jsonb_to_recordset``), not as a placeholder per value.
 
 Why here, in ``actions``: every write goes through the actions or the cycle's apply,
 and the import contracts put the actions below both the cycle (``queueing.state``) and
@@ -31,13 +33,15 @@ It returns what was made and what conflicted (the row was gone or had moved on).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Field
+from django.db.models import Field, JSONField
 from django.db.models.expressions import BaseExpression
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
@@ -237,27 +241,30 @@ def _one_statement(
         f"FROM {table} WHERE {q('id')} = ANY(%s::bigint[]) ORDER BY {q('id')} FOR UPDATE)"
     ]
     names: list[str] = []
+    values_count = 1  # what row-by-row parameters would have been (MAX_PARAMS, one_statement)
     for number, rows in enumerate(kinds.values()):
         sets, set_params, per_row, fields = _assignments(rows)
         columns = ["id", "expect", "e_reason", "e_message", *(f"v_{f.column}" for f in fields)]
         casts = ["bigint", "varchar[]", "varchar", "varchar", *(_cast(f) for f in fields)]
-        tuple_sql = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
         assign = sets + [f"{q(f.column)} = v.{q('v_' + f.column)}" for f in fields]
         params += set_params
-        for wid, move, values in rows:
-            params += [wid, list(move.expect), move.reason, move.message]
-            params += [
-                f.get_db_prep_save(values[n], connection)
-                for n, f in zip(per_row, fields, strict=True)
-            ]
+        values_count += len(set_params) + len(rows) * len(columns)
+        # The rows as one JSON document, one parameter: no placeholder per value for the
+        # driver to find in the statement and adapt (psycopg's client-side binding split
+        # the sync's statement of a few hundred values at every call).
+        document = _rows_json(rows, per_row, fields, columns)
+        if document is None:
+            return False
+        params.append(document)
         name = f"u{number}"
         names.append(name)
         parts.append(
             " ".join(
                 (
                     f"{name} AS (UPDATE {table} SET {', '.join(assign)}",  # noqa: S608
-                    f"FROM (VALUES {', '.join([tuple_sql] * len(rows))})",
-                    f"AS v({', '.join(q(c) for c in columns)}), lk",
+                    "FROM jsonb_to_recordset(%s::jsonb)",
+                    f"AS v({', '.join(f'{q(c)} {t}' for c, t in zip(columns, casts, strict=True))}),",
+                    "lk",
                     f"WHERE {table}.{q('id')} = v.{q('id')} AND lk.{q('id')} = v.{q('id')}",
                     f"AND lk.{q('phase')} = ANY(v.{q('expect')})",
                     f"AND {table}.{q('phase')} = lk.{q('phase')}",
@@ -269,7 +276,7 @@ def _one_statement(
                 )
             )
         )
-    if len(params) > MAX_PARAMS:
+    if values_count > MAX_PARAMS:
         return False
     event = q(WorkloadEvent._meta.db_table)
     union = " UNION ALL ".join(f"SELECT * FROM {n}" for n in names)  # noqa: S608
@@ -321,6 +328,40 @@ def _one_statement(
         phases = {m.move.workload_id: m.move.to_phase for m in out.made}
         out.trees = trees_of((wid, tree, phases[wid]) for wid, tree, _ in trees)
     return True
+
+
+def _rows_json(
+    rows: list[tuple[int, Move, dict[str, Any]]],
+    per_row: list[str],
+    fields: list[Field],
+    columns: list[str],
+) -> str | None:
+    """A kind's rows as the JSON array ``jsonb_to_recordset`` reads (keys ``columns``):
+    each value as the field would be saved (JSON fields as they are, timestamps in ISO
+    8601 with their offset: exact to the microsecond). None if a value has no faithful
+    JSON form (a float that is not finite): the caller writes row by row instead."""
+    out: list[dict[str, Any]] = []
+    for wid, move, values in rows:
+        row: dict[str, Any] = {
+            "id": wid,
+            "expect": [str(phase) for phase in move.expect],
+            "e_reason": move.reason,
+            "e_message": move.message,
+        }
+        for column, n, f in zip(columns[4:], per_row, fields, strict=True):
+            value = (
+                values[n] if isinstance(f, JSONField) else f.get_db_prep_save(values[n], connection)
+            )
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, float) and not math.isfinite(value):
+                return None
+            row[column] = value
+        out.append(row)
+    try:
+        return json.dumps(out, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):  # a value JSON cannot hold faithfully
+        return None
 
 
 def _read(ids: set[int]) -> dict[int, tuple[str, int, int]]:
