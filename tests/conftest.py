@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +109,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} is marked db_independent but uses the suite's database: "
                 "it must run on both backends (remove the marker)"
             )
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order xdist's scheduler hands out
+        _heavy_modules_first(items)
 
 
 # --- pytest-xdist --------------------------------------------------------------------------
@@ -123,10 +126,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # REDIS_URL without it).
 
 
+def _heavy(item: pytest.Item) -> bool:
+    """Starts processes (Celery workers, servers) or drives a browser: seconds a test."""
+    return bool(item.get_closest_marker("slow") or item.get_closest_marker("browser"))
+
+
+def _heavy_modules_first(items: list[pytest.Item]) -> None:
+    """Order the modules for `--dist loadfile` (with --no-loadscope-reorder, as .ci/run
+    runs it): modules of heavy tests first, then by their number of tests, each module's
+    own tests in their order. xdist's default order (most tests first) handed the chaos
+    test (one case, a minute) and the fresh `make run`s to the workers last, and one
+    worker idled while the other ran them."""
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(Path(str(item.path)), []).append(item)
+    ordered = sorted(modules.values(), key=lambda tests: (not any(map(_heavy, tests)), -len(tests)))
+    items[:] = [item for tests in ordered for item in tests]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A parallel run with REDIS_URL needs tests/parallel.py (a Redis database per worker)."""
-    import os
-
     workers = len(config.getoption("tx", None) or ())
     if (
         workers > 1
