@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +34,38 @@ def _fast_password_hashing() -> None:
     settings.KQ_FORECAST_EVERY_S = 0.0
     # ... and reads what finished work teaches afresh (hand clocks move minutes a second).
     settings.KQ_HISTORY_TTL_S = 0.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _static_files_listed_once() -> Iterator[None]:
+    """Django's test client loads the middleware anew for each client it makes (the API
+    tests make one per call), and WhiteNoise's middleware lists and stats every static
+    file of the finders as it loads: two thirds of the middleware's load, ~7 ms a client.
+    The files do not change during a run: the listing is made once per configuration
+    (the settings it reads) and each new middleware gets the same entries a fresh
+    listing would give it."""
+    from django.conf import settings
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    listed: dict[str, dict[str, Any]] = {}
+    original = WhiteNoiseMiddleware.add_files_from_finders
+
+    def add_files_from_finders(self: WhiteNoiseMiddleware) -> None:
+        names = ("DEBUG", "INSTALLED_APPS", "STATIC_URL", "STATICFILES_DIRS",
+                 "STATICFILES_FINDERS", "STORAGES", "FORCE_SCRIPT_NAME")  # fmt: skip
+        key = repr(
+            sorted((name, getattr(settings, name, None)) for name in dir(settings)
+                   if name in names or name.startswith("WHITENOISE_"))
+        )  # fmt: skip
+        if key not in listed:
+            before = dict(self.files)
+            original(self)
+            listed[key] = {u: f for u, f in self.files.items() if before.get(u) is not f}
+        self.files.update(listed[key])
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders  # type: ignore[method-assign]
+    yield
+    WhiteNoiseMiddleware.add_files_from_finders = original  # type: ignore[method-assign]
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +142,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} is marked db_independent but uses the suite's database: "
                 "it must run on both backends (remove the marker)"
             )
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order xdist's scheduler hands out
+        _heavy_modules_first(items)
 
 
 # --- pytest-xdist --------------------------------------------------------------------------
@@ -123,10 +159,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # REDIS_URL without it).
 
 
+def _heavy(item: pytest.Item) -> bool:
+    """Starts processes (Celery workers, servers) or drives a browser: seconds a test."""
+    return bool(item.get_closest_marker("slow") or item.get_closest_marker("browser"))
+
+
+def _heavy_modules_first(items: list[pytest.Item]) -> None:
+    """Order the modules for `--dist loadfile` (with --no-loadscope-reorder, as .ci/run
+    runs it): modules of heavy tests first, then by their number of tests, each module's
+    own tests in their order. xdist's default order (most tests first) handed the chaos
+    test (one case, a minute) and the fresh `make run`s to the workers last, and one
+    worker idled while the other ran them."""
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(Path(str(item.path)), []).append(item)
+    ordered = sorted(modules.values(), key=lambda tests: (not any(map(_heavy, tests)), -len(tests)))
+    items[:] = [item for tests in ordered for item in tests]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A parallel run with REDIS_URL needs tests/parallel.py (a Redis database per worker)."""
-    import os
-
     workers = len(config.getoption("tx", None) or ())
     if (
         workers > 1

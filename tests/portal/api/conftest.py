@@ -136,6 +136,37 @@ def api(db: None) -> Iterator[ApiWorld]:
     set_cluster(None)
 
 
+@pytest.fixture(scope="module")
+def shared_api_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[ApiWorld]:
+    """The ApiWorld of ``shared_api``: built once per module inside a transaction that is
+    rolled back after the module's last test."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        world = build_api_world()
+        yield world
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def shared_api(shared_api_world: ApiWorld, db: None) -> Iterator[ApiWorld]:
+    """``api`` for modules whose tests change the world only in the database (their API
+    calls, their own rows): the module's one world, whose rows each test reads afresh.
+    Each test runs in a transaction of its own (a savepoint inside the module's), rolled
+    back after it, as with ``api``; building the world for each test cost more than most
+    of these tests. A module opts in with an ``api`` fixture that returns this one."""
+    world = shared_api_world
+    rows = [
+        *(world.tenant, world.other, world.entitlement, world.train, world.dev, world.queue),
+        *(world.other_quota, world.other_queue, world.workload, world.other_workload),
+        *(world.w.root, world.w.tenant, world.w.quota, world.w.queue),
+        *world.users.values(),
+    ]
+    for row in rows:
+        row.refresh_from_db()
+    set_cluster(world.w.cluster)
+    yield world
+    set_cluster(None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_throttle_counts(settings: Any) -> Iterator[None]:
     """Throttle counts live in the cache; start each test from zero, with room to spare."""

@@ -11,6 +11,12 @@ from tests.portal.api.conftest import ApiWorld
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture
+def api(shared_api: ApiWorld) -> ApiWorld:
+    return shared_api  # one world for the module (tests/portal/api/conftest.py)
+
+
 LISTS = [
     "/api/v1/tenants/",
     "/api/v1/memberships/",

@@ -41,6 +41,11 @@ from tests.portal.api.conftest import PERSONAS, ApiWorld
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def api(shared_api: ApiWorld) -> ApiWorld:
+    return shared_api  # one world for the module (tests/portal/api/conftest.py)
+
+
 class TestTenantAPI(StandardEndpoint):
     basename = "tenant"
     create_expect = matrix(201, CLUSTER_ADMIN)

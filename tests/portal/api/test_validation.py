@@ -12,6 +12,12 @@ from tests.portal.api.conftest import ApiWorld
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture
+def api(shared_api: ApiWorld) -> ApiWorld:
+    return shared_api  # one world for the module (tests/portal/api/conftest.py)
+
+
 QUOTA = "/api/v1/quotas/team-a-dev/"
 
 
