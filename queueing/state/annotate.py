@@ -92,6 +92,14 @@ def forecast_due(root: str) -> bool:
     return since >= together / FORECAST_SHARE
 
 
+def forget() -> None:
+    """Forget the process's cycle timings (full cycles, forecasts): the next cycle of
+    every tree is full and forecasts, as in a new worker."""
+    _full_cycles.clear()
+    _forecasts.clear()
+    _forecast_costs.clear()
+
+
 def forecast_done(root: str, cost_s: float = 0.0) -> None:
     """A forecasting cycle of ``root`` ended, having taken ``cost_s`` (its whole wall:
     the engine's forecast, the annotations' write and the rest of the cycle)."""
