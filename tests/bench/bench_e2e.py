@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -484,6 +484,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         result = figures(entries, len(plan))
         state = control.state()
         result["api_requests"] = state.get("requests")
+        result["api_requests_by"] = _requests_by(control)
         report = procs.run(
             "-c",
             "import json; from tests.bench.bench_e2e import cycle_report; "
@@ -517,6 +518,16 @@ def kueue_baseline_e2e() -> dict[str, Any]:
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+def _requests_by(control: RemoteFakeKube) -> dict[str, int]:
+    """The run's requests by verb and resource ("create events": the Events told), the
+    largest first: which caller costs the API server what."""
+    counts = Counter(
+        f"{entry.get('verb')} {entry.get('resource')}"
+        for entry in control.log_entries(types=["request"])
+    )
+    return dict(counts.most_common())
 
 
 def _cpu_s(pid: int) -> float:
