@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Max
+from django.db.models.fields.json import KT
 
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.cluster.base import JobRef
@@ -130,10 +131,19 @@ def _pending(now: datetime, budget: int = BUDGET) -> list[tuple[int, str, KubeEv
     if since is not None:
         query = query.filter(updated_at__gte=since - timedelta(seconds=1))
     out: list[tuple[int, str, KubeEvent]] = []
+    # Only the explanation's kind, read in the database: decoding the whole document of
+    # each row was a twentieth of a telling's samples in the end-to-end benchmark.
     for row in query.values(
-        "id", "kind", "api_version", "namespace", "name", "object_uid", "reason", "explanation"
+        "id",
+        "kind",
+        "api_version",
+        "namespace",
+        "name",
+        "object_uid",
+        "reason",
+        explained=KT("explanation__kind"),
     )[: budget * 10]:
-        kind = (row["explanation"] or {}).get("kind") or ""
+        kind = row["explained"] or ""
         if not kind or _explained.get(row["id"]) == kind:
             continue
         ref = JobRef(
