@@ -16,9 +16,10 @@ Running, Succeeded and Failed are the job controller's to report. The timeline c
 (the last WorkloadEvent id published) is kept in the cache shared by the workers, so a
 restarted worker goes on where the last one stopped (it is written once per telling,
 after the steps told: a worker killed in between tells those steps again, which the
-recorder folds into the same Events' counts); each sync publishes at most
+recorder folds into the same Events' counts); a worker's sync publishes at most
 ``BUDGET`` steps and spends at most ``TIME_BUDGET_S`` on it (the rest follow at the
-next), and steps older than ``STALE`` are skipped: a burst of thousands of jobs is told,
+next; the watcher's teller, ``queueing.teller``, has budgets of its own and goes on at
+once while ``behind()``), and steps older than ``STALE`` are skipped: a burst of thousands of jobs is told,
 not replayed an hour late, and never slows the sync by more than that.
 """
 
