@@ -64,7 +64,8 @@ def after_sync(cluster: Any, now: datetime) -> None:
     config_ms = round((time.perf_counter() - started) * 1000, 1)
     from queueing.state.calls import can_run_in_background
 
-    if not isinstance(cluster, (kubeevents.EventSink, quotawriteback.AnnotationWriter)):
+    told_anything = isinstance(cluster, (kubeevents.EventSink, quotawriteback.AnnotationWriter))
+    if not told_anything:
         tell(cluster, now, config_ms=config_ms)  # nothing to tell it: the trace's mark only
     elif time.monotonic() < _told_elsewhere_until:
         pass  # the watcher's teller (or another worker) tells
@@ -107,8 +108,8 @@ def tell(
     config_ms: float | None = None,
     budget: int = kubeevents.BUDGET,
     time_budget_s: float = kubeevents.TIME_BUDGET_S,
-) -> None:
-    """Events, then the quotas' and namespaces' annotations."""
+) -> int:
+    """Events, then the quotas' and namespaces' annotations; returns Events written."""
     started = time.perf_counter()
     events = kubeevents.publish(cluster, now, budget=budget, time_budget_s=time_budget_s)
     events_done = time.perf_counter()
@@ -122,6 +123,7 @@ def tell(
         events_ms=round((events_done - started) * 1000, 1),
         quotas_ms=round((time.perf_counter() - events_done) * 1000, 1),
     )
+    return events
 
 
 def _tell_in_background(cluster: Any, now: datetime, config_ms: float) -> None:

@@ -140,3 +140,38 @@ def test_a_telling_that_stops_at_its_budget_says_it_is_behind(
     kubeevents.publish(sink, now, clock=lambda: 0.0)
     assert not kubeevents.behind()  # within the budget: nothing left over
     cluster.api.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_teller_waits_for_a_change_of_the_cluster(
+    fake: FakeKube, api_errors: ApiErrors, use_cluster: Callable[[Any], None]
+) -> None:
+    """After a telling that told nothing, the next waits for the watcher's informers to
+    see a change (``poke``), not for the interval: an idle cluster is not read twice a
+    second."""
+    cluster = make_adapter(fake.url, api_errors, namespaces=["team-a", "team-b"])
+    use_cluster(cluster)
+    world = build_world(fake, cluster)
+    fake.runner.paused = True
+    watcher = make_adapter(fake.url, api_errors, namespaces=["team-a", "team-b"])
+    teller = Teller(watcher, interval_s=0.01, idle_s=600.0)
+    stop = threading.Event()
+    teller.start(stop)
+    try:
+        wait_until(lambda: teller.tellings == 1, timeout=10, interval=0.01)
+        fake.create("jobs", job_manifest("told", cpu="4"), "team-a")
+        world.tick_until(
+            lambda: Workload.objects.filter(name="told", phase=Phase.ADMITTED).exists()
+        )
+        kubesync.settle()
+        assert teller.tellings == 1  # still waiting: nothing poked it
+        assert events_of(fake, "team-a", "told") == []
+        teller.poke("Job changed")
+        reasons = lambda: {e["reason"] for e in events_of(fake, "team-a", "told")}  # noqa: E731
+        wait_until(lambda: reasons() >= {"Queued", "Admitted"}, timeout=10, interval=0.02)
+        assert teller.tellings >= 2
+    finally:
+        stop.set()
+        teller.join()
+        watcher.api.close()
+        cluster.api.close()

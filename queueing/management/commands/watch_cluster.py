@@ -52,7 +52,11 @@ class Command(BaseCommand):
             teller.start(stop)
         try:
             sent = watch.run_watch(
-                cluster, stop, trigger=watch.enqueue_tick, debounce_s=options["debounce"]
+                cluster,
+                stop,
+                trigger=watch.enqueue_tick,
+                debounce_s=options["debounce"],
+                also=teller.poke if teller is not None else None,
             )
         finally:
             stop.set()
