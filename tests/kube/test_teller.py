@@ -169,7 +169,7 @@ def test_an_idle_teller_waits_for_a_change_of_the_cluster(
         teller.poke("Job changed")
         reasons = lambda: {e["reason"] for e in events_of(fake, "team-a", "told")}  # noqa: E731
         wait_until(lambda: reasons() >= {"Queued", "Admitted"}, timeout=10, interval=0.02)
-        assert teller.tellings >= 2
+        wait_until(lambda: teller.tellings >= 2, timeout=10, interval=0.01)  # it told them
     finally:
         stop.set()
         teller.join()
