@@ -38,7 +38,7 @@ def fresh_telling() -> Any:
 
 
 def telling_lease() -> dict[str, Any]:
-    return CycleLease.objects.filter(name="telling").values("holder", "token", "expires_at")[0]
+    return dict(CycleLease.objects.filter(name="telling").values("holder", "token")[0])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -66,7 +66,7 @@ def test_the_watchers_teller_tells_and_the_workers_syncs_leave_it_alone(
         wait_until(lambda: reasons() >= {"Queued", "Admitted"}, timeout=10, interval=0.02)
         assert teller.tellings > 0
         # Advice yields the cores: the teller's thread alone runs niced (Linux).
-        native = teller._thread.native_id  # type: ignore[union-attr]
+        native = int(teller._thread.native_id or 0)  # type: ignore[union-attr]
         assert os.getpriority(os.PRIO_PROCESS, native) == NICE
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < NICE
         assert telling_lease()["holder"] == teller.held.holder  # type: ignore[union-attr]
