@@ -12,7 +12,10 @@ background thread while the worker cycles the trees, under a lease of its own
 (``telling``: one at a time across workers, as the sync is; a killed worker's strands
 only the telling, for the lease's time, never the sync). A sync that finds the last
 telling still running, here or elsewhere, skips its own: the next picks up from the
-same cursors."""
+same cursors. Where ``watch_cluster`` runs, its teller (``queueing.teller``) holds that
+lease while it lives and tells instead, out of the workers' processes: a sync that finds
+the lease held leaves the telling alone for ``WORKER_BACKOFF_S``, and takes it back when
+the watcher is gone (its lease expired)."""
 
 from __future__ import annotations
 
@@ -38,6 +41,11 @@ log = logging.getLogger(__name__)
 
 
 _telling: Future[None] | None = None
+# Until when this process leaves the telling to the holder of its lease (monotonic): the
+# watcher's teller holds it while it lives (queueing.teller); a sync that found it held
+# does not try again for WORKER_BACKOFF_S.
+_told_elsewhere_until = 0.0
+WORKER_BACKOFF_S = 5.0
 _executor: ThreadPoolExecutor | None = None
 _executor_pid: int | None = None
 
@@ -56,8 +64,13 @@ def after_sync(cluster: Any, now: datetime) -> None:
     config_ms = round((time.perf_counter() - started) * 1000, 1)
     from queueing.state.calls import can_run_in_background
 
-    if not can_run_in_background(cluster):
-        tell(cluster, now, config_ms=config_ms)
+    told_anything = isinstance(cluster, (kubeevents.EventSink, quotawriteback.AnnotationWriter))
+    if not told_anything:
+        tell(cluster, now, config_ms=config_ms)  # nothing to tell it: the trace's mark only
+    elif time.monotonic() < _told_elsewhere_until:
+        pass  # the watcher's teller (or another worker) tells
+    elif not can_run_in_background(cluster):
+        _tell_under_lease(cluster, now, config_ms)
     elif _telling is None or _telling.done():
         _telling = _pool().submit(_tell_in_background, cluster, now, config_ms)
 
@@ -88,10 +101,17 @@ def _enforce_limits(cluster: Any, now: datetime) -> None:
         maxexec.enforce(now, found)
 
 
-def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None:
-    """Events, then the quotas' and namespaces' annotations."""
+def tell(
+    cluster: Any,
+    now: datetime,
+    *,
+    config_ms: float | None = None,
+    budget: int = kubeevents.BUDGET,
+    time_budget_s: float = kubeevents.TIME_BUDGET_S,
+) -> int:
+    """Events, then the quotas' and namespaces' annotations; returns Events written."""
     started = time.perf_counter()
-    events = kubeevents.publish(cluster, now)
+    events = kubeevents.publish(cluster, now, budget=budget, time_budget_s=time_budget_s)
     events_done = time.perf_counter()
     kubequotas.publish(cluster)  # the quotas managed here, as ElasticQuotas
     quotawriteback.publish(cluster)
@@ -103,18 +123,25 @@ def tell(cluster: Any, now: datetime, *, config_ms: float | None = None) -> None
         events_ms=round((events_done - started) * 1000, 1),
         quotas_ms=round((time.perf_counter() - events_done) * 1000, 1),
     )
+    return events
 
 
 def _tell_in_background(cluster: Any, now: datetime, config_ms: float) -> None:
     from django.db import connection
 
+    connection.close_if_unusable_or_obsolete()  # this thread's own, kept between syncs
+    _tell_under_lease(cluster, now, config_ms)
+
+
+def _tell_under_lease(cluster: Any, now: datetime, config_ms: float | None) -> None:
+    global _told_elsewhere_until
     from queueing import lease as leases
 
-    connection.close_if_unusable_or_obsolete()  # this thread's own, kept between syncs
     try:
         held = leases.acquire("telling")
-        if held is None:
-            return  # another worker tells right now
+        if held is None:  # another worker tells right now, or the watcher's teller
+            _told_elsewhere_until = time.monotonic() + WORKER_BACKOFF_S
+            return
         try:
             tell(cluster, now, config_ms=config_ms)
         finally:

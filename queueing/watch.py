@@ -129,8 +129,10 @@ def run_watch(
     trigger: Trigger = enqueue_tick,
     debounce_s: float = 0.2,
     watch_timeout_s: int = 300,
+    also: Callable[[str], None] | None = None,
 ) -> int:
-    """Watch until ``stop`` is set; returns how many triggers were sent."""
+    """Watch until ``stop`` is set; returns how many triggers were sent. ``also`` hears
+    every change too (the watcher's teller: ``queueing.teller``)."""
     changed = threading.Event()
     reasons: Counter[str] = Counter()
     lock = threading.Lock()
@@ -139,6 +141,8 @@ def run_watch(
         with lock:
             reasons[reason] += 1
         changed.set()
+        if also is not None:
+            also(reason)
 
     def on_config(reason: str) -> None:
         # The next sync applies the configuration objects at once (not at its next

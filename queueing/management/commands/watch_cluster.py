@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from queueing import watch
 from queueing.cluster import get_cluster
 from queueing.cluster.kubernetes import KubernetesCluster
+from queueing.teller import Teller
 
 
 class Command(BaseCommand):
@@ -20,6 +21,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "--debounce", type=float, default=0.01, help="Seconds per trigger (wakes debounce too)."
+        )
+        parser.add_argument(
+            "--no-tell",
+            action="store_true",
+            help="Leave the telling (Events, quota and namespace annotations) to the workers.",
         )
         parser.add_argument(
             "--max-seconds", type=float, default=0.0, help="Stop after this long (0: never)."
@@ -40,7 +46,20 @@ class Command(BaseCommand):
             timer.daemon = True
             timer.start()
         self.stdout.write("Watching the cluster; a change starts a cycle.")
-        sent = watch.run_watch(
-            cluster, stop, trigger=watch.enqueue_tick, debounce_s=options["debounce"]
-        )
+        teller = None
+        if not options["no_tell"]:  # the telling, out of the workers (queueing.teller)
+            teller = Teller(cluster)
+            teller.start(stop)
+        try:
+            sent = watch.run_watch(
+                cluster,
+                stop,
+                trigger=watch.enqueue_tick,
+                debounce_s=options["debounce"],
+                also=teller.poke if teller is not None else None,
+            )
+        finally:
+            stop.set()
+            if teller is not None:
+                teller.join()
         self.stdout.write(f"Stopped after requesting {sent} cycle(s).")
