@@ -13,7 +13,9 @@ worker does.
 Figures (CPU of the reading thread, ``time.thread_time``; median of ``KQ_BENCH_WATCH_REPEAT``
 passes, default 5): ``stream_us_per_event`` -- reading and decoding only (``Rest.stream``);
 ``informer_us_per_event`` -- the whole informer (decode, cache, handler); ``events``, the
-number of events and ``bytes_per_event``. ``KQ_BENCH_WATCH_JOBS`` sets the Jobs (default 3000).
+number of events and ``bytes_per_event``; ``fake_store_us_per_job`` -- what recording
+cost the fake API server's store, per Job (its writes, the job runner, the pods, the
+JSON of each Job event), one pass. ``KQ_BENCH_WATCH_JOBS`` sets the Jobs (default 3000).
 """
 
 from __future__ import annotations
@@ -130,7 +132,9 @@ def watch_events() -> dict[str, Any]:
     batch = int(os.environ.get("KQ_BENCH_WATCH_BATCH", "1"))
     repeat = int(os.environ.get("KQ_BENCH_WATCH_REPEAT", "5"))
     pace_s = float(os.environ.get("KQ_BENCH_WATCH_PACE_US", "0")) / 1e6
+    started = time.thread_time()
     lines = record_job_lines(jobs)
+    store_s = time.thread_time() - started
     server = ChunkServer(lines, batch, pace_s)
     server.start()
     url = f"http://127.0.0.1:{server.port}"
@@ -162,6 +166,7 @@ def watch_events() -> dict[str, Any]:
         "batch": batch,
         "pace_us": round(pace_s * 1e6),
         "bytes_per_event": round(sum(map(len, lines)) / n),
+        "fake_store_us_per_job": round(store_s / jobs * 1e6),
         "stream_us_per_event": round(statistics.median(stream_s) / n * 1e6, 2),
         "informer_us_per_event": round(statistics.median(informer_s) / n * 1e6, 2),
     }
