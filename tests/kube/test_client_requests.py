@@ -476,3 +476,48 @@ def test_a_watch_that_is_refused_raises_its_status(server: Loopback, rest: Rest)
     with pytest.raises(ApiCallError) as caught:
         list(rest.stream("/x", {"watch": True}, read_timeout_s=5))
     assert (caught.value.status, str(caught.value)) == (410, "too old")
+
+
+def chunked_answer(chunks: list[bytes]) -> tuple[str, socket.socket]:
+    """A one-shot HTTP server answering with ``chunks``, each written (and flushed) as one
+    chunk of a chunked answer, as a watch streams."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            )
+            for chunk in chunks:
+                conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            conn.sendall(b"0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", listener
+
+
+def test_watch_lines_are_whole_however_the_chunks_cut_them() -> None:
+    events = [{"type": "ADDED", "object": {"n": i, "s": "é" * i}} for i in range(5)]
+    wire = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in events)
+    cut = wire.index("é".encode()) + 1  # inside a two-byte character
+    chunks = [
+        wire[:cut],  # a line cut in the middle of a character
+        wire[cut : wire.index(b"\n", cut) + 1],  # the rest of it
+        b"\n",  # an empty line
+        b"not json\n",  # skipped
+    ]
+    rest_start = sum(map(len, chunks[:2]))
+    second = wire.index(b"\n", wire.index(b"\n", rest_start) + 1) + 1
+    chunks.append(wire[rest_start:second])  # two lines in one chunk
+    chunks.append(wire[second:-1])  # the last line, its newline missing
+    url, listener = chunked_answer(chunks)
+    try:
+        got = list(Rest(api_for(url)).stream("/x", {"watch": True}, read_timeout_s=5))
+    finally:
+        listener.close()
+    assert got == events

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.watch.watch import iter_resp_lines
 
 from queueing.cluster.base import ClusterError
 
@@ -188,6 +188,32 @@ def wire_request(
     return url, headers, data
 
 
+WATCH_READ = 1 << 16  # the most a watch stream's read asks for at once
+
+
+def watch_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The non-empty lines of a watch stream, as bytes (JSON decodes them as they are).
+
+    ``read1`` hands over what one chunk of the answer holds (or what arrived of it),
+    undecoded: one read per chunk however many events it carries, and no copy of the
+    buffer per line (the client's ``iter_resp_lines`` decodes each line to a string and
+    copies what remains of its buffer after each one)."""
+    rest = b""
+    while True:
+        data = response.read1(WATCH_READ, decode_content=False)
+        if not data:
+            break
+        if rest:
+            data = rest + data
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line.strip():
+                yield line
+    if rest.strip():
+        yield rest  # a last line without its newline
+
+
 class Rest:
     """Raw JSON over the official client's ApiClient (auth, TLS, kubeconfig), with the
     retry policy. ``once`` is one request; ``call`` retries what may succeed later."""
@@ -267,7 +293,7 @@ class Rest:
         if not 200 <= response.status < 300:
             raise _error_from_response(response.status, data, response.headers)
         try:
-            return json.loads(data) if data else None
+            return orjson.loads(data) if data else None
         except ValueError as exc:
             raise ApiCallError(NO_ANSWER, "the API server answered with invalid JSON") from exc
 
@@ -352,20 +378,18 @@ class Rest:
         if response.status != 200:
             data = response.read()
             raise _error_from_response(response.status, data, response.headers)
-        raw = response
-        self._stream = raw
+        self._stream = response
         try:
-            for line in iter_resp_lines(raw):
-                if line:
-                    try:
-                        yield json.loads(line)
-                    except ValueError:
-                        log.warning("ignoring a watch line that is not JSON: %.200s", line)
+            for line in watch_lines(response):
+                try:
+                    yield orjson.loads(line)
+                except ValueError:
+                    log.warning("ignoring a watch line that is not JSON: %.200r", line)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiCallError(NO_ANSWER, f"watch stream broke: {exc}") from exc
         finally:
             with contextlib.suppress(Exception):
-                raw.release_conn()
+                response.release_conn()
 
     # --- JSON helpers ------------------------------------------------------------------------
 
