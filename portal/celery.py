@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_ready
+from celery.signals import task_prerun, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -72,6 +72,22 @@ app.autodiscover_tasks(["queueing"])
 # Woken cycles go to a queue of their own, consumed by the cycle worker (run_all's
 # "cycler", a solo pool: one long-lived process keeps its state between tasks).
 app.conf.task_routes = {"queueing.react": {"queue": settings.KQ_CYCLE_QUEUE}}
+
+
+@worker_ready.connect
+def _tune_collector(sender: Any = None, **kwargs: Any) -> None:
+    """The worker's process, once started (a solo pool runs its tasks here): queueing.gctune."""
+    from queueing import gctune
+
+    gctune.tune()
+
+
+@worker_process_init.connect
+def _tune_pool_process(sender: Any = None, **kwargs: Any) -> None:
+    """Each process of a prefork pool, forked before the worker is ready."""
+    from queueing import gctune
+
+    gctune.tune()
 
 
 @worker_ready.connect

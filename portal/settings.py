@@ -37,6 +37,21 @@ def _int(name: str, default: int, minimum: int | None = None) -> int:
     return value
 
 
+def _gc_threshold(name: str, default: str) -> tuple[int, ...] | None:
+    """``gc.set_threshold``'s one to three positive integers, comma-separated; empty:
+    None (Python's own)."""
+    raw = env.str(name, default=default).strip()
+    if not raw:
+        return None
+    parts = [part.strip() for part in raw.split(",")]
+    if not 1 <= len(parts) <= 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ImproperlyConfigured(
+            f"{name} must be one to three positive integers separated by commas "
+            f"(gc.set_threshold's), not {raw!r}."
+        )
+    return tuple(int(part) for part in parts)
+
+
 def _float(name: str, default: float, minimum: float | None = None) -> float:
     try:
         value = env.float(name, default=default)
@@ -261,6 +276,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # Django's LOGGING below decides
 # one, after a PostgreSQL restart, is replaced; CONN_MAX_AGE still ages it out).
 CELERY_DB_REUSE_MAX = _int("KQ_DB_REUSE_TASKS", 10_000, 0) or None
 KQ_CYCLE_INTERVAL_S = _float("KQ_CYCLE_INTERVAL_S", 3.0, 0.1)
+# The garbage collector's thresholds in workers and the cluster watcher (queueing.gctune:
+# start-up's objects frozen, young collections per 50,000 allocations instead of 700).
+KQ_GC_THRESHOLD = _gc_threshold("KQ_GC_THRESHOLD", "50000,20,100")
 # Event-driven cycles (queueing/wake.py, docs/realtime.md): on wherever a broker carries
 # tasks to other processes; beat's tick above stays the periodic reconciliation.
 KQ_WAKE = _bool("KQ_WAKE", not CELERY_BROKER_URL.startswith("memory://"))

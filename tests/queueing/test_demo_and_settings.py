@@ -82,6 +82,11 @@ def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must point at PostgreSQL or SQLite."),
         ({"KQ_CYCLE_INTERVAL_S": "soon"}, "KQ_CYCLE_INTERVAL_S must be a number, not 'soon'."),
         ({"REDIS_URL": "localhost:6379"}, "REDIS_URL must start with redis://"),
+        (
+            {"KQ_GC_THRESHOLD": "700,ten"},
+            "KQ_GC_THRESHOLD must be one to three positive integers separated by commas "
+            "(gc.set_threshold's), not '700,ten'.",
+        ),
     ],
 )
 def test_a_misconfiguration_stops_start_up_with_one_sentence(env, sentence):

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from queueing import watch
+from queueing import gctune, watch
 from queueing.cluster import get_cluster
 from queueing.cluster.kubernetes import KubernetesCluster
 from queueing.teller import Teller
@@ -38,7 +38,8 @@ class Command(BaseCommand):
         if not isinstance(cluster, KubernetesCluster):
             raise CommandError("watch_cluster needs the Kubernetes adapter.")
         stop = threading.Event()
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():  # the process's own
+            gctune.tune()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
         if options["max_seconds"]:
