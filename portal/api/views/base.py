@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
-from rest_framework import exceptions, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import exceptions, mixins, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -180,3 +181,25 @@ class VersionedMixin(_ViewSet):
             return super().destroy(request, *args, **kwargs)  # type: ignore[misc]
         except ConflictError as exc:
             raise PreconditionFailed(str(exc)) from exc
+
+
+#: The OpenAPI schema of a versioned object's writes: each takes ``If-Match``.
+if_match_schema = extend_schema_view(
+    **{
+        name: extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")])
+        for name in ("update", "partial_update", "destroy")
+    }
+)
+
+
+class VersionedCrudViewSet(
+    VersionedMixin,
+    BaseViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+):
+    """List, read, create, change (versioned) and delete: the quotas' and queues' API.
+    Decorate a subclass with ``if_match_schema`` so its writes document ``If-Match``."""

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import mixins
+from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,7 +15,7 @@ from rest_framework.serializers import BaseSerializer
 
 from portal.api import filtersets
 from portal.api import serializers as s
-from portal.api.views.base import BaseViewSet, VersionedMixin, actor
+from portal.api.views.base import VersionedCrudViewSet, actor, if_match_schema
 from queueing import access, actions
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.models import (
@@ -26,20 +25,8 @@ from queueing.models import (
 )
 
 
-@extend_schema_view(
-    update=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-    partial_update=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-    destroy=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-)
-class QueueViewSet(
-    VersionedMixin,
-    BaseViewSet,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    mixins.UpdateModelMixin,
-    mixins.DestroyModelMixin,
-):
+@if_match_schema
+class QueueViewSet(VersionedCrudViewSet):
     """Queues of your tenants, with how many workloads wait, hold admission and run."""
 
     serializer_class = s.QueueSerializer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import exceptions, mixins
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +14,7 @@ from rest_framework.serializers import BaseSerializer
 
 from portal.api import filtersets
 from portal.api import serializers as s
-from portal.api.views.base import BaseViewSet, VersionedMixin, actor
+from portal.api.views.base import VersionedCrudViewSet, actor, if_match_schema
 from portal.api.views.preview import may_create_quota
 from queueing import access, actions
 from queueing.models import (
@@ -23,20 +23,8 @@ from queueing.models import (
 from queueing.quantities import format_resources
 
 
-@extend_schema_view(
-    update=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-    partial_update=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-    destroy=extend_schema(parameters=[OpenApiParameter("If-Match", str, "header")]),
-)
-class QuotaViewSet(
-    VersionedMixin,
-    BaseViewSet,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    mixins.UpdateModelMixin,
-    mixins.DestroyModelMixin,
-):
+@if_match_schema
+class QuotaViewSet(VersionedCrudViewSet):
     """The elastic-quota tree: your tenants' quotas and the cluster-owned nodes above them."""
 
     serializer_class = s.QuotaSerializer
