@@ -518,7 +518,9 @@ class Cycle(CycleState):
         resource, so a large gang never finds room at once: for the rest of the cycle
         that resource on the nodes it may use is held back for it (a backfill
         reservation). Only a strict-order head, whose queue waits for it anyway, or the
-        aged head of its quota in any queue (:meth:`hold_aged`).
+        aged head of its quota in any queue (:meth:`hold_aged`). When the head's claim
+        goes beyond its quota's min, work within its own min may still use the room
+        (:meth:`place_within_min`).
         """
         if c >= 0 or aging_fraction(q.spec, w, self.now) < 1.0 or w.id in self.draining:
             return

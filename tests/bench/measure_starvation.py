@@ -10,7 +10,9 @@ admission; still waiting at the end counts to the end; workloads set aside as ne
 fitting are left out), how many waits passed 300 and 600 s, the five longest, the
 cluster's usage (allocated / allocatable, stepwise at cycles) over the arrivals' window
 -- all cpu, all GPUs, and the cpu pool of the demo (its 16 cpu nodes: 496 cpu, where
-cpu-only work runs) -- and the quota invariants checked in every cycle.
+cpu-only work runs) -- the quota invariants checked in every cycle, and aging's bound
+("starts by T at the latest"): workloads admitted after the first / the last bound
+stated for them (a cycle's slack).
 
 And "min unused" (issue 11's "done when": no queue waits with its guaranteed minimum
 unused), as ``observe_demo`` defines it live: a queue and quota whose competing
@@ -158,6 +160,65 @@ class MinUnused:
             at = self.parent.get(at)
         return False
 
+    def _chain(self, quota: str) -> list[str]:
+        out: list[str] = []
+        at: str | None = quota
+        while at is not None:
+            out.append(at)
+            at = self.parent.get(at)
+        return out
+
+    def _victims(self, w, held, holders, keys: list[str]) -> dict[str, Any]:
+        """Other quotas' work holding what ``w`` asks, as a reclaim would see it:
+        borrowed (some quota on its path below the common ancestor above its min) and
+        takeable (taking it leaves every such quota at or above its min, preemptible,
+        and its priority allowed by the queue's reclaim policy), or why not."""
+        mine = set(self._chain(w.quota))
+        totals = {}
+        for q in held:
+            for a in self._chain(q):
+                t = totals.setdefault(a, {})
+                for k, v in held[q].items():
+                    t[k] = t.get(k, 0) + v
+        spec = self.specs.get(w.queue)
+        policy = spec.reclaim if spec else "Any"
+        out: dict[str, Any] = {"takeable": {}, "not_borrowed": 0}
+        why: dict[str, int] = {}
+        for v in holders:
+            if v.quota in mine or not any(v.request.raw.get(k) for k in keys):
+                continue
+            path = [a for a in self._chain(v.quota) if a not in mine]
+            borrowed = any(
+                totals.get(a, {}).get(k, 0) > self.mins.get(a, {}).get(k, 0)
+                for a in path
+                for k in keys
+            )
+            if not borrowed:
+                out["not_borrowed"] += 1
+                continue
+            reason = ""
+            if not v.preemptible:
+                reason = "non-preemptible"
+            elif policy == "Never" or (policy == "LowerPriority" and v.priority >= w.priority):
+                reason = f"policy {policy}"
+            else:
+                for a in path:
+                    m = self.mins.get(a, {})
+                    if any(
+                        x and totals.get(a, {}).get(k, 0) - x < m.get(k, 0)
+                        for k, x in v.request.raw.items()
+                    ):
+                        reason = f"would take {a} below its min"
+                        break
+            if reason:
+                why[reason] = why.get(reason, 0) + 1
+            else:
+                t = out["takeable"]
+                for k in keys:
+                    t[k] = t.get(k, 0) + v.request.raw.get(k, 0)
+        out["not_takeable"] = why
+        return out
+
     def _classify(self, w, result: CycleResult, held, holders) -> dict[str, Any]:
         e = result.explanations.get(w.id)
         out: dict[str, Any] = {
@@ -185,6 +246,7 @@ class MinUnused:
                 free.hold(node, amount.raw)
         out["fits_free_nodes"] = free.place(podset_reqs(w.pod_sets)) is not None
         out["on_its_nodes_borrowers"] = by_borrowers
+        out["victims"] = self._victims(w, held, holders, keys)
         out["on_its_nodes_within_min"] = by_within
         return out
 
@@ -192,7 +254,8 @@ class MinUnused:
 class Watch:
     """Waits, usage and invariant breaks, cycle by cycle."""
 
-    def __init__(self, sc: Scenario) -> None:
+    def __init__(self, sc: Scenario, interval: float = 2.0) -> None:
+        self.interval = interval
         self.start = {a.workload.id: a.at for a in sc.arrivals}
         self.name = {a.workload.id: (a.workload.name, a.workload.queue) for a in sc.arrivals}
         self.waits: list[tuple[float, int]] = []
@@ -207,6 +270,13 @@ class Watch:
         self.int_win = {"cpu": 0.0, GPU: 0.0, "pool": 0.0}
         self.violations = 0
         self.min_unused = MinUnused(sc)
+        #: Aging's bound ("starts by T at the latest"): per workload the first and last
+        #: bound stated, and admissions after them (one cycle's slack).
+        self.bounds: dict[int, list[float]] = {}
+        self.bounded_admissions = 0
+        self.after_first_bound = 0
+        self.after_last_bound = 0
+        self.late: list[tuple[str, int, int, int]] = []
 
     def before(self, snap: Snapshot) -> Snapshot:
         return snap
@@ -229,7 +299,25 @@ class Watch:
                 if not w.request.get(GPU, 0):
                     used["pool"] += w.request.get("cpu", 0)
         self.last_t, self.last_used = t, used
+        for wid, e in result.explanations.items():
+            if e.starts_by is not None:
+                b = self.bounds.setdefault(wid, [e.starts_by, e.starts_by])
+                b[1] = e.starts_by
         for a in result.admissions:
+            b = self.bounds.pop(a.workload_id, None)
+            if b is not None:
+                self.bounded_admissions += 1
+                self.after_first_bound += snap.now > b[0] + self.interval
+                if snap.now > b[1] + self.interval:
+                    self.after_last_bound += 1
+                    self.late.append(
+                        (
+                            self.name.get(a.workload_id, ("?",))[0],
+                            round(t),
+                            round(b[0] - EPOCH),
+                            round(b[1] - EPOCH),
+                        )
+                    )
             s = self.start.pop(a.workload_id, None)
             if s is not None:
                 self.waits.append((t - s, a.workload_id))
@@ -242,7 +330,7 @@ class Watch:
 
 
 def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dict[str, Any]:
-    watch = Watch(sc)
+    watch = Watch(sc, interval)
     t0 = perf_counter()
     sim = simulate(
         sc,
@@ -272,6 +360,10 @@ def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dic
         "makespan_s": round(end, 1),
         "evictions": sim.evictions,
         "invariant_violations": watch.violations,
+        "bounded_admissions": watch.bounded_admissions,
+        "admitted_after_first_bound": watch.after_first_bound,
+        "admitted_after_last_bound": watch.after_last_bound,
+        "late": watch.late,
         "min_unused_breaks": len(watch.min_unused.breaks),
         "min_unused_longest_s": max((b["seconds"] for b in watch.min_unused.breaks), default=0.0),
         "min_unused_candidate_cycles": watch.min_unused.candidate_cycles,
