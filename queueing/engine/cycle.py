@@ -590,7 +590,9 @@ class Cycle(CycleState):
                     if over <= 0:
                         break
                     held = take.get(i)
-                    got = min(over, held.get(k, 0)) if held else 0
+                    if held is None:
+                        continue
+                    got = min(over, held.get(k, 0))
                     if got > 0:
                         held[k] -= got
                         nodes.release({i: {k: got}})
