@@ -320,7 +320,11 @@ class Cycle(CycleState):
                         fits = may_fit(ps0._elig, ps0.requests._d)
                     else:
                         fits = True
-                    if self.yielding and self.within_min(qi, req):
+                    if (
+                        self.yielding
+                        and self.within_min(qi, req)
+                        and shape_of(w) not in self.yield_failed
+                    ):
                         break  # it may place on drained room (place_within_min)
                     if not fits:
                         fail[wid] = nodes_none
@@ -570,6 +574,9 @@ class Cycle(CycleState):
         """
         if not self.yielding or not self.within_min(qi, w._request._d):
             return None
+        shape = self.shape(w)
+        if shape in self.yield_failed:
+            return None
         extra: dict[int, dict[str, int]] = {}
         for take in self.yielding:
             for i, amount in take.items():
@@ -580,6 +587,7 @@ class Cycle(CycleState):
         nodes = self.nodes
         pl = nodes.place(self.reqs(w), extra)
         if pl is None:
+            self.yield_failed.add(shape)
             return None
         # Give back, drain by drain, what the placement uses beyond the nodes' free room.
         free = nodes.free
