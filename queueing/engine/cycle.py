@@ -320,6 +320,12 @@ class Cycle(CycleState):
                         fits = may_fit(ps0._elig, ps0.requests._d)
                     else:
                         fits = True
+                    if (
+                        self.yielding
+                        and self.within_min(qi, req)
+                        and shape_of(w) not in self.yield_failed
+                    ):
+                        break  # it may place on drained room (place_within_min)
                     if not fits:
                         fail[wid] = nodes_none
                     else:
@@ -407,6 +413,11 @@ class Cycle(CycleState):
                         ok = True
                     else:
                         failed_shapes.add(shape)
+                if not ok and self.yielding:
+                    pl = self.place_within_min(w, qi)
+                    if pl is not None:
+                        self.admit(w, qi, pl.per_node, pl.placements)
+                        ok = True
                 if not ok:
                     nrec = nodes_rec.get(shape)
                     if nrec is None:
@@ -511,7 +522,9 @@ class Cycle(CycleState):
         resource, so a large gang never finds room at once: for the rest of the cycle
         that resource on the nodes it may use is held back for it (a backfill
         reservation). Only a strict-order head, whose queue waits for it anyway, or the
-        aged head of its quota in any queue (:meth:`hold_aged`).
+        aged head of its quota in any queue (:meth:`hold_aged`). When the head's claim
+        goes beyond its quota's min, work within its own min may still use the room
+        (:meth:`place_within_min`).
         """
         if c >= 0 or aging_fraction(q.spec, w, self.now) < 1.0 or w.id in self.draining:
             return
@@ -541,6 +554,58 @@ class Cycle(CycleState):
         if take:
             self.nodes.commit(take)
             self.drained.append(take)
+            if not self.within_min(qi, w._request._d):
+                self.yielding.append(take)
+
+    def place_within_min(self, w: WorkloadSpec, qi: int) -> Any:
+        """Place ``w``, whose quota stays within its min with it, on the nodes counting
+        as free what drains hold back for heads beyond their own min; take what it uses
+        from those drains. The placement, or None.
+
+        A drain (:meth:`starving`) holds a resource on the nodes a head needs, for a
+        head that has waited its aging bound or blocks its queue. When that head's
+        claim goes beyond its quota's guaranteed min, a guarantee comes first (as Kueue
+        admits within nominal quota before borrowing): work within its own quota's min
+        may use the held room. Without it, a quota under its min waited while drains
+        for other quotas' (or its own) larger, borrowing heads held every free cpu of
+        the demo's cpu nodes -- heads that could not place anyway on nodes
+        fragmented by running gangs (15 cpu free on each node, 16-cpu pods). What such
+        work may take is bounded by the quotas' mins, so the head still gets the rest.
+        """
+        if not self.yielding or not self.within_min(qi, w._request._d):
+            return None
+        shape = self.shape(w)
+        if shape in self.yield_failed:
+            return None
+        extra: dict[int, dict[str, int]] = {}
+        for take in self.yielding:
+            for i, amount in take.items():
+                e = extra.setdefault(i, {})
+                for k, v in amount.items():
+                    if v > 0:
+                        e[k] = e.get(k, 0) + v
+        nodes = self.nodes
+        pl = nodes.place(self.reqs(w), extra)
+        if pl is None:
+            self.yield_failed.add(shape)
+            return None
+        # Give back, drain by drain, what the placement uses beyond the nodes' free room.
+        free = nodes.free
+        for i, amount in pl.per_node.items():
+            for k, v in amount.items():
+                over = v - max(0, free[i].get(k, 0))
+                for take in self.yielding:
+                    if over <= 0:
+                        break
+                    held = take.get(i)
+                    if held is None:
+                        continue
+                    got = min(over, held.get(k, 0))
+                    if got > 0:
+                        held[k] -= got
+                        nodes.release({i: {k: got}})
+                        over -= got
+        return pl
 
     def search_key(self, q: QueueState, w: WorkloadSpec, qi: int) -> tuple[int, int, int]:
         """Which victim search of its queue and quota ``w`` may use this cycle.
@@ -601,6 +666,7 @@ class Cycle(CycleState):
             for take in self.drained:
                 self.nodes.release(take)
             self.drained.clear()
+            self.yielding.clear()
             positions, etas = run_forecast(self)
             # never after the aging bound stated (a typical p50 below it), nor after
             # the start a preemptor's sentence implies

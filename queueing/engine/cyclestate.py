@@ -438,6 +438,14 @@ class CycleState:
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
+        #: The drains of heads whose claim is beyond their quota's min (the same dicts
+        #: as in ``drained``): work within its own min may place on their room
+        #: (``Cycle.place_within_min``), a guarantee before an aged claim.
+        self.yielding: list[dict[int, dict[str, int]]] = []
+        #: Shapes that did not place even on that room (within a cycle, free plus the
+        #: room of yielding drains only shrinks: a new drain moves room from one to the
+        #: other).
+        self.yield_failed: set[ShapeKey] = set()
         self._never_nodes: dict[ShapeKey, str | None] = {}
         self.stats["index_s"] = t1 - t0
         self.stats["runtime_quota_s"] = perf_counter() - t1

@@ -43,6 +43,7 @@ from queueing.engine.cyclestate import (
     F_QUOTA,
     F_WAITING,
 )
+from queueing.engine.guarded import guarded_victims
 from queueing.engine.nodes import PodSetReq
 from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
@@ -396,6 +397,42 @@ def explainer(cy: Cycle) -> tuple[Part, Rest]:
             return "turn"
         return ""
 
+    guarded_cache: dict[tuple[int, int, int, Resources], Any] = {}
+
+    def reclaim_on(q: QueueState) -> bool:
+        return preemption_on and q.may_preempt and q.spec.reclaim != "Never"
+
+    def guarded_hint(
+        q: QueueState, w: WorkloadSpec, qi: int, tmpl: Explanation, fields: list[Any]
+    ) -> None:
+        """For a claim within its min short at an ancestor: the borrowed work that
+        reclaim may not take, named with ``no_preempt="min"`` (:mod:`.guarded`)."""
+        c = tree.index.get(tmpl.quota or "", qi)
+        req = w._request._d
+        if c == qi or not cy.within_min(qi, req):
+            return
+        lower_only = q.spec.reclaim == "LowerPriority"
+        key = (qi, c, w.priority if lower_only else 0, tmpl.shortfall)
+        got = guarded_cache.get(key, False)
+        if got is False:
+            got = guarded_cache[key] = guarded_victims(
+                cy,
+                qi,
+                c,
+                tmpl.shortfall.raw,
+                req.keys(),
+                w.priority,
+                lower_only,
+                skip_victims,
+                n_victims,
+            )
+        if got is not None:
+            vs, freed = got
+            fields[_VICTIMS] = tuple(v.id for v in vs)
+            fields[_VICTIM_NAMES] = tuple(v.name for v in vs)
+            fields[_VICTIMS_FREE] = Resources.from_raw(freed)
+            fields[_NO_PREEMPT] = "min"
+
     latest_end: dict[int, float | None] = {}
 
     def starts_by(w: WorkloadSpec, qi: int) -> float | None:
@@ -530,6 +567,8 @@ def explainer(cy: Cycle) -> tuple[Part, Rest]:
                             fields[_VICTIM_NAMES] = hint[1]
                             fields[_VICTIMS_FREE] = hint[2]
                             fields[_NO_PREEMPT] = why
+                    if not fields[_VICTIMS] and reclaim_on(q):
+                        guarded_hint(q, w, qi, tmpl, fields)
                     if is_head and aging and q.holds(w, qi):
                         fields[_STARTS_BY] = starts_by(w, qi)
                 out[wid] = new(Explanation, fields)

@@ -34,6 +34,8 @@ NO_PREEMPT = {
     "failed": "no set of victims this cycle lets it fit (its quota chain and its pods on nodes)",
     "aged": "some of them were admitted by age ahead of it and are not preempted for it",
     "awaited": "some of them end within the preemption grace period and are awaited, not evicted",
+    "min": "taking them would leave their quota below its guaranteed min (it waits for them "
+    "to end)",
 }
 
 
