@@ -31,6 +31,12 @@ the *database* (its last ~0.6 s of such commits) only delays: the lease looks fr
 held until its TTL, after the restart, and the holder's next statement fails on its
 broken connection. ``acquire`` (the sync's lease, whose repairs may follow without a
 commit of their own) and ``renew`` (the fence before a cluster write) still flush.
+
+A cycle whose cluster calls run in the background commits its apply the same way
+(``defer_flush``) and hands them a ``FlushingFence``: before the first call, a write of
+the lease's own row committed with the flush, which makes the apply's commit (earlier in
+the WAL) durable too. The main thread goes on to the next tree meanwhile; no call is made
+for a decision a crash of the database could still take back.
 """
 
 from __future__ import annotations
@@ -45,17 +51,28 @@ from operator import or_
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from queueing.models import CycleLease
-
 
 # A condition true for every row it is evaluated on, which turns ``synchronous_commit`` off
 # for the rest of the statement's transaction (``set_config``'s third argument). A volatile
 # function with no column in it is a per-row filter, so it runs for every row the
 # statement writes; a statement that writes no row writes no WAL to flush.
 _NO_FLUSH = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+
+def defer_flush() -> bool:
+    """Inside a transaction on PostgreSQL: its commit will not wait for the WAL's flush
+    (``synchronous_commit`` off until it ends). The caller makes it durable before
+    anything outside the database follows from it (``FlushingFence``). False (nothing
+    done) on other databases or outside a transaction."""
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
+    return True
 
 
 def _no_flush() -> str:
@@ -267,3 +284,36 @@ class Fence:
                 "its remaining cluster writes are left to the next sync"
             )
         self.lease = renewed
+
+
+class FlushingFence(Fence):
+    """A ``Fence`` whose first check also makes every commit before it durable (after an
+    apply committed with ``defer_flush``): the lease's row written (its expiry unchanged)
+    and committed with the flush, which flushes the WAL up to it -- the apply's commit
+    included. Raises LeaseLost, as the fence does, when the lease is no longer ours (no
+    call is made: the next sync repeats what is due). In autocommit only: inside a
+    transaction the write would wait for that transaction's commit."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(lease)
+        self.flushed = False
+
+    def check(self) -> None:
+        if not self.flushed:
+            lease = self.lease
+            assert lease is not None
+            if connection.in_atomic_block:
+                raise RuntimeError("a FlushingFence is checked outside any transaction")
+            touched = CycleLease.objects.filter(
+                name=lease.name,
+                token=lease.token,
+                holder=lease.holder,
+                expires_at__gt=timezone.now(),
+            ).update(expires_at=F("expires_at"))
+            if touched != 1:
+                raise LeaseLost(
+                    f"the lease {lease.name!r} #{lease.token} is no longer held; "
+                    "its cluster writes are left to the next sync"
+                )
+            self.flushed = True
+        super().check()
