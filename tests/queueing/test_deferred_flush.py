@@ -42,7 +42,8 @@ def test_the_fence_writes_the_lease_row_once_before_the_first_call():
     assert held is not None
     fence = lease.FlushingFence(held)
     _, sent = _statements(fence.check)
-    assert len(sent) == 1 and sent[0].startswith("UPDATE")
+    assert len(sent) == 1
+    assert sent[0].startswith("UPDATE")
     assert fence.flushed
     _, sent = _statements(fence.check)
     assert sent == []  # once: the WAL is flushed up to the apply's commit
@@ -118,7 +119,8 @@ def test_a_cycle_with_background_calls_flushes_before_them(monkeypatch):
         assert report.pending is not None
         report.pending.result(timeout=30)
         assert len(report.admitted) == 3
-        assert log[0] == "flush" and sorted(log[1:]) == ["admit j0", "admit j1", "admit j2"]
+        assert log[0] == "flush"
+        assert sorted(log[1:]) == ["admit j0", "admit j1", "admit j2"]
         assert Workload.objects.filter(phase="Admitted").count() == 3
         # The lease was given back after the calls, as ever.
         assert CycleLease.objects.get(name="cycle:cluster").holder == ""
@@ -142,7 +144,8 @@ def test_a_cycle_with_its_calls_in_the_callers_thread_keeps_its_flush():
         report, sent = _statements(
             lambda: cycle_root("cluster", cluster=world.cluster, now=world.clock(), background=True)
         )
-        assert report is not None and len(report.admitted) == 1
+        assert report is not None
+        assert len(report.admitted) == 1
         assert not any(sql.startswith("SELECT set_config") for sql in sent)
     finally:
         set_cluster(None)

@@ -209,7 +209,8 @@ def test_a_pass_takes_and_gives_back_its_leases_without_waiting_for_the_flush():
     one = lease.acquire("sync", holder="w1", ttl_s=60)
     assert one is not None
     sent = _statements(lambda: lease.acquire_many(["a", "b"], holder="w1", ttl_s=60))
-    assert len(sent) == 1 and lease._NO_FLUSH in sent[0]
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
     taken = CycleLease.objects.filter(holder="w1").count()
     assert taken == 3
     many = [
@@ -217,16 +218,20 @@ def test_a_pass_takes_and_gives_back_its_leases_without_waiting_for_the_flush():
         for r in CycleLease.objects.filter(name__in=["a", "b"])
     ]
     sent = _statements(lambda: lease.release_many(many))
-    assert len(sent) == 1 and lease._NO_FLUSH in sent[0]
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
     sent = _statements(lambda: lease.release(one))
-    assert len(sent) == 1 and lease._NO_FLUSH in sent[0]
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
     assert set(CycleLease.objects.values_list("holder", flat=True)) == {""}
     # What still flushes: the single take (the sync's lease) and a renewal.
     sent = _statements(lambda: lease.acquire("sync", holder="w1", ttl_s=60))
-    assert sent and not any(lease._NO_FLUSH in sql for sql in sent)
+    assert sent
+    assert not any(lease._NO_FLUSH in sql for sql in sent)
     again = lease.acquire_many(["a"], holder="w1", ttl_s=60)["a"]
     sent = _statements(lambda: lease.renew(again, ttl_s=60))
-    assert sent and not any(lease._NO_FLUSH in sql for sql in sent)
+    assert sent
+    assert not any(lease._NO_FLUSH in sql for sql in sent)
     # Inside a transaction: left to its commit.
     with transaction.atomic():
         sent = _statements(lambda: lease.release(again))
