@@ -9,7 +9,6 @@ import orjson
 from django.db import models
 from django.db.models.fields.json import KeyTransform
 
-
 _LONG_NUMBER = re.compile(r"[0-9]{19}")
 
 
