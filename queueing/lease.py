@@ -21,29 +21,32 @@ write (a write gives up after its retry budget and one request timeout), renewin
 while it is still ours, and raises LeaseLost otherwise. A worker that stalled past its
 lease therefore never unsuspends a job another worker has decided about since.
 
-A pass's takes (``acquire_many``) and every release commit without waiting for the WAL's
-flush on PostgreSQL (``_NO_FLUSH``: ``synchronous_commit`` off for that statement's own
-transaction, outside any atomic block): a flush costs a disk sync (~3 ms on the bench's
-machine, ~3 per woken sync). Crash safety holds because PostgreSQL flushes its WAL in
-order: a take's cycle writes nothing outside the database before its apply commits, and
-that commit is flushed -- with the take before it. A take or release lost to a crash of
-the *database* (its last ~0.6 s of such commits) only delays: the lease looks free, or
-held until its TTL, after the restart, and the holder's next statement fails on its
-broken connection. ``acquire`` (the sync's lease, whose repairs may follow without a
-commit of their own) and ``renew`` (the fence before a cluster write) still flush.
+Takes and releases commit without waiting for the WAL's flush on PostgreSQL
+(``_NO_FLUSH``: ``synchronous_commit`` off for that statement's own transaction, outside
+any atomic block): a flush costs a disk sync (~3 ms on the bench's machine, four per
+woken sync and its pass). Crash safety holds because PostgreSQL flushes its WAL in
+order: nothing outside the database follows from a take before a commit that flushes --
+a cycle's apply, or the fence's first write before a cluster call (``FlushingFence``) --
+and that flush makes the take before it durable too. A take or release lost to a crash
+of the *database* (its last ~0.6 s of such commits) only delays: the lease looks free,
+or held until its TTL, after the restart, and the holder's next statement fails on its
+broken connection. ``renew`` (the fence's, before a cluster write) still flushes.
 
-A cycle whose cluster calls run in the background commits its apply the same way
-(``defer_flush``) and hands them a ``FlushingFence``: before the first call, a write of
-the lease's own row committed with the flush, which makes the apply's commit (earlier in
-the WAL) durable too. The main thread goes on to the next tree meanwhile; no call is made
-for a decision a crash of the database could still take back.
+The same goes for what a cycle or a sync writes when only the database depends on it
+until the fence's flush: a cycle whose cluster calls run in the background commits its
+apply with ``defer_flush`` and hands them a ``FlushingFence``; the sync writes its
+transitions and registrations ``without_flush`` and repairs through a ``FlushingFence``.
+The main thread goes on meanwhile; no cluster call is made for a decision a crash of the
+database could still take back.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import reduce
@@ -67,12 +70,37 @@ def defer_flush() -> bool:
     """Inside a transaction on PostgreSQL: its commit will not wait for the WAL's flush
     (``synchronous_commit`` off until it ends). The caller makes it durable before
     anything outside the database follows from it (``FlushingFence``). False (nothing
-    done) on other databases or outside a transaction."""
-    if connection.vendor != "postgresql" or not connection.in_atomic_block:
-        return False
+    done) on other databases, outside a transaction, or in a block nested in another
+    (a savepoint: the outer transaction's commit is its author's)."""
+    if connection.vendor != "postgresql" or len(connection.atomic_blocks) != 1:
+        return False  # not in a transaction, or in a caller's: its author decides
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
     return True
+
+
+_flush_off: ContextVar[bool] = ContextVar("kq_flush_off", default=False)
+
+
+@contextmanager
+def without_flush() -> Iterator[None]:
+    """The writes of this block that commit by themselves (autocommit, on PostgreSQL) and
+    ask for it (``no_flush_condition`` in their statement) do not wait for the WAL's
+    flush. The caller makes them durable before anything outside the database follows
+    from them (``FlushingFence``)."""
+    token = _flush_off.set(True)
+    try:
+        yield
+    finally:
+        _flush_off.reset(token)
+
+
+def no_flush_condition() -> str:
+    """A condition for the WHERE of a statement's rows: ``_NO_FLUSH`` inside
+    ``without_flush`` on PostgreSQL in autocommit, else ``TRUE``."""
+    if _flush_off.get() and connection.vendor == "postgresql" and not connection.in_atomic_block:
+        return _NO_FLUSH
+    return "TRUE"
 
 
 def _no_flush() -> str:
@@ -181,8 +209,8 @@ def _take(name: str, holder: str, now: datetime, until: datetime) -> int | None:
     to_db = connection.ops.adapt_datetimefield_value
     sql = (
         f"UPDATE {table} SET holder = %s, token = token + 1, expires_at = %s "  # noqa: S608
-        "WHERE name = %s AND (expires_at IS NULL OR expires_at <= %s OR holder = %s) "
-        "RETURNING token"
+        "WHERE name = %s AND (expires_at IS NULL OR expires_at <= %s OR holder = %s)"
+        f"{_no_flush()} RETURNING token"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [holder, to_db(until), name, to_db(now), holder])
@@ -291,8 +319,8 @@ class FlushingFence(Fence):
     apply committed with ``defer_flush``): the lease's row written (its expiry unchanged)
     and committed with the flush, which flushes the WAL up to it -- the apply's commit
     included. Raises LeaseLost, as the fence does, when the lease is no longer ours (no
-    call is made: the next sync repeats what is due). In autocommit only: inside a
-    transaction the write would wait for that transaction's commit."""
+    call is made: the next sync repeats what is due). Inside a transaction (a test's, a
+    caller's) it is a plain ``Fence``: nothing was deferred there."""
 
     def __init__(self, lease: Lease) -> None:
         super().__init__(lease)
@@ -303,7 +331,11 @@ class FlushingFence(Fence):
             lease = self.lease
             assert lease is not None
             if connection.in_atomic_block:
-                raise RuntimeError("a FlushingFence is checked outside any transaction")
+                # Nothing was deferred in here (``no_flush_condition``, ``defer_flush``):
+                # what came before commits with the caller's transaction. A fence, no more.
+                self.flushed = True
+                super().check()
+                return
             touched = CycleLease.objects.filter(
                 name=lease.name,
                 token=lease.token,

@@ -57,13 +57,19 @@ def test_the_fence_of_a_lost_lease_refuses_before_any_call():
     CycleLease.objects.filter(name="cycle:t").update(holder="w2", token=held.token + 1)
     with pytest.raises(lease.LeaseLost):
         lease.FlushingFence(held).check()
-    with transaction.atomic(), pytest.raises(RuntimeError):
-        lease.FlushingFence(held).check()
+    with transaction.atomic():  # nothing deferred in a transaction: a plain fence
+        mine = lease.acquire("cycle:u", holder="w1", ttl_s=60)
+        assert mine is not None
+        fence = lease.FlushingFence(mine)
+        _, sent = _statements(fence.check)
+        assert sent == []
 
 
 def test_defer_flush_needs_a_transaction_and_lasts_only_to_its_end():
     assert lease.defer_flush() is False  # autocommit: nothing to defer
     with transaction.atomic():
+        with transaction.atomic():
+            assert lease.defer_flush() is False  # a savepoint: the outer commit decides
         assert lease.defer_flush() is True
         with connection.cursor() as cursor:
             cursor.execute("SHOW synchronous_commit")
@@ -147,5 +153,42 @@ def test_a_cycle_with_its_calls_in_the_callers_thread_keeps_its_flush():
         assert report is not None
         assert len(report.admitted) == 1
         assert not any(sql.startswith("SELECT set_config") for sql in sent)
+    finally:
+        set_cluster(None)
+
+
+def test_a_sync_writes_without_the_flush_and_flushes_before_its_first_repair():
+    from queueing.choices import Phase
+    from queueing.models import SimJob
+    from queueing.sync import sync_cluster
+
+    world = builders.world()
+    set_cluster(world.cluster)
+    try:
+        started = submit(world, "started")
+        Workload.objects.filter(pk=started.pk).update(phase=Phase.ADMITTED)
+        sneaky = submit(world, "sneaky")
+        now = world.clock()
+        for name in ("started", "sneaky"):
+            SimJob.objects.filter(name=name).update(
+                suspended=False, state="Running", started_at=now
+            )
+        held = lease.acquire("sync", ttl_s=60)
+        assert held is not None
+        report, sent = _statements(lambda: sync_cluster(world.cluster, now=now, lease=held))
+        assert report.transitions == 1
+        assert report.resuspended == 1
+        moved = [i for i, sql in enumerate(sent) if "FOR UPDATE" in sql and "jsonb" in sql]
+        assert len(moved) == 1
+        assert lease._NO_FLUSH in sent[moved[0]]
+        fenced = [i for i, sql in enumerate(sent) if sql.startswith("UPDATE") and "lease" in sql]
+        assert len(fenced) == 1  # the fence's write, once, after the transition
+        assert fenced[0] > moved[0]
+        suspended = [i for i, sql in enumerate(sent) if "simjob" in sql.lower() and "UPDATE" in sql]
+        assert suspended
+        assert min(suspended) > fenced[0]  # the repair's cluster write came after the flush
+        assert Workload.objects.get(pk=started.pk).phase == Phase.RUNNING
+        assert Workload.objects.get(pk=sneaky.pk).phase == Phase.PENDING
+        assert SimJob.objects.get(name="sneaky").suspended
     finally:
         set_cluster(None)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 DOCUMENTS: list[Any] = [
     {},
     [],
-    {"a": 1, "b": [1, 2.5, -3e-7, None, True, False], "c": {"d": "ü€😀\n\"q\""}},
+    {"a": 1, "b": [1, 2.5, -3e-7, None, True, False], "c": {"d": 'ü€😀\n"q"'}},
     {"big": 2**63 - 1, "bigger": 2**64 + 5, "huge": 2**70, "neg": -(2**65)},
     {"f": 0.1, "g": 1e300, "digits": 0.12345678901234567890123},
     "text",
@@ -53,4 +53,6 @@ def test_rows_and_values_read_back_what_was_written(world):
     value = Workload.objects.filter(pk=workload.pk).values_list("labels", flat=True).get()
     assert value == labels
     assert Workload.objects.filter(labels__team="ü").count() == 1
-    assert Workload.objects.filter(pk=workload.pk).values_list("labels__n", flat=True).get() == 2**70
+    assert (
+        Workload.objects.filter(pk=workload.pk).values_list("labels__n", flat=True).get() == 2**70
+    )
