@@ -34,7 +34,7 @@ broken connection. ``renew`` (the fence's, before a cluster write) still flushes
 
 The same goes for what a cycle or a sync writes when only the database depends on it
 until the fence's flush: a cycle whose cluster calls run in the background commits its
-apply with ``defer_flush`` and hands them a ``FlushingFence``; the sync writes its
+apply with ``DEFER_FLUSH`` in its fence's statement and hands them a ``FlushingFence``; the sync writes its
 transitions and registrations ``without_flush`` and repairs through a ``FlushingFence``.
 The main thread goes on meanwhile; no cluster call is made for a decision a crash of the
 database could still take back.
@@ -66,17 +66,17 @@ from queueing.models import CycleLease
 _NO_FLUSH = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
 
-def defer_flush() -> bool:
-    """Inside a transaction on PostgreSQL: its commit will not wait for the WAL's flush
-    (``synchronous_commit`` off until it ends). The caller makes it durable before
-    anything outside the database follows from it (``FlushingFence``). False (nothing
-    done) on other databases, outside a transaction, or in a block nested in another
-    (a savepoint: the outer transaction's commit is its author's)."""
-    if connection.vendor != "postgresql" or len(connection.atomic_blocks) != 1:
-        return False  # not in a transaction, or in a caller's: its author decides
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
-    return True
+def can_defer_flush() -> bool:
+    """Whether the transaction this runs in can commit without waiting for the WAL's
+    flush (``DEFER_FLUSH`` in one of its statements): on PostgreSQL, in a transaction of
+    its own (not in a block nested in a caller's, whose commit is its author's). The
+    caller makes it durable before anything outside the database follows from it
+    (``FlushingFence``)."""
+    return connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1
+
+
+# A column for a SELECT: its transaction commits without waiting for the WAL's flush.
+DEFER_FLUSH = "set_config('synchronous_commit', 'off', true)"
 
 
 _flush_off: ContextVar[bool] = ContextVar("kq_flush_off", default=False)
@@ -218,14 +218,32 @@ def _take(name: str, holder: str, now: datetime, until: datetime) -> int | None:
     return int(row[0]) if row is not None else None
 
 
-def check(lease: Lease) -> None:
-    """Inside a transaction: lock the lease row and raise LeaseLost unless still ours."""
-    row = (
-        CycleLease.objects.select_for_update()
-        .filter(name=lease.name)
-        .values("token", "holder", "expires_at")
-        .first()
-    )
+def check(lease: Lease, *, defer_flush: bool = False) -> None:
+    """Inside a transaction: lock the lease row and raise LeaseLost unless still ours.
+    ``defer_flush`` (``can_defer_flush`` must hold): in the same statement, the
+    transaction's commit will not wait for the WAL's flush (``DEFER_FLUSH``)."""
+    if defer_flush:
+        q = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.execute(
+                # Identifiers from the model's meta, quoted; the name is a parameter.
+                f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, {DEFER_FLUSH} "  # noqa: S608
+                f"FROM {q(CycleLease._meta.db_table)} WHERE {q('name')} = %s FOR UPDATE",
+                [lease.name],
+            )
+            found = cursor.fetchone()
+        row = (
+            None
+            if found is None
+            else {"token": found[0], "holder": found[1], "expires_at": found[2]}
+        )
+    else:
+        row = (
+            CycleLease.objects.select_for_update()
+            .filter(name=lease.name)
+            .values("token", "holder", "expires_at")
+            .first()
+        )
     if row is None:
         raise LeaseLost(f"the lease {lease.name!r} #{lease.token} is no longer held")
     still_held(lease, row["token"], row["holder"], row["expires_at"])
@@ -316,7 +334,7 @@ class Fence:
 
 class FlushingFence(Fence):
     """A ``Fence`` whose first check also makes every commit before it durable (after an
-    apply committed with ``defer_flush``): the lease's row written (its expiry unchanged)
+    apply committed with ``DEFER_FLUSH``): the lease's row written (its expiry unchanged)
     and committed with the flush, which flushes the WAL up to it -- the apply's commit
     included. Raises LeaseLost, as the fence does, when the lease is no longer ours (no
     call is made: the next sync repeats what is due). Inside a transaction (a test's, a
@@ -331,7 +349,7 @@ class FlushingFence(Fence):
             lease = self.lease
             assert lease is not None
             if connection.in_atomic_block:
-                # Nothing was deferred in here (``no_flush_condition``, ``defer_flush``):
+                # Nothing was deferred in here (``no_flush_condition``, ``DEFER_FLUSH``):
                 # what came before commits with the caller's transaction. A fence, no more.
                 self.flushed = True
                 super().check()

@@ -29,7 +29,7 @@ from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
 from queueing.engine.types import Admission, CycleResult, Snapshot
-from queueing.lease import Fence, FlushingFence, Lease, check, defer_flush
+from queueing.lease import Fence, FlushingFence, Lease, can_defer_flush, check
 from queueing.models import CycleRun, Workload
 from queueing.state import placement
 from queueing.state.annotate import pending_annotations, write_annotations
@@ -106,14 +106,14 @@ def apply(
     background = then is not None and lease is not None and can_run_in_background(cluster)
     deferred = False
     with transaction.atomic():
-        if background:
-            deferred = defer_flush()
+        deferred = background and can_defer_flush()
         # 1. The fence: the lease is still ours, or nothing of this cycle is written. A
-        # cycle that admits takes the placement lock (step 2) in the same statement.
+        # cycle that admits takes the placement lock (step 2) in the same statement (and
+        # the commit's deferred flush, in either).
         if result.admissions:
-            placement.lock(fence=lease)
+            placement.lock(fence=lease, defer_flush=deferred)
         elif lease is not None:
-            check(lease)
+            check(lease, defer_flush=deferred)
 
         step("fence")
         # 2. Shared nodes: withdraw admissions whose room another tree took meanwhile.

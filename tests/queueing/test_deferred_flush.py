@@ -1,6 +1,6 @@
 """A cycle whose cluster calls run in the background commits without waiting for the
 WAL's flush, and its calls make that commit durable before the first of them
-(lease.defer_flush, lease.FlushingFence; docs/realtime.md)."""
+(lease.DEFER_FLUSH, lease.FlushingFence)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from queueing.admission import cycle_root
 from queueing.cluster import set_cluster
 from queueing.cluster.base import JobRef
 from queueing.models import CycleLease, Workload
-from queueing.state import calls
+from queueing.state import calls, placement
 from tests import builders
 from tests.builders import submit
 
@@ -65,18 +65,39 @@ def test_the_fence_of_a_lost_lease_refuses_before_any_call():
         assert sent == []
 
 
-def test_defer_flush_needs_a_transaction_and_lasts_only_to_its_end():
-    assert lease.defer_flush() is False  # autocommit: nothing to defer
-    with transaction.atomic():
-        with transaction.atomic():
-            assert lease.defer_flush() is False  # a savepoint: the outer commit decides
-        assert lease.defer_flush() is True
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW synchronous_commit")
-            assert cursor.fetchone()[0] == "off"
+def _show() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone()[0] == "on"
+        return str(cursor.fetchone()[0])
+
+
+def test_a_fence_statement_defers_the_flush_of_its_own_transaction_only():
+    held = lease.acquire("cycle:t", holder="w1", ttl_s=60)
+    assert held is not None
+    assert lease.can_defer_flush() is False  # autocommit: nothing to defer
+    with transaction.atomic():
+        with transaction.atomic():
+            assert lease.can_defer_flush() is False  # a savepoint: the outer commit decides
+        assert lease.can_defer_flush() is True
+        lease.check(held)
+        assert _show() == "on"
+        lease.check(held, defer_flush=True)
+        assert _show() == "off"
+    assert _show() == "on"
+    with transaction.atomic():
+        placement.lock(fence=held, defer_flush=True)
+        assert _show() == "off"
+    with transaction.atomic():
+        placement.lock(fence=held)
+        assert _show() == "on"
+    CycleLease.objects.filter(name="cycle:t").update(holder="w2")
+    with transaction.atomic(), pytest.raises(lease.LeaseLost):
+        lease.check(held, defer_flush=True)
+
+
+def _deferring(sql: str) -> bool:
+    """The fence's statement of an apply that defers its commit's flush."""
+    return "FOR UPDATE" in sql and lease.DEFER_FLUSH in sql and lease._NO_FLUSH not in sql
 
 
 class _Background:
@@ -121,7 +142,7 @@ def test_a_cycle_with_background_calls_flushes_before_them(monkeypatch):
             lambda: cycle_root("cluster", cluster=cluster, now=world.clock(), background=True)
         )
         assert report is not None
-        assert any(sql.startswith("SELECT set_config") for sql in sent)
+        assert any(_deferring(sql) for sql in sent)
         assert report.pending is not None
         report.pending.result(timeout=30)
         assert len(report.admitted) == 3
@@ -152,7 +173,7 @@ def test_a_cycle_with_its_calls_in_the_callers_thread_keeps_its_flush():
         )
         assert report is not None
         assert len(report.admitted) == 1
-        assert not any(sql.startswith("SELECT set_config") for sql in sent)
+        assert not any(_deferring(sql) for sql in sent)
     finally:
         set_cluster(None)
 
