@@ -232,18 +232,16 @@ def check(lease: Lease, *, defer_flush: bool = False) -> None:
                 [lease.name],
             )
             found = cursor.fetchone()
-        row = (
-            None
-            if found is None
-            else {"token": found[0], "holder": found[1], "expires_at": found[2]}
-        )
-    else:
-        row = (
-            CycleLease.objects.select_for_update()
-            .filter(name=lease.name)
-            .values("token", "holder", "expires_at")
-            .first()
-        )
+        if found is None:
+            raise LeaseLost(f"the lease {lease.name!r} #{lease.token} is no longer held")
+        still_held(lease, found[0], found[1], found[2])
+        return
+    row = (
+        CycleLease.objects.select_for_update()
+        .filter(name=lease.name)
+        .values("token", "holder", "expires_at")
+        .first()
+    )
     if row is None:
         raise LeaseLost(f"the lease {lease.name!r} #{lease.token} is no longer held")
     still_held(lease, row["token"], row["holder"], row["expires_at"])

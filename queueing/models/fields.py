@@ -12,7 +12,7 @@ from django.db.models.fields.json import KeyTransform
 _LONG_NUMBER = re.compile(r"[0-9]{19}")
 
 
-class JSONField(models.JSONField):  # type: ignore[type-arg]
+class JSONField(models.JSONField):
     """Django's JSONField, its column values decoded with orjson (a few times faster than
     ``json.loads``, which the cycle's and the sync's reads of workloads called for every
     row's pod sets, requests, assignment, labels and annotations). The same values: a
