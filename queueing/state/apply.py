@@ -103,10 +103,10 @@ def apply(
     # Calls that will run in the background get the commit made durable before them
     # (FlushingFence); the commit itself does not wait for the WAL's flush (~3 ms of
     # disk per cycle on the bench's machine), so the next tree's cycle starts meanwhile.
-    background = then is not None and lease is not None and can_run_in_background(cluster)
+    background = then is not None and can_run_in_background(cluster)
     deferred = False
     with transaction.atomic():
-        deferred = background and can_defer_flush()
+        deferred = background and lease is not None and can_defer_flush()
         # 1. The fence: the lease is still ours, or nothing of this cycle is written. A
         # cycle that admits takes the placement lock (step 2) in the same statement (and
         # the commit's deferred flush, in either).
@@ -200,7 +200,6 @@ def apply(
         )
     if calls and background:
         assert then is not None
-        assert lease is not None
         done = then
 
         def finish() -> None:
@@ -209,7 +208,7 @@ def apply(
             finally:
                 done()
 
-        fence = FlushingFence(lease) if deferred else Fence(lease)
+        fence = FlushingFence(lease) if deferred and lease is not None else Fence(lease)
         report.pending = run_calls_in_background(cluster, calls, fence, report.errors, finish)
         return report
     try:
