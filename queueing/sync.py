@@ -56,7 +56,7 @@ from queueing.cluster.base import (
     JobRef,
     QueueUnitMirror,
 )
-from queueing.lease import Fence, Lease
+from queueing.lease import Fence, FlushingFence, Lease, without_flush
 from queueing.models import Queue, Quota, Workload
 from queueing.state.calls import Call, in_flight, run_calls
 
@@ -166,7 +166,13 @@ def sync_cluster(
 
     With the sync ``lease``, repairs stop (LeaseLost) once it cannot outlive them."""
     cluster = cluster or get_cluster()
-    fence = Fence(lease)
+    # Its transitions and registrations commit without waiting for the WAL's flush; the
+    # first repair's fence flushes them (and the lease's take) before any cluster call.
+    fence = (
+        FlushingFence(lease)
+        if lease is not None and connection.vendor == "postgresql"
+        else Fence(lease)
+    )
     now = now or timezone.now()
     report = SyncReport()
     started = time.perf_counter()
@@ -366,7 +372,8 @@ def _sync_jobs(
         # committed by itself (actions.transitions.one_statement); else a transaction.
         if actions.one_statement(moves):
             faults.reach("sync.before_commit", work=len(moves))
-            made_moves = actions.transition_many(moves).made
+            with without_flush():
+                made_moves = actions.transition_many(moves).made
         else:
             with transaction.atomic():
                 made_moves = actions.transition_many(moves).made
@@ -410,7 +417,8 @@ def _sync_jobs(
     memo = _placements(settings_mark) if new else {}
     for start in range(0, len(new), CHUNK):
         repairs = []
-        _register_all(new[start : start + CHUNK], report, repairs, memo)
+        with without_flush():
+            _register_all(new[start : start + CHUNK], report, repairs, memo)
         _repair(cluster, repairs, report, fence)
 
 

@@ -26,6 +26,7 @@ from django.db.models import Field, Model
 
 from queueing import trees
 from queueing.actions.base import Actor, snapshot_of
+from queueing.lease import no_flush_condition
 from queueing.models import AuditEvent, Workload, WorkloadEvent
 
 # Always one value per row: the audit records find their workload by these.
@@ -89,7 +90,10 @@ def insert_workloads(actor: Actor, rows: Sequence[Mapping[str, Any]], now: datet
     )
     join = " AND ".join(f"v.{q(k)} = w.{q(k)}" for k in _KEYS)
     sql = f"""
-        WITH RECURSIVE v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v({record})),
+        WITH RECURSIVE v AS (
+            SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v({record})
+            WHERE {no_flush_condition()}
+        ),
         w AS (
             INSERT INTO {workload} ({", ".join(q(c) for c in insert_columns)})
             SELECT {", ".join(select)} FROM v

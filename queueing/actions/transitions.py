@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from queueing import events
 from queueing.choices import HOLDING_PHASES, TERMINAL_PHASES
+from queueing.lease import no_flush_condition
 from queueing.models import Workload, WorkloadEvent
 from queueing.trees import roots_cte, trees_of
 
@@ -238,7 +239,8 @@ def _one_statement(
     parts = [
         f"lk AS (SELECT {q('id')}, {q('phase')}, {q('tenant_id')}, {q('queue_id')}, "  # noqa: S608
         f"{q('quota_id')} "
-        f"FROM {table} WHERE {q('id')} = ANY(%s::bigint[]) ORDER BY {q('id')} FOR UPDATE)"
+        f"FROM {table} WHERE {q('id')} = ANY(%s::bigint[]) AND {no_flush_condition()} "
+        f"ORDER BY {q('id')} FOR UPDATE)"
     ]
     names: list[str] = []
     values_count = 1  # what row-by-row parameters would have been (MAX_PARAMS, one_statement)

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 
+from queueing.models.fields import JSONField
 from queueing.models.tenancy import Tenant, dns_label
 
 if TYPE_CHECKING:
@@ -26,9 +27,9 @@ class Quota(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
-    min = models.JSONField(default=dict, blank=True)
-    max = models.JSONField(default=dict, blank=True)
-    shared_weight = models.JSONField(default=dict, blank=True)
+    min = JSONField(default=dict, blank=True)
+    max = JSONField(default=dict, blank=True)
+    shared_weight = JSONField(default=dict, blank=True)
     fair_weight = models.FloatField(
         default=1.0,
         help_text=(
@@ -37,18 +38,18 @@ class Quota(models.Model):
         ),
     )
     allow_lent = models.BooleanField(default=True, help_text="May lend its unused min to siblings.")
-    namespaces = models.JSONField(
+    namespaces = JSONField(
         default=list, blank=True, help_text="Namespaces whose workloads default to this quota."
     )
     default_queue: models.ForeignKey[Queue | None, Queue | None] = models.ForeignKey(
         "queueing.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    runtime = models.JSONField(
+    runtime = JSONField(
         default=dict,
         blank=True,
         help_text="Runtime quota at the last cycle (written by the cycle).",
     )
-    used = models.JSONField(
+    used = JSONField(
         default=dict, blank=True, help_text="Usage at the last cycle (written by the cycle)."
     )
     kube_ref = models.CharField(

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from queueing.choices import ACTIVE_PHASES, Phase, Source
+from queueing.models.fields import JSONField
 from queueing.models.queue import Queue
 from queueing.models.quota import Quota
 from queueing.models.tenancy import Tenant
@@ -28,8 +29,8 @@ class Workload(models.Model):
     object_uid = models.CharField(max_length=64, blank=True, db_index=True)
     priority = models.IntegerField(default=0)
     priority_class = models.CharField(max_length=253, blank=True)
-    pod_sets = models.JSONField(default=list)
-    total_request = models.JSONField(default=dict)
+    pod_sets = JSONField(default=list)
+    total_request = JSONField(default=dict)
     expected_runtime_s = models.FloatField(null=True, blank=True)
     queue_order_at = models.DateTimeField()
     phase = models.CharField(max_length=10, choices=Phase.choices, default=Phase.PENDING)
@@ -43,7 +44,7 @@ class Workload(models.Model):
         blank=True,
         help_text="Seconds from its queue-order time to its latest admission.",
     )
-    assignment = models.JSONField(default=dict, blank=True)
+    assignment = JSONField(default=dict, blank=True)
     pool = models.CharField(max_length=253, blank=True)
     preempted_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -58,7 +59,7 @@ class Workload(models.Model):
             "within its quota's min and never preempted."
         ),
     )
-    explanation = models.JSONField(null=True, blank=True)
+    explanation = JSONField(null=True, blank=True)
     reason = models.CharField(max_length=500, blank=True)
     position = models.PositiveIntegerField(null=True, blank=True)
     global_position = models.PositiveIntegerField(null=True, blank=True)
@@ -67,7 +68,7 @@ class Workload(models.Model):
     #: The engine's structured ETA of the last forecast (queueing.forecasting.stored_eta):
     #: epoch p50/p90, why there is none, and what last moved it. What the next cycle
     #: passes back for hysteresis, across workers and restarts.
-    eta = models.JSONField(null=True, blank=True)
+    eta = JSONField(null=True, blank=True)
     #: The first forecast of this workload, written once (what calibration learns from).
     first_seen_at = models.DateTimeField(null=True, blank=True)
     eta_first_p50 = models.DateTimeField(null=True, blank=True)
@@ -75,8 +76,8 @@ class Workload(models.Model):
     #: The uncalibrated simulated start of that first forecast (calibration.Residuals).
     eta_first_forecast = models.DateTimeField(null=True, blank=True)
     message = models.TextField(blank=True)
-    labels = models.JSONField(default=dict, blank=True)
-    annotations = models.JSONField(default=dict, blank=True)
+    labels = JSONField(default=dict, blank=True)
+    annotations = JSONField(default=dict, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.API)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -28,7 +28,7 @@ from django.db import connection
 
 from queueing.choices import HOLDING_PHASES
 from queueing.engine.types import Admission, Snapshot
-from queueing.lease import Lease, LeaseLost, check, still_held
+from queueing.lease import DEFER_FLUSH, Lease, LeaseLost, check, still_held
 from queueing.models import CycleLease, Workload
 
 LOCK_NAME = "placement"
@@ -36,7 +36,7 @@ LOCK_NAME = "placement"
 Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
-def lock(fence: Lease | None = None) -> None:
+def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
     """Inside the apply's transaction: wait for (and hold) the placement lock. One
     statement, which makes the lock's row the first time (an upsert: a racing first
     insert waits for the other's and then updates it, nothing raises into the caller's
@@ -54,17 +54,23 @@ def lock(fence: Lease | None = None) -> None:
     if fence is not None and connection.vendor != "postgresql":
         check(fence)
         fence = None
+    defer = f", {DEFER_FLUSH}" if defer_flush else ""
     with connection.cursor() as cursor:
         if fence is None:
             # Identifiers from the model's meta, quoted; the name is a parameter.
-            cursor.execute(upsert, [LOCK_NAME])
+            if defer:
+                cursor.execute(
+                    f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
+                )
+            else:
+                cursor.execute(upsert, [LOCK_NAME])
             return
         # The fence's row locked and read, and the lock taken, in one round trip (the
         # upsert runs whatever the read finds; a lost lease rolls it back with the rest).
         cursor.execute(
             f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
             f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
-            "(SELECT count(*) FROM placed) "
+            f"(SELECT count(*) FROM placed){defer} "
             f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
             [LOCK_NAME, fence.name],
         )

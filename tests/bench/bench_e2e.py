@@ -26,6 +26,8 @@ Knobs: KQ_BENCH_E2E_SCALE (fraction of each class's count per queue, default 1),
 KQ_BENCH_E2E_WORKERS (Celery worker processes, default 1), KQ_BENCH_E2E_INTERVAL_S
 (beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600),
 KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run),
+KQ_BENCH_E2E_PYSPY_IDLE=1 (py-spy also samples idle threads, stacks per thread: where
+the main thread waits off-CPU),
 KQ_TRACE=1 (every process logs the steps of queueing.trace; the result gets ``trace``,
 the hand-off of each finish step by step, from tests/bench/trace_handoff.py).
 
@@ -565,8 +567,9 @@ def _start_pyspy(pid: int) -> subprocess.Popen[bytes] | None:
     if not out:
         return None
     spy = shutil.which("py-spy") or str(Path(PYTHON).with_name("py-spy"))
+    idle = ["--idle", "--threads"] if os.environ.get("KQ_BENCH_E2E_PYSPY_IDLE") else []
     return subprocess.Popen(
-        [spy, "record", "-p", str(pid), "-f", "raw", "-o", out, "--nonblocking", "-r", "50"],
+        [spy, "record", "-p", str(pid), "-f", "raw", "-o", out, "--nonblocking", "-r", "50", *idle],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -177,3 +177,88 @@ def test_a_lease_row_locked_by_another_transaction_is_skipped_not_waited_for():
         thread.join(30)
     assert set(taken) == {"a"}
     assert lease.acquire_many(["b"], holder="w1", ttl_s=60)["b"].token == 2
+
+
+def _statements(run: Any) -> list[str]:
+    sent: list[str] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        run()
+    return sent
+
+
+def _show_synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="synchronous_commit: PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_leases_are_taken_and_given_back_without_waiting_for_the_flush():
+    """In autocommit, takes and releases turn ``synchronous_commit`` off for their own
+    statement (lease._NO_FLUSH); a renewal before a cluster write still waits for it. Inside a caller's transaction nothing is
+    turned off: that transaction's commit stays as durable as its author made it."""
+    from django.db import transaction
+
+    one = lease.acquire("sync", holder="w1", ttl_s=60)
+    assert one is not None
+    sent = _statements(lambda: lease.acquire_many(["a", "b"], holder="w1", ttl_s=60))
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
+    taken = CycleLease.objects.filter(holder="w1").count()
+    assert taken == 3
+    many = [
+        lease.Lease(r.name, r.holder, r.token, r.expires_at)
+        for r in CycleLease.objects.filter(name__in=["a", "b"])
+    ]
+    sent = _statements(lambda: lease.release_many(many))
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
+    sent = _statements(lambda: lease.release(one))
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
+    assert set(CycleLease.objects.values_list("holder", flat=True)) == {""}
+    # A single take (the sync's lease) skips it too; a renewal still flushes.
+    sent = _statements(lambda: lease.acquire("sync", holder="w1", ttl_s=60))
+    assert len(sent) == 1
+    assert lease._NO_FLUSH in sent[0]
+    again = lease.acquire_many(["a"], holder="w1", ttl_s=60)["a"]
+    sent = _statements(lambda: lease.renew(again, ttl_s=60))
+    assert sent
+    assert not any(lease._NO_FLUSH in sql for sql in sent)
+    # Inside a transaction: left to its commit.
+    with transaction.atomic():
+        sent = _statements(lambda: lease.release(again))
+        assert not any(lease._NO_FLUSH in sql for sql in sent)
+        assert _show_synchronous_commit() == "on"
+    assert CycleLease.objects.get(name="a").holder == ""
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="synchronous_commit: PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_the_no_flush_condition_holds_for_the_rows_it_writes_and_lasts_one_transaction():
+    """The condition is true (the row is written) and turns ``synchronous_commit`` off for
+    its transaction only; a statement that matches no row leaves it on (no WAL)."""
+    from django.db import transaction
+
+    lease.acquire_many(["a"], holder="w1", ttl_s=60)
+    table = CycleLease._meta.db_table
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET holder = '' WHERE name = 'missing' AND {lease._NO_FLUSH}"  # noqa: S608
+            )
+        assert _show_synchronous_commit() == "on"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET holder = '' WHERE name = 'a' AND {lease._NO_FLUSH}"  # noqa: S608
+            )
+            assert cursor.rowcount == 1
+        assert _show_synchronous_commit() == "off"
+    assert _show_synchronous_commit() == "on"
+    assert CycleLease.objects.get(name="a").holder == ""
