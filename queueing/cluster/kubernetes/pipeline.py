@@ -55,7 +55,8 @@ def encode_request(url: str, method: str, headers: Mapping[str, str], body: byte
     the given headers, Content-Length, the body."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    # Identity, as http.client asks by default: no compressed answer to undo.
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}", "Accept-Encoding: identity"]
     for name, value in headers.items():
         if "\r" in name or "\n" in name or "\r" in str(value) or "\n" in str(value):
             raise ValueError(f"a header may not hold a line break: {name!r}")
