@@ -376,6 +376,11 @@ KQ_JOB_IMAGE = env.str("KQ_JOB_IMAGE", default="busybox:1.36")
 # Workers read the cluster from informers (list once, then watch) instead of listing it
 # every tick; and send a cycle's admissions and preemptions this many at a time.
 KQ_KUBE_WATCH_CACHE = _bool("KQ_KUBE_WATCH_CACHE", False)
+# The watcher (`manage.py watch_cluster`) follows jobs, nodes and bound pods to wake the
+# cycle worker. Off where every cycle worker keeps a watch cache of its own
+# (KQ_KUBE_WATCH_CACHE), whose informers wake it for the same changes: the watcher then
+# only tells (queueing.teller) and follows the configuration objects (KQ_KUBE_LIVE_CONFIG).
+KQ_WATCH_WAKES = _bool("KQ_WATCH_WAKES", True)
 KQ_KUBE_WRITE_CONCURRENCY = _int("KQ_KUBE_WRITE_CONCURRENCY", 8, 1)
 # With the watch cache, syncs between full ones look only at the jobs that changed.
 KQ_FULL_SYNC_S = _float("KQ_FULL_SYNC_S", 30.0, 0.0)

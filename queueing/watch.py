@@ -130,9 +130,16 @@ def run_watch(
     debounce_s: float = 0.2,
     watch_timeout_s: int = 300,
     also: Callable[[str], None] | None = None,
+    wakes: bool = True,
 ) -> int:
     """Watch until ``stop`` is set; returns how many triggers were sent. ``also`` hears
-    every change too (the watcher's teller: ``queueing.teller``)."""
+    every change too (the watcher's teller: ``queueing.teller``).
+
+    ``wakes=False`` (``KQ_WATCH_WAKES``): no informers over jobs, nodes and pods here,
+    where every cycle worker's own watch cache wakes it for the same changes
+    (``wake_on_own_informers``). A second copy of each of those watches cost the
+    watcher a core's tenth and the API server as many events again; only the
+    configuration objects are still watched here (``KQ_KUBE_LIVE_CONFIG``)."""
     changed = threading.Event()
     reasons: Counter[str] = Counter()
     lock = threading.Lock()
@@ -152,8 +159,10 @@ def run_watch(
         kubeconfig.mark_changed()
         on_change(reason)
 
-    watcher = ClusterWatcher(cluster, on_change, watch_timeout_s=watch_timeout_s)
-    watcher.start()
+    watcher: ClusterWatcher | None = None
+    if wakes:
+        watcher = ClusterWatcher(cluster, on_change, watch_timeout_s=watch_timeout_s)
+        watcher.start()
     config: ConfigWatcher | None = None
     if live_config():
         config = ConfigWatcher(cluster, on_config, watch_timeout_s=watch_timeout_s)
@@ -174,7 +183,8 @@ def run_watch(
             except Exception:  # the broker may be down; beat's timer still runs ticks
                 log.exception("could not request a tick")
     finally:
-        watcher.stop()
+        if watcher is not None:
+            watcher.stop()
         if config is not None:
             config.stop()
     return sent

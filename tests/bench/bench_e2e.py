@@ -433,6 +433,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             FakeKubeProcess("--time-scale", "1", "--history-limit", "1000000")
         )
         kubeconfig = write_kubeconfig(tmp / "kubeconfig", fake.url)
+        cache = os.environ.get("KQ_KUBE_WATCH_CACHE", "1")
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "portal.settings",
@@ -451,7 +452,9 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             "KQ_CYCLE_INTERVAL_S": interval,
             "KQ_DEMO_TRICKLE": "0",
             "KQ_FAIR_SHARE_MODE": "instant",
-            "KQ_KUBE_WATCH_CACHE": os.environ.get("KQ_KUBE_WATCH_CACHE", "1"),
+            "KQ_KUBE_WATCH_CACHE": cache,
+            # As deploy/watch.yaml: the worker's own informers wake it (not a second copy).
+            "KQ_WATCH_WAKES": os.environ.get("KQ_WATCH_WAKES", "0" if cache == "1" else "1"),
             "LOG_LEVEL": os.environ.get("KQ_BENCH_E2E_LOG_LEVEL", "WARNING"),
         }
         procs = Processes(env, logs)

@@ -20,7 +20,7 @@ from queueing.cluster.kubernetes.configwatch import ConfigWatcher
 from queueing.models import Quota
 from queueing.watch import run_watch
 from tests.fakekube import FakeKube
-from tests.kube.conftest import make_adapter
+from tests.kube.conftest import job_manifest, make_adapter
 from tests.kube.test_import_kube_queue import elastic_quota
 from tests.services import wait_until
 
@@ -310,3 +310,43 @@ def test_the_available_queue_annotations_the_queue_writes_are_not_a_change(
     fake.store.patch("namespaces", None, "team-b", {"metadata": {"annotations": said}})
     wait_until(lambda: "Namespace team-b modified" in reasons, timeout=10, interval=0.01)
     assert reasons.count("Namespace team-b modified") == 1, reasons
+
+
+def test_without_wakes_the_watcher_follows_only_the_configuration(
+    fake: FakeKube, cluster: KubernetesCluster, live: None
+) -> None:
+    """``KQ_WATCH_WAKES`` off (the cycle workers' own informers wake them): ``run_watch``
+    lists and watches no jobs, nodes or pods -- a Job that arrives triggers nothing --
+    yet an ElasticQuota's edit still does."""
+    triggers: list[Mapping[str, int]] = []
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=run_watch,
+        args=(cluster, stop),
+        kwargs={
+            "trigger": triggers.append,
+            "debounce_s": 0.05,
+            "watch_timeout_s": 5,
+            "wakes": False,
+        },
+        daemon=True,
+    )
+    thread.start()
+    try:
+        fake.create("jobs", job_manifest("arrived"), "team-a")
+        marker = elastic_quota("marker", min={}, max={"cpu": "1"}, namespace="team-b")
+        fake.create(EQ, marker, "team-b")
+        # The ElasticQuota's event comes after the Job's in the store's history.
+        wait_until(
+            lambda: any("ElasticQuota marker added" in t for t in triggers),
+            timeout=10,
+            interval=0.01,
+        )
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+    assert not any(reason.startswith(("Job", "node", "capacity")) for t in triggers for reason in t)
+    asked = {str(e.get("resource")).split(".")[0] for e in fake.log_entries(types=["request"])}
+    assert EQ in asked  # listed and watched
+    assert not asked & {"jobs", "nodes", "pods"}, asked

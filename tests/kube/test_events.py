@@ -133,9 +133,12 @@ class Sink:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("chunk", [1, 2])
 def test_a_sync_spends_at_most_its_time_budget_and_the_rest_follows(
-    fake: FakeKube, api_errors: ApiErrors, use_cluster: Callable[[Any], None]
+    fake: FakeKube, api_errors: ApiErrors, use_cluster: Callable[[Any], None], chunk: int
 ) -> None:
+    """The time budget is looked at before each chunk of steps (what the recorder
+    writes at once)."""
     cluster = make_adapter(fake.url, api_errors, namespaces=["team-a", "team-b"])
     use_cluster(cluster)
     world = build_world(fake, cluster)
@@ -148,9 +151,9 @@ def test_a_sync_spends_at_most_its_time_budget_and_the_rest_follows(
     ticks = iter(x * 0.15 for x in range(1000))  # each look at the clock: 150 ms later
     sink = Sink()
     now = Workload.objects.latest("id").created_at
-    first = kubeevents.publish(sink, now, clock=lambda: next(ticks))
-    assert first == 1  # the second step would start past the 200 ms budget
-    while kubeevents.publish(sink, now, clock=lambda: next(ticks)):
+    first = kubeevents.publish(sink, now, clock=lambda: next(ticks), chunk=chunk)
+    assert first == chunk  # the second chunk would start past the 200 ms budget
+    while kubeevents.publish(sink, now, clock=lambda: next(ticks), chunk=chunk):
         pass
     queued = sorted(e.ref.name for e in sink.told if e.reason == "Queued")
     assert queued == ["one", "three", "two"]  # each told once, none lost

@@ -199,3 +199,27 @@ def test_run_watch_coalesces_bursts(fake: FakeKube, adapter: KubernetesCluster):
     assert not thread.is_alive()
     added = [b.get("Job added", 0) for b in batches[before:]]
     assert [n for n in added if n] == [1, 19]  # other changes may trigger on their own
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_cluster_without_wakes_watches_no_jobs(
+    fake: FakeKube, use_cluster: Callable[[Any], None]
+):
+    """``KQ_WATCH_WAKES=false``: the command lists and watches no jobs, nodes or pods of
+    its own (the cycle workers' caches wake them); its teller still tells."""
+    cluster = make_adapter(fake.url, namespaces=["team-a", "team-b"])
+    use_cluster(cluster)
+    build_world(fake, cluster)
+    before = fake.log.last_seq
+    out = StringIO()
+    with override_settings(KQ_CLUSTER="kubernetes", KQ_WATCH_WAKES=False):
+        call_command("watch_cluster", "--max-seconds", "1", stdout=out)
+    said = out.getvalue()
+    assert "KQ_WATCH_WAKES is off" in said
+    assert "Stopped after requesting 0 cycle(s)." in said
+    asked = {
+        (e.get("verb"), str(e.get("resource")).split(".")[0])
+        for e in fake.log_entries(before, types=["request"])
+    }
+    assert not any(resource in ("jobs", "nodes", "pods") for _, resource in asked), asked
+    assert ("list", "namespaces") in asked  # its teller ran (the namespaces' annotations)

@@ -109,7 +109,8 @@ class Command(BaseCommand):
             ),
         ]
         if settings.KQ_CLUSTER == "kubernetes":
-            procs.append(("watch", f"{python} manage.py watch_cluster"))
+            # The cycler's own informers wake it: no second copy of them (KQ_WATCH_WAKES).
+            procs.append(("watch", f"env KQ_WATCH_WAKES=0 {python} manage.py watch_cluster"))
         procfile = var / "Procfile"
         procfile.write_text("".join(f"{name}: {command}\n" for name, command in procs))
 

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +35,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from queueing.cluster.base import ClusterError
+from queueing.cluster.kubernetes import pipeline
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,21 @@ def _error_from_response(status: int, data: bytes, headers: Mapping[str, str]) -
         if isinstance(details, dict) and details.get("retryAfterSeconds") is not None:
             with contextlib.suppress(TypeError, ValueError):
                 retry_after = float(details["retryAfterSeconds"])
-    header = headers.get("Retry-After") if headers else None
+    header = (headers.get("Retry-After") or headers.get("retry-after")) if headers else None
     if header is not None:
         with contextlib.suppress(TypeError, ValueError):
             retry_after = float(header)
     return ApiCallError(status, message, reason=reason, retry_after=retry_after)
+
+
+def _decoded(status: int, data: bytes, headers: Mapping[str, str]) -> Any:
+    """A 2xx answer's JSON (None when empty); the ApiCallError of anything else."""
+    if not 200 <= status < 300:
+        return _error_from_response(status, data, headers)
+    try:
+        return orjson.loads(data) if data else None
+    except ValueError:
+        return ApiCallError(NO_ANSWER, "the API server answered with invalid JSON")
 
 
 @dataclass(frozen=True)
@@ -284,18 +295,108 @@ class Rest:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        """One request; raises ApiCallError for anything but a 2xx answer."""
-        response = self._send(method, path, query, body, content_type, None)
+        """One request; raises ApiCallError for anything but a 2xx answer.
+
+        Written and read on a connection of the client's pool by ``pipeline`` (a batch
+        of one), not through urllib3's ``urlopen`` and http.client's answer parsing: ~0.12
+        ms of client CPU a PATCH instead of ~0.28 (an unsuspension, say). Through a
+        proxy, urllib3's way."""
+        if getattr(self.api.configuration, "proxy", None):
+            response = self._send(method, path, query, body, content_type, None)
+            try:
+                data = response.data
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
+            answer = _decoded(response.status, data, response.headers)
+        else:
+            answer = self._direct(method, path, query, body, content_type)
+        if isinstance(answer, ApiCallError):
+            raise answer
+        return answer
+
+    def _direct(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+    ) -> Any:
+        """One request on a pooled connection, its answer decoded (or its ApiCallError)."""
+        api = self.api
+        configuration = api.configuration
+        throttle_token_refresh(configuration)
+        url, headers, data = wire_request(api, method, path, query, body, content_type)
+        pool = api.rest_client.pool_manager.connection_from_url(configuration.host)
+        [answer], _reusable = self._exchange(
+            pool, [pipeline.encode_request(url, method, headers, data)]
+        )
+        if isinstance(answer, pipeline.Unanswered):
+            return ApiCallError(NO_ANSWER, str(answer))
+        return _decoded(answer.status, answer.data, answer.headers)
+
+    def pipelined(
+        self, requests: Sequence[tuple[str, str, Any, str | None]]
+    ) -> list[Any | ApiCallError]:
+        """Several requests -- (method, path, JSON body, content type) -- written down one
+        keep-alive connection of the pool at once, their answers read in order
+        (``pipeline``): one try each, as ``once``; per request its decoded answer or the
+        ApiCallError ``once`` would have raised. A request the connection ended before
+        answering is sent again alone (the server may not have read it). Through a
+        proxy, one request at a time."""
+        if not requests:
+            return []
+        api = self.api
+        configuration = api.configuration
+        if getattr(configuration, "proxy", None):
+            return [self._one(m, p, b, c) for m, p, b, c in requests]
+        throttle_token_refresh(configuration)
+        encoded = []
+        for method, path, body, content_type in requests:
+            url, headers, data = wire_request(api, method, path, None, body, content_type)
+            encoded.append(pipeline.encode_request(url, method, headers, data))
+        out: list[Any | ApiCallError] = [None] * len(requests)
+        pool = api.rest_client.pool_manager.connection_from_url(configuration.host)
+        for batch in pipeline.batches(encoded):
+            # A connection that ends early is not reused: the next batch takes another.
+            answers, _reusable = self._exchange(pool, [encoded[i] for i in batch])
+            for index, answer in zip(batch, answers, strict=True):
+                if isinstance(answer, pipeline.Unanswered):
+                    out[index] = self._one(*requests[index])
+                else:
+                    out[index] = _decoded(answer.status, answer.data, answer.headers)
+        return out
+
+    def _one(self, method: str, path: str, body: Any, content_type: str | None) -> Any:
         try:
-            data = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiCallError(NO_ANSWER, f"{type(exc).__name__}: {exc}") from exc
-        if not 200 <= response.status < 300:
-            raise _error_from_response(response.status, data, response.headers)
+            return self.once(method, path, body=body, content_type=content_type)
+        except ApiCallError as err:
+            return err
+
+    def _exchange(
+        self, pool: Any, requests: list[bytes]
+    ) -> tuple[list[pipeline.Answer | pipeline.Unanswered], bool]:
+        """One batch on a connection taken from the pool (urllib3's own: its TLS and
+        socket options), given back after if it may carry more."""
         try:
-            return orjson.loads(data) if data else None
-        except ValueError as exc:
-            raise ApiCallError(NO_ANSWER, "the API server answered with invalid JSON") from exc
+            conn = pool._get_conn(timeout=self.timeout_s)
+        except urllib3.exceptions.HTTPError as exc:
+            missing = pipeline.Unanswered(f"no connection: {exc}")
+            return [missing] * len(requests), False
+        reusable = False
+        try:
+            if conn.sock is None:
+                conn.timeout = self._timeout.connect_timeout
+                conn.connect()
+            conn.sock.settimeout(self._timeout.read_timeout)
+            answers, reusable = pipeline.exchange(conn.sock, requests)
+            return answers, reusable
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            return [pipeline.Unanswered(f"{type(exc).__name__}: {exc}")] * len(requests), False
+        finally:
+            if not reusable:
+                conn.close()
+            pool._put_conn(conn)
 
     def count(self, verb: str, err: ApiCallError) -> None:
         self.on_error(verb, err.label)

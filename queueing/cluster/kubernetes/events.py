@@ -79,56 +79,100 @@ class EventRecorder:
     def record(self, events: Iterable[KubeEvent]) -> int:
         """Write what the rate limit lets through; returns Events written (created or
         bumped). An API error on one Event is logged and the rest go on: Events are
-        advice, never a reason to fail a sync."""
+        advice, never a reason to fail a sync.
+
+        New Events (the most of them: a job's Queued, Admitted, Pending<Kind>) are
+        created together, their POSTs pipelined down one connection (``Rest.pipelined``);
+        one that exists already (409: a restarted recorder, or the same Event twice in
+        this batch) and repeats are bumped one at a time after them."""
         written = 0
+        creates: list[tuple[KubeEvent, str, str]] = []  # (event, name, stamp)
+        later: list[tuple[KubeEvent, bool]] = []  # (event, known to exist)
+        named: set[str] = set()
         for event in events:
             if not event.ref.uid or not event.ref.namespace:
                 continue
             if not self._allow(event.ref.uid):
                 self.dropped += 1
                 continue
+            name = self.name_of(event)
+            if self._counts.get(name, 0) or name in named:
+                later.append((event, False))
+                continue
+            named.add(name)
+            creates.append((event, name, _stamp(event.at or datetime.now(UTC))))
+        if creates:
+            answers = self.rest.pipelined(
+                [
+                    ("POST", self._path(event), self._body(event, name, at), None)
+                    for event, name, at in creates
+                ]
+            )
+            for (event, name, _at), answer in zip(creates, answers, strict=True):
+                if not isinstance(answer, ApiCallError):
+                    self._counts[name] = 1
+                    written += 1
+                    continue
+                self.rest.count("create", answer)
+                if answer.status == 409:  # exists: read its count, then bump it
+                    later.append((event, True))
+                else:
+                    self._log_failure(event, answer)
+        for event, exists in later:
             try:
-                self._write(event)
+                self._write(event, exists=exists)
                 written += 1
             except ApiCallError as err:
-                log.warning("could not record %s on %s: %s", event.reason, event.ref.name, err)
+                self._log_failure(event, err)
         return written
 
-    def _write(self, event: KubeEvent) -> None:
+    @staticmethod
+    def _log_failure(event: KubeEvent, err: ApiCallError) -> None:
+        log.warning("could not record %s on %s: %s", event.reason, event.ref.name, err)
+
+    @staticmethod
+    def _path(event: KubeEvent) -> str:
+        return f"/api/v1/namespaces/{event.ref.namespace}/events"
+
+    def _body(self, event: KubeEvent, name: str, at: str) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": event.ref.namespace},
+            "involvedObject": {
+                "apiVersion": event.ref.api_version,
+                "kind": event.ref.kind,
+                "namespace": event.ref.namespace,
+                "name": event.ref.name,
+                "uid": event.ref.uid,
+            },
+            "reason": event.reason,
+            "message": event.message[:MESSAGE_MAX],
+            "type": event.type,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance[:128],
+            "firstTimestamp": at,
+            "lastTimestamp": at,
+            "count": 1,
+        }
+
+    def _write(self, event: KubeEvent, *, exists: bool = False) -> None:
+        """One Event alone: created, or (it exists) its count bumped."""
         name = self.name_of(event)
         at = _stamp(event.at or datetime.now(UTC))
-        path = f"/api/v1/namespaces/{event.ref.namespace}/events"
+        path = self._path(event)
         count = self._counts.get(name, 0)
-        if count == 0:
-            body: Obj = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": event.ref.namespace},
-                "involvedObject": {
-                    "apiVersion": event.ref.api_version,
-                    "kind": event.ref.kind,
-                    "namespace": event.ref.namespace,
-                    "name": event.ref.name,
-                    "uid": event.ref.uid,
-                },
-                "reason": event.reason,
-                "message": event.message[:MESSAGE_MAX],
-                "type": event.type,
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "reportingInstance": self.instance[:128],
-                "firstTimestamp": at,
-                "lastTimestamp": at,
-                "count": 1,
-            }
+        if count == 0 and not exists:
             try:  # once: a 409 here means "exists", not "try again"
-                self.rest.once("POST", path, body=body)
+                self.rest.once("POST", path, body=self._body(event, name, at))
                 self._counts[name] = 1
                 return
             except ApiCallError as err:
                 self.rest.count("create", err)
                 if err.status != 409:
                     raise
+        if count == 0:
             # Another recorder (or this one before a restart) made it: read its count.
             current = self._once("get", "GET", f"{path}/{name}")
             count = int(current.get("count") or 1)

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from queueing import gctune, watch
 from queueing.cluster import get_cluster
 from queueing.cluster.kubernetes import KubernetesCluster
-from queueing.teller import Teller
+from queueing.teller import INTERVAL_S, Teller
 
 
 class Command(BaseCommand):
@@ -47,9 +47,15 @@ class Command(BaseCommand):
             timer.daemon = True
             timer.start()
         self.stdout.write("Watching the cluster; a change starts a cycle.")
+        wakes = settings.KQ_WATCH_WAKES
+        if not wakes:
+            self.stdout.write(
+                "KQ_WATCH_WAKES is off: the cycle workers' own watch caches wake them."
+            )
         teller = None
         if not options["no_tell"]:  # the telling, out of the workers (queueing.teller)
-            teller = Teller(cluster)
+            # Without informers here nothing pokes it: it looks every interval instead.
+            teller = Teller(cluster) if wakes else Teller(cluster, idle_s=INTERVAL_S)
             teller.start(stop)
         try:
             sent = watch.run_watch(
@@ -58,6 +64,7 @@ class Command(BaseCommand):
                 trigger=watch.enqueue_tick,
                 debounce_s=options["debounce"],
                 also=teller.poke if teller is not None else None,
+                wakes=wakes,
             )
         finally:
             stop.set()
