@@ -24,8 +24,8 @@ from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
 from queueing.engine import run_cycle as engine_cycle
-from queueing.engine.invariants import check_cycle
 from queueing.engine.explain import node_bound_of
+from queueing.engine.invariants import check_cycle
 from queueing.engine.lazy_explanations import Explanations
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster

@@ -663,9 +663,11 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
                         tp = nodes_expl(arg, cy.reqs(w))
                     if tp[0].kind == EXPLAIN_NODES:
                         return True
-                elif kind == F_QUOTA:
-                    if quota_expl(quota_of[wid], arg, w._request)[0].limit == "cluster":
-                        return True
+                elif (
+                    kind == F_QUOTA
+                    and quota_expl(quota_of[wid], arg, w._request)[0].limit == "cluster"
+                ):
+                    return True
         # The workloads in no queue: set aside (their own limit), backing off, unknown.
         return any(lim == "cluster" for _w, _c, lim, _k, _s in cy.never)
 

@@ -83,15 +83,11 @@ def test_an_admission_past_a_max_is_named_and_usage_alone_is_not() -> None:
 def test_children_get_no_more_than_their_parent_keeps_after_its_own_work() -> None:
     quotas = (QuotaNode("root"), QuotaNode("a", "root"))
     given = {"root": Resources({"cpu": 8}), "a": Resources({"cpu": 6})}
-    alone = Snapshot(
-        now=EPOCH, quotas=quotas, queues=(QueueSpec("a"),), workloads=(), nodes=NODES
-    )
+    alone = Snapshot(now=EPOCH, quotas=quotas, queues=(QueueSpec("a"),), workloads=(), nodes=NODES)
     assert check_cycle(alone, _result(runtime_quota=given)) == []
     # 3 cpu of the root's own (running and waiting) work leave 5 for its children.
     own = (_w(1, "root", 2, "Running"), _w(2, "root", 1), _w(3, "root", 4, "Succeeded"))
-    busy = Snapshot(
-        now=EPOCH, quotas=quotas, queues=(QueueSpec("a"),), workloads=own, nodes=NODES
-    )
+    busy = Snapshot(now=EPOCH, quotas=quotas, queues=(QueueSpec("a"),), workloads=own, nodes=NODES)
     assert check_cycle(busy, _result(runtime_quota=given)) == [
         "children of root get 6 cpu, more than the 5 it has"
     ]
