@@ -24,8 +24,9 @@ from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
 from queueing.cluster.base import Cluster, NodeInfo, Timed
 from queueing.engine import run_cycle as engine_cycle
+from queueing.engine.explain import node_bound_of
 from queueing.engine.invariants import check_cycle
-from queueing.engine.types import EXPLAIN_NODES
+from queueing.engine.lazy_explanations import Explanations
 from queueing.models import CycleRun, Workload
 from queueing.sync import SyncReport, sync_cluster
 
@@ -496,9 +497,10 @@ def waits_for_nodes(result: Any) -> bool:
     """Whether a cycle left work waiting for room on the nodes rather than for quota: no
     placement on the nodes, or short of what the schedulable cluster has left (the
     engine says ``never-fits`` with ``limit="cluster"`` when other trees hold it all)."""
-    return any(
-        e.kind == EXPLAIN_NODES or e.limit == "cluster" for e in result.explanations.values()
-    )
+    explanations = result.explanations
+    if isinstance(explanations, Explanations):
+        return explanations.node_bound()  # without building the explanations not built
+    return node_bound_of(explanations)
 
 
 def _sync(

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
     from queueing.engine.cyclestate import QueueState
 
-__all__ = ["bound_etas", "explain_all", "explainer"]
+__all__ = ["bound_etas", "explain_all", "explainer", "node_bound_of"]
 
 
 def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
@@ -144,7 +144,7 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
     """Explanations for every waiting workload of the cycle, by workload id.
 
     Built at once, in the order :class:`.lazy_explanations.Explanations` iterates them."""
-    explain_queue, explain_rest = explainer(cy)
+    explain_queue, explain_rest, _ = explainer(cy)
     out: dict[int, Explanation] = {}
     for q in cy.queues:
         explain_queue(q, out)
@@ -154,10 +154,17 @@ def explain_all(cy: Cycle) -> dict[int, Explanation]:
 
 Part = Callable[["QueueState", dict[int, Explanation]], None]
 Rest = Callable[[dict[int, Explanation]], None]
+Bound = Callable[[], bool]
 
 
-def explainer(cy: Cycle) -> tuple[Part, Rest]:
-    """The two builders of a cycle's explanations, sharing their caches.
+def node_bound_of(explanations: Mapping[int, Explanation]) -> bool:
+    """Whether any of these explanations waits for room on the nodes rather than for
+    quota: ``kind="nodes"``, or set aside at the cluster (``limit="cluster"``)."""
+    return any(e.kind == EXPLAIN_NODES or e.limit == "cluster" for e in explanations.values())
+
+
+def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
+    """The two builders of a cycle's explanations, sharing their caches, and a test.
 
     ``explain_queue(q, out)`` writes into ``out`` the explanation of every waiting
     workload of queue ``q``, in queue order; ``explain_rest(out)`` those of the
@@ -165,6 +172,10 @@ def explainer(cy: Cycle) -> tuple[Part, Rest]:
     queue's explanations say depends on that queue alone (its order, its blocking
     heads) and on the cycle's end state, which the caches are pure functions of: the
     queues may be explained in any order, or some of them not at all.
+
+    ``node_bound()``: :func:`node_bound_of` the explanations the two would build, found
+    from the same caches without building them (a cycle that does not annotate asks
+    only this: the explanations' hints, victims and names are not needed for it).
     """
     cfg = cy.config
     n_ahead = max(0, cfg.explain_ahead)
@@ -629,7 +640,38 @@ def explainer(cy: Cycle) -> tuple[Part, Rest]:
         for w, what in cy.unknown:
             out[w.id] = Explanation(w.id, EXPLAIN_UNKNOWN, detail=what)
 
-    return explain_queue, explain_rest
+    def node_bound() -> bool:
+        # As explain_queue decides each one's kind and limit: only a nodes failure
+        # whose shape fits some node (not never-fits) gives kind="nodes", and only a
+        # quota failure whose template says limit="cluster" gives that limit; the
+        # other failures' explanations are of kinds and limits neither (never-fits at
+        # the nodes, policy, min, depth, preempting, behind).
+        for q in cy.queues:
+            for w in q.cands:
+                wid = w.id
+                if wid in admitted:
+                    continue
+                f = fail_get(wid)
+                if f is None:
+                    continue
+                kind, arg = f
+                if kind == F_NODES:
+                    if arg is None:
+                        arg = shape_of(w)
+                    tp = nodes_cache.get(arg)
+                    if tp is None:
+                        tp = nodes_expl(arg, cy.reqs(w))
+                    if tp[0].kind == EXPLAIN_NODES:
+                        return True
+                elif (
+                    kind == F_QUOTA
+                    and quota_expl(quota_of[wid], arg, w._request)[0].limit == "cluster"
+                ):
+                    return True
+        # The workloads in no queue: set aside (their own limit), backing off, unknown.
+        return any(lim == "cluster" for _w, _c, lim, _k, _s in cy.never)
+
+    return explain_queue, explain_rest, node_bound
 
 
 def _held_elsewhere(cy: Cycle, k: str, v: int, short: Resources) -> tuple[str, Resources]:

@@ -22,6 +22,7 @@ from queueing.engine.types import (
     HOLDING_PHASES,
     CycleResult,
     Snapshot,
+    WorkloadSpec,
 )
 
 __all__ = ["check_cycle"]
@@ -32,8 +33,9 @@ def _schedulable(snap: Snapshot) -> dict[str, int]:
     for n in snap.nodes:
         if n.unschedulable:
             continue
-        for k, v in n.allocatable.items():
-            cap[k] = cap.get(k, 0) + v - n.reserved.get(k, 0)
+        reserved = n.reserved._d
+        for k, v in n.allocatable._d.items():
+            cap[k] = cap.get(k, 0) + v - reserved.get(k, 0)
     return cap
 
 
@@ -49,12 +51,19 @@ def check_cycle(snap: Snapshot, result: CycleResult) -> list[str]:
     # Own demand of each quota (workloads attached to it directly): a parent serves
     # those before its children.
     own: list[dict[str, int]] = [{} for _ in names]
+    index_get = tree.index.get
+    counted = HOLDING_PHASES | ACTIVE_PHASES
+    # The workloads the cycle admitted, met on the way (for invariant 3).
+    admitted_ids = {a.workload_id for a in result.admissions}
+    by_id: dict[int, WorkloadSpec] = {}
     for w in snap.workloads:
-        i = tree.index.get(w.quota)
-        if i is None or not (w.phase in HOLDING_PHASES or w.phase in ACTIVE_PHASES):
+        if admitted_ids and w.id in admitted_ids:
+            by_id[w.id] = w
+        i = index_get(w.quota)
+        if i is None or w.phase not in counted:
             continue
         d = own[i]
-        for k, v in w.request.items():
+        for k, v in w._request._d.items():  # its request's amounts (``w.request``)
             d[k] = d.get(k, 0) + v
     for name, extra in snap.unlisted_demand.items():
         i = tree.index.get(name)
@@ -96,12 +105,12 @@ def check_cycle(snap: Snapshot, result: CycleResult) -> list[str]:
                     )
     # Per chain node, the resources admissions of this cycle added to it.
     admitted_in: dict[int, set[str]] = {}
-    by_id = {x.id: x for x in snap.workloads}
     for a in result.admissions:
         got = by_id.get(a.workload_id)
         if got is not None and got.quota in tree.index:
+            ks = [k for k, v in got._request._d.items() if v]
             for c in tree.chains[tree.index[got.quota]]:
-                admitted_in.setdefault(c, set()).update(k for k, v in got.request.items() if v)
+                admitted_in.setdefault(c, set()).update(ks)
     for i, resources in admitted_in.items():
         for k in resources:
             mx = tree.maxes[i].get(k)

@@ -11,7 +11,7 @@ import gc
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import TYPE_CHECKING, Any
 
-from queueing.engine.explain import Part, Rest, explainer
+from queueing.engine.explain import Bound, Part, Rest, explainer, node_bound_of
 from queueing.engine.types import Explanation
 
 if TYPE_CHECKING:
@@ -33,13 +33,14 @@ class Explanations(Mapping[int, Explanation]):
     hands this out only when nothing runs after it). Pickled as a plain dict.
     """
 
-    __slots__ = ("_cy", "_left", "_parts", "_queue", "_rest", "_where")
+    __slots__ = ("_bound", "_cy", "_left", "_parts", "_queue", "_rest", "_where")
 
     def __init__(self, cy: Cycle) -> None:
         self._cy: Cycle | None = cy
         self._queue: Part | None
         self._rest: Rest | None
-        self._queue, self._rest = explainer(cy)
+        self._bound: Bound | None
+        self._queue, self._rest, self._bound = explainer(cy)
         #: Per queue, then the workloads in none (the last): the explanations built.
         self._parts: list[dict[int, Explanation] | None] = [None] * (len(cy.queues) + 1)
         self._left = len(self._parts)
@@ -88,7 +89,7 @@ class Explanations(Mapping[int, Explanation]):
                 gc.enable()
         if not self._left:
             # All built: the cycle's state and the builders' caches can go.
-            self._cy = self._queue = self._rest = None
+            self._cy = self._queue = self._rest = self._bound = None
 
     def _iter_parts(self) -> Iterator[dict[int, Explanation]]:
         """The parts in order, built in batches that double (1, 2, 4, ... parts): a
@@ -132,6 +133,14 @@ class Explanations(Mapping[int, Explanation]):
                     where[w.id] = rest
             self._where = where
         return where
+
+    def node_bound(self) -> bool:
+        """:func:`.explain.node_bound_of` these explanations, without building those not
+        built yet (only their kinds and limits are looked at, from the cycle's state)."""
+        bound = self._bound
+        if bound is None:
+            return node_bound_of(self)
+        return bound()
 
     def materialize(self) -> Explanations:
         """Build every explanation now (before the cycle's state changes)."""

@@ -16,7 +16,7 @@ import pytest
 
 from queueing.engine import run_cycle
 from queueing.engine.cycle import Cycle
-from queueing.engine.explain import explain_all
+from queueing.engine.explain import explain_all, node_bound_of
 from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.scenarios import synthetic_snapshot
 from queueing.engine.types import Snapshot
@@ -93,3 +93,35 @@ def test_the_victim_order_read_lazily_is_the_sorted_order() -> None:
     assert [ordered[p] for p in range(500)] == expect
     with pytest.raises(IndexError):
         ordered[500]
+
+
+@pytest.mark.parametrize(
+    ("shape", "expect"),
+    [
+        # nodes full: kind="nodes" among them
+        ((3_000, 120, 150, {"seed": 7}), True),
+        # room on the nodes, quota short at the root with the cluster's all lent out:
+        # limit="cluster" and no kind="nodes" at all
+        ((2_000, 60, 400, {"seed": 3, "running_fill": 0.2}), True),
+        ((500, 20, 5, {"seed": 1}), True),
+        # plenty of room on the nodes: quota, policy and preemption only
+        ((2_000, 60, 2_000, {"seed": 5, "running_fill": 0.0}), False),
+        ((1_500, 40, 1_000, {"seed": 2, "running_fill": 0.5}), False),
+    ],
+)
+def test_node_bound_says_what_the_built_explanations_say_and_builds_none(
+    shape: tuple[int, int, int, dict[str, Any]], expect: bool
+) -> None:
+    pending, queues, nodes, kw = shape
+    snap = synthetic_snapshot(pending, queues, nodes, **kw)
+    eager = explain_all(_ran(snap))
+    assert node_bound_of(eager) is expect
+    lazy = Explanations(_ran(snap))
+    assert lazy.node_bound() is expect
+    assert all(part is None for part in lazy._parts)  # none was built for it
+    if shape[3].get("seed") == 3:
+        # the case that only limit="cluster" makes node-bound
+        assert not any(e.kind == "nodes" for e in eager.values())
+    # Once all are built it answers from them, the same.
+    assert lazy.materialize().node_bound() is expect
+    assert lazy._cy is None
