@@ -109,15 +109,19 @@ def apply(
         deferred = background and lease is not None and can_defer_flush()
         # 1. The fence: the lease is still ours, or nothing of this cycle is written. A
         # cycle that admits takes the placement lock (step 2) in the same statement (and
-        # the commit's deferred flush, in either).
+        # the commit's deferred flush, in either), and reads what the other trees hold
+        # under it in the same round trip (placement.lock_and_read).
+        elsewhere = None
         if result.admissions:
-            placement.lock(fence=lease, defer_flush=deferred)
+            elsewhere = placement.lock_and_read(
+                index.quota_ids.values(), fence=lease, defer_flush=deferred
+            )
         elif lease is not None:
             check(lease, defer_flush=deferred)
 
         step("fence")
         # 2. Shared nodes: withdraw admissions whose room another tree took meanwhile.
-        admissions = _placeable(result, snapshot, index, report)
+        admissions = _placeable(result, snapshot, index, report, elsewhere)
 
         step("placement")
         # 3. Phases: admissions, preemptions, admission timeouts; one statement per kind.
@@ -229,14 +233,17 @@ def finish_calls(report: ApplyReport) -> None:
 
 
 def _placeable(
-    result: CycleResult, snapshot: Snapshot, index: SnapshotIndex, report: ApplyReport
+    result: CycleResult,
+    snapshot: Snapshot,
+    index: SnapshotIndex,
+    report: ApplyReport,
+    now_elsewhere: placement.Usage | None,
 ) -> list[Admission]:
     """The admissions that still fit the nodes under the placement lock (state.placement),
-    taken by step 1."""
+    taken by step 1 with what the other trees hold now (``now_elsewhere``)."""
     if not result.admissions:
         return []
-    faults.reach("placement.locked")
-    now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
+    assert now_elsewhere is not None  # read by step 1 whenever there are admissions
     if not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)
     out = placement.withdrawn(result.admissions, snapshot, index.elsewhere, now_elsewhere)

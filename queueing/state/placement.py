@@ -15,17 +15,21 @@ placed work on the same nodes. ``check`` closes that window at apply time:
    (it stays waiting; the woken cycle that follows tries again with the truth).
 
 Cost: two statements per apply that admits (the lock, which on PostgreSQL also checks
-the cycle's fence, and what the other trees hold, summed per node by PostgreSQL), and
-a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
+the cycle's fence, and what the other trees hold), in one round trip on PostgreSQL
+(``lock_and_read``: psycopg's pipeline mode sends both before waiting for either; each
+statement of a READ COMMITTED transaction takes its own snapshot when it starts, and the
+server starts the read only once the lock is granted, so the read sees every apply
+committed before), and a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from django.db import connection
 
+from queueing import faults, trace
 from queueing.choices import HOLDING_PHASES
 from queueing.engine.types import Admission, Snapshot
 from queueing.lease import DEFER_FLUSH, Lease, LeaseLost, check, still_held
@@ -37,7 +41,38 @@ Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
 def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
-    """Inside the apply's transaction: wait for (and hold) the placement lock. One
+    """See ``_lock``: the lock taken, the fence checked."""
+    _lock(fence, defer_flush=defer_flush)()
+
+
+def lock_and_read(
+    quota_ids: Iterable[int], fence: Lease | None = None, *, defer_flush: bool = False
+) -> Usage:
+    """The placement lock (``lock``), then what the other trees hold under it
+    (``held_elsewhere``): on PostgreSQL both statements in one round trip (psycopg's
+    pipeline mode). The read is sent after the lock's statement in the same session, so
+    the server runs it only once the lock is granted, with a snapshot taken then; a lost
+    fence or a failed lock raises as ``lock`` does (the read was harmless). Elsewhere the
+    two one after the other (SQLite runs in the process: no round trip to save)."""
+    if connection.vendor != "postgresql":
+        lock(fence, defer_flush=defer_flush)
+        faults.reach("placement.locked")
+        return held_elsewhere(quota_ids)
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        finish = _lock(fence, defer_flush=defer_flush)
+        # The ORM's read sends its statement and waits for the results: the pipeline's
+        # sync point, which sends the lock's statement and this one in one round trip.
+        usage = held_elsewhere(quota_ids)
+        finish()
+    trace.joined()  # the read went in the lock's round trip
+    faults.reach("placement.locked")
+    return usage
+
+
+def _lock(fence: Lease | None = None, *, defer_flush: bool = False) -> Callable[[], None]:
+    """Inside the apply's transaction, send the statement that waits for (and holds) the
+    placement lock; the function returned reads its outcome. One
     statement, which makes the lock's row the first time (an upsert: a racing first
     insert waits for the other's and then updates it, nothing raises into the caller's
     transaction).
@@ -55,29 +90,43 @@ def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
         check(fence)
         fence = None
     defer = f", {DEFER_FLUSH}" if defer_flush else ""
-    with connection.cursor() as cursor:
-        if fence is None:
-            # Identifiers from the model's meta, quoted; the name is a parameter.
+    # The statement is sent here; what it returns is read by the function returned (in
+    # a pipeline, once a later statement's results made the round trip).
+    cursor = connection.cursor()
+    if fence is None:
+        # Identifiers from the model's meta, quoted; the name is a parameter.
+        if defer:
+            cursor.execute(f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME])
+        else:
+            cursor.execute(upsert, [LOCK_NAME])
+
+        def done() -> None:
             if defer:
-                cursor.execute(
-                    f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
-                )
-            else:
-                cursor.execute(upsert, [LOCK_NAME])
-            return
-        # The fence's row locked and read, and the lock taken, in one round trip (the
-        # upsert runs whatever the read finds; a lost lease rolls it back with the rest).
-        cursor.execute(
-            f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
-            f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
-            f"(SELECT count(*) FROM placed){defer} "
-            f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
-            [LOCK_NAME, fence.name],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise LeaseLost(f"the lease {fence.name!r} #{fence.token} is no longer held")
-    still_held(fence, row[0], row[1], row[2])
+                cursor.fetchone()
+            cursor.close()
+
+        return done
+    held = fence
+    # The fence's row locked and read, and the lock taken, in one statement (the upsert
+    # runs whatever the read finds; a lost lease rolls it back with the rest).
+    cursor.execute(
+        f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
+        f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
+        f"(SELECT count(*) FROM placed){defer} "
+        f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
+        [LOCK_NAME, fence.name],
+    )
+
+    def checked() -> None:
+        try:
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        if row is None:
+            raise LeaseLost(f"the lease {held.name!r} #{held.token} is no longer held")
+        still_held(held, row[0], row[1], row[2])
+
+    return checked
 
 
 def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
