@@ -66,15 +66,16 @@ _local = threading.local()
 
 
 def joined(n: int = 1) -> None:
-    """``n`` statements of this thread went in the round trip of an earlier one (psycopg's
-    pipeline mode): the meters count round trips as statements less these."""
+    """``n`` more statements of this thread went in one call to the database than the one
+    the call counts for (``state.batch``): the meters count them as statements, not as
+    round trips."""
     if on():
         _local.joined = getattr(_local, "joined", 0) + n
 
 
 class Meter:
-    """Statements sent, database round trips (statements less those ``joined`` to
-    another's round trip) and CPU time of this thread since ``start`` (while tracing):
+    """Statements sent (those ``joined`` in one call included), database round trips (the
+    calls) and CPU time of this thread since ``start`` (while tracing):
     what a step costs, steadier than its wall time on a loaded machine."""
 
     def __init__(self) -> None:
@@ -107,7 +108,7 @@ class Meter:
         self._hook = None
         joined = getattr(_local, "joined", 0) - self._joined
         return {
-            "statements": self.statements,
-            "round_trips": self.statements - joined,
+            "statements": self.statements + joined,
+            "round_trips": self.statements,
             "cpu_ms": round((time.thread_time() - self._cpu) * 1000, 1),
         }

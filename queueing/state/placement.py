@@ -16,24 +16,27 @@ placed work on the same nodes. ``check`` closes that window at apply time:
 
 Cost: two statements per apply that admits (the lock, which on PostgreSQL also checks
 the cycle's fence, and what the other trees hold), in one round trip on PostgreSQL
-(``lock_and_read``: psycopg's pipeline mode sends both before waiting for either; each
-statement of a READ COMMITTED transaction takes its own snapshot when it starts, and the
-server starts the read only once the lock is granted, so the read sees every apply
-committed before), and a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
+(``lock_and_read``: one message of two statements, ``state.batch``; each statement of a
+READ COMMITTED transaction takes its own snapshot when it starts, and the server starts
+the read only once the lock is granted, so the read sees every apply committed before),
+and a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
-from queueing import faults, trace
+from queueing import faults
 from queueing.choices import HOLDING_PHASES
 from queueing.engine.types import Admission, Snapshot
 from queueing.lease import DEFER_FLUSH, Lease, LeaseLost, check, still_held
 from queueing.models import CycleLease, Workload
+from queueing.state import batch
 
 LOCK_NAME = "placement"
 
@@ -41,44 +44,51 @@ Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
 def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
-    """See ``_lock``: the lock taken, the fence checked."""
-    _lock(fence, defer_flush=defer_flush)()
-
-
-def lock_and_read(
-    quota_ids: Iterable[int], fence: Lease | None = None, *, defer_flush: bool = False
-) -> Usage:
-    """The placement lock (``lock``), then what the other trees hold under it
-    (``held_elsewhere``): on PostgreSQL both statements in one round trip (psycopg's
-    pipeline mode). The read is sent after the lock's statement in the same session, so
-    the server runs it only once the lock is granted, with a snapshot taken then; a lost
-    fence or a failed lock raises as ``lock`` does (the read was harmless). Elsewhere the
-    two one after the other (SQLite runs in the process: no round trip to save)."""
-    if connection.vendor != "postgresql":
-        lock(fence, defer_flush=defer_flush)
-        faults.reach("placement.locked")
-        return held_elsewhere(quota_ids)
-    connection.ensure_connection()
-    with connection.connection.pipeline():
-        finish = _lock(fence, defer_flush=defer_flush)
-        # The ORM's read sends its statement and waits for the results: the pipeline's
-        # sync point, which sends the lock's statement and this one in one round trip.
-        usage = held_elsewhere(quota_ids)
-        finish()
-    trace.joined()  # the read went in the lock's round trip
-    faults.reach("placement.locked")
-    return usage
-
-
-def _lock(fence: Lease | None = None, *, defer_flush: bool = False) -> Callable[[], None]:
-    """Inside the apply's transaction, send the statement that waits for (and holds) the
-    placement lock; the function returned reads its outcome. One
+    """Inside the apply's transaction: wait for (and hold) the placement lock. One
     statement, which makes the lock's row the first time (an upsert: a racing first
     insert waits for the other's and then updates it, nothing raises into the caller's
     transaction).
 
     ``fence``: the cycle's lease, checked first (``lease.check``: its row locked, LeaseLost
     unless still ours); on PostgreSQL in the same statement as the lock."""
+    if fence is not None and connection.vendor != "postgresql":
+        check(fence)
+        fence = None
+    (rows,) = batch.run([_lock_statement(fence, defer_flush=defer_flush)])
+    _checked(fence, rows)
+
+
+def lock_and_read(
+    quota_ids: Iterable[int], fence: Lease | None = None, *, defer_flush: bool = False
+) -> Usage:
+    """The placement lock (``lock``), then what the other trees hold under it
+    (``held_elsewhere``): on PostgreSQL the two statements in one round trip
+    (``state.batch``). The read is the second statement of the message, so the server
+    starts it, with its own snapshot, only once the lock is granted: it sees every apply
+    committed before. A lost fence raises LeaseLost as ``lock`` does (the read was
+    harmless; the caller's transaction rolls back the lock)."""
+    if connection.vendor != "postgresql":
+        lock(fence, defer_flush=defer_flush)
+        faults.reach("placement.locked")
+        return held_elsewhere(quota_ids)
+    sql, params = _elsewhere_query(quota_ids).query.get_compiler(connection.alias).as_sql()
+    locked, held = batch.run(
+        [_lock_statement(fence, defer_flush=defer_flush), batch.Statement(sql, params)]
+    )
+    _checked(fence, locked)
+    faults.reach("placement.locked")
+    field = Workload._meta.get_field("assignment")
+    usage: Usage = defaultdict(dict)
+    for (value,) in held or []:
+        assignment = field.from_db_value(value, None, connection)
+        if isinstance(assignment, dict):
+            _add(usage, assignment)
+    return usage
+
+
+def _lock_statement(fence: Lease | None, *, defer_flush: bool) -> batch.Statement:
+    """The lock's statement: the upsert of its row, with the fence's row locked and read
+    in the same statement when there is a fence (PostgreSQL only)."""
     table = connection.ops.quote_name(CycleLease._meta.db_table)
     q = connection.ops.quote_name
     upsert = (
@@ -86,30 +96,17 @@ def _lock(fence: Lease | None = None, *, defer_flush: bool = False) -> Callable[
         f"VALUES (%s, '', 1, NULL) ON CONFLICT ({q('name')}) "
         f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1"
     )
-    if fence is not None and connection.vendor != "postgresql":
-        check(fence)
-        fence = None
     defer = f", {DEFER_FLUSH}" if defer_flush else ""
-    # The statement is sent here; what it returns is read by the function returned (in
-    # a pipeline, once a later statement's results made the round trip).
-    cursor = connection.cursor()
     if fence is None:
         # Identifiers from the model's meta, quoted; the name is a parameter.
         if defer:
-            cursor.execute(f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME])
-        else:
-            cursor.execute(upsert, [LOCK_NAME])
-
-        def done() -> None:
-            if defer:
-                cursor.fetchone()
-            cursor.close()
-
-        return done
-    held = fence
+            return batch.Statement(
+                f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
+            )
+        return batch.Statement(upsert, [LOCK_NAME])
     # The fence's row locked and read, and the lock taken, in one statement (the upsert
     # runs whatever the read finds; a lost lease rolls it back with the rest).
-    cursor.execute(
+    return batch.Statement(
         f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
         f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
         f"(SELECT count(*) FROM placed){defer} "
@@ -117,16 +114,24 @@ def _lock(fence: Lease | None = None, *, defer_flush: bool = False) -> Callable[
         [LOCK_NAME, fence.name],
     )
 
-    def checked() -> None:
-        try:
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
-        if row is None:
-            raise LeaseLost(f"the lease {held.name!r} #{held.token} is no longer held")
-        still_held(held, row[0], row[1], row[2])
 
-    return checked
+def _checked(fence: Lease | None, rows: batch.Rows | None) -> None:
+    """LeaseLost unless the fence's row, as the lock's statement read it, is still ours."""
+    if fence is None:
+        return
+    if not rows:
+        raise LeaseLost(f"the lease {fence.name!r} #{fence.token} is no longer held")
+    row = rows[0]
+    still_held(fence, row[0], row[1], row[2])
+
+
+def _elsewhere_query(quota_ids: Iterable[int]) -> QuerySet[Workload, Any]:
+    ids = [int(i) for i in quota_ids]
+    return (
+        Workload.objects.filter(phase__in=HOLDING_PHASES)
+        .exclude(quota_id__in=ids)
+        .values_list("assignment", flat=True)
+    )
 
 
 def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
@@ -135,13 +140,8 @@ def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
     Decoded here, not summed by PostgreSQL (``jsonb_each`` over the assignments): the
     database's sum took the same process CPU and 20 ms more of each cycle's wall at
     ``world_cycle_14k`` (38-40 ms against 56-66 ms, pairs back to back)."""
-    ids = [int(i) for i in quota_ids]
     usage: Usage = defaultdict(dict)
-    for assignment in (
-        Workload.objects.filter(phase__in=HOLDING_PHASES)
-        .exclude(quota_id__in=ids)
-        .values_list("assignment", flat=True)
-    ):
+    for assignment in _elsewhere_query(quota_ids):
         if isinstance(assignment, dict):
             _add(usage, assignment)
     return usage

@@ -503,8 +503,8 @@ def test_a_sync_that_finishes_and_registers_opens_no_transaction_on_postgresql(m
 def test_the_read_under_the_placement_lock_is_one_more_statement_and_no_more_round_trips(
     world, monkeypatch
 ):
-    """Two statements (the fenced lock, the other trees' holdings); on PostgreSQL the
-    read joins the lock's round trip, which the trace's meters count."""
+    """Two statements (the fenced lock, the other trees' holdings); on PostgreSQL one call
+    to the database, which the trace's meters count as two statements, one round trip."""
     from django.db import transaction
 
     from queueing import lease, trace
@@ -517,9 +517,9 @@ def test_the_read_under_the_placement_lock_is_one_more_statement_and_no_more_rou
         assert placement.lock_and_read([world.quota.id], fence=mine) == {}
         cost = meter.stop()
     postgres = connection.vendor == "postgresql"
-    assert count.statements == (2 if postgres else 3)
-    assert cost["statements"] == count.statements
-    assert cost["round_trips"] == (1 if postgres else 3)
+    assert count.statements == (1 if postgres else 3)
+    assert cost["statements"] == (2 if postgres else 3)
+    assert cost["round_trips"] == count.statements
 
 
 def test_a_lost_lease_fails_the_pipelined_lock_and_read_and_takes_no_lock(world):
@@ -537,8 +537,6 @@ def test_a_lost_lease_fails_the_pipelined_lock_and_read_and_takes_no_lock(world)
     with pytest.raises(lease.LeaseLost), transaction.atomic():
         placement.lock_and_read([world.quota.id], fence=mine)
     assert CycleLease.objects.get(name=placement.LOCK_NAME).token == token  # rolled back
-    # The connection is usable afterwards (no pipeline left open, no aborted state).
-    assert Workload.objects.count() >= 0
 
 
 @pytest.mark.django_db(transaction=True)
