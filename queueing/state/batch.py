@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
+from django.db.models.sql import InsertQuery
 
 from queueing import trace
 
@@ -74,3 +75,19 @@ def _one_message(cursor: Any) -> bool:
 
 def _rows(cursor: Any) -> Rows | None:
     return None if cursor.description is None else [tuple(row) for row in cursor.fetchall()]
+
+
+def insert(obj: models.Model) -> Statement:
+    """The INSERT of a new model instance, returning its primary key (what
+    ``obj.save()`` sends on PostgreSQL), for ``run`` to send with others; the caller
+    sets ``obj.pk`` from the statement's row."""
+    meta = obj._meta
+    if obj.pk is not None or meta.auto_field is None:
+        raise ValueError("insert() makes a new row with a generated primary key")
+    fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field and not f.generated]
+    query = InsertQuery(type(obj))
+    query.insert_values(fields, [obj])
+    compiler = query.get_compiler(connection=connection)
+    compiler.returning_fields = [meta.pk]
+    ((sql, params),) = compiler.as_sql()
+    return Statement(sql, params)
