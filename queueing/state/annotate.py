@@ -19,6 +19,7 @@ from queueing.engine.types import (
 from queueing.models import (
     Workload,
 )
+from queueing.state import batch
 from queueing.state.snapshot import SnapshotIndex, from_epoch
 from queueing.world import Shown
 
@@ -264,13 +265,26 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: datetime) -> int:
-    """One statement for all changed rows, guarded by phase so racing moves win.
+    """One statement for all changed rows, guarded by phase so racing moves win (see
+    ``annotations_statement``); returns how many rows were offered."""
+    statement = annotations_statement(changes, now)
+    if statement is not None:
+        batch.run([statement])
+    return len(changes)
+
+
+def annotations_statement(
+    changes: Sequence[tuple[int, dict[str, Any]]], now: datetime
+) -> batch.Statement | None:
+    """On PostgreSQL the statement ``write_annotations`` sends (None when nothing
+    changed), for the caller to send with others (``state.batch``); elsewhere the rows
+    are written here (one executemany) and None is returned.
 
     PostgreSQL: ``UPDATE ... FROM jsonb_to_recordset(%s)``, the rows as one JSON document
     (one parameter, whatever the rows: no per-value placeholders to parse or adapt);
     elsewhere one executemany."""
     if not changes:
-        return 0
+        return None
     q = connection.ops.quote_name
     table = q(Workload._meta.db_table)
     waiting = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)
@@ -282,8 +296,8 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
             return f"{q(column)} = CASE WHEN {keep} THEN {table}.{q(column)} ELSE {source} END"
         return f"{q(column)} = {source}"
 
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
             to_db = connection.ops.adapt_datetimefield_value
             params = []
             for workload_id, new in changes:
@@ -310,40 +324,37 @@ def write_annotations(changes: Sequence[tuple[int, dict[str, Any]]], now: dateti
                 f"WHERE {q('id')} = %s AND {q('phase')} IN ({waiting})"
             )
             cursor.executemany(sql, params)
-            return len(changes)
-        rows = []
-        for workload_id, new in changes:
-            first = new.get("first")
-            row: dict[str, Any] = {
-                "id": workload_id,
-                "position": new["position"],
-                "global_position": new["global_position"],
-                "eta_p50": _iso(new["eta_p50"]),
-                "eta_p90": _iso(new["eta_p90"]),
-                "reason": new["reason"],
-                "eta": new.get("eta"),
-                "keep": new["explanation"] is _UNCHANGED,
-            }
-            if not row["keep"]:
-                row["explanation"] = new["explanation"]
-            if first is not None:
-                seen, p50, p90, forecast = first
-                row["first_seen_at"] = _iso(seen)
-                row["eta_first_p50"] = _iso(from_epoch(p50))
-                row["eta_first_p90"] = _iso(from_epoch(p90))
-                row["eta_first_forecast"] = _iso(
-                    from_epoch(forecast if forecast is not None else p50)
-                )
-            rows.append(row)
-        record = ", ".join(
-            [*(f"{q(c)} {t}" for c, t in _ANNOTATED), f"{q('id')} bigint", f"{q('keep')} boolean"]
-        )
-        sets = ", ".join(value(c, f"v.{q(c)}", f"v.{q('keep')}") for c, _ in _ANNOTATED)
-        cursor.execute(
-            # Identifiers from the model's meta, quoted; the rows are one parameter.
-            f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
-            f"FROM jsonb_to_recordset(%s::jsonb) AS v({record}) "
-            f"WHERE {table}.{q('id')} = v.{q('id')} AND {table}.{q('phase')} IN ({waiting})",
-            [now, json.dumps(rows, separators=(",", ":"))],
-        )
-    return len(changes)
+            return None
+    rows = []
+    for workload_id, new in changes:
+        first = new.get("first")
+        row: dict[str, Any] = {
+            "id": workload_id,
+            "position": new["position"],
+            "global_position": new["global_position"],
+            "eta_p50": _iso(new["eta_p50"]),
+            "eta_p90": _iso(new["eta_p90"]),
+            "reason": new["reason"],
+            "eta": new.get("eta"),
+            "keep": new["explanation"] is _UNCHANGED,
+        }
+        if not row["keep"]:
+            row["explanation"] = new["explanation"]
+        if first is not None:
+            seen, p50, p90, forecast = first
+            row["first_seen_at"] = _iso(seen)
+            row["eta_first_p50"] = _iso(from_epoch(p50))
+            row["eta_first_p90"] = _iso(from_epoch(p90))
+            row["eta_first_forecast"] = _iso(from_epoch(forecast if forecast is not None else p50))
+        rows.append(row)
+    record = ", ".join(
+        [*(f"{q(c)} {t}" for c, t in _ANNOTATED), f"{q('id')} bigint", f"{q('keep')} boolean"]
+    )
+    sets = ", ".join(value(c, f"v.{q(c)}", f"v.{q('keep')}") for c, _ in _ANNOTATED)
+    return batch.Statement(
+        # Identifiers from the model's meta, quoted; the rows are one parameter.
+        f"UPDATE {table} SET {sets}, {q('updated_at')} = %s "
+        f"FROM jsonb_to_recordset(%s::jsonb) AS v({record}) "
+        f"WHERE {table}.{q('id')} = v.{q('id')} AND {table}.{q('phase')} IN ({waiting})",
+        [now, json.dumps(rows, separators=(",", ":"))],
+    )

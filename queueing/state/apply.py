@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from queueing import faults, trace, wake, world
@@ -31,8 +31,8 @@ from queueing.cluster.base import Cluster, JobRef
 from queueing.engine.types import Admission, CycleResult, Snapshot
 from queueing.lease import Fence, FlushingFence, Lease, can_defer_flush, check
 from queueing.models import CycleRun, Workload
-from queueing.state import placement
-from queueing.state.annotate import pending_annotations, write_annotations
+from queueing.state import batch, placement
+from queueing.state.annotate import annotations_statement, pending_annotations
 from queueing.state.calls import (
     Call,
     admit_call,
@@ -109,15 +109,19 @@ def apply(
         deferred = background and lease is not None and can_defer_flush()
         # 1. The fence: the lease is still ours, or nothing of this cycle is written. A
         # cycle that admits takes the placement lock (step 2) in the same statement (and
-        # the commit's deferred flush, in either).
+        # the commit's deferred flush, in either), and reads what the other trees hold
+        # under it in the same round trip (placement.lock_and_read).
+        elsewhere = None
         if result.admissions:
-            placement.lock(fence=lease, defer_flush=deferred)
+            elsewhere = placement.lock_and_read(
+                index.quota_ids.values(), fence=lease, defer_flush=deferred
+            )
         elif lease is not None:
             check(lease, defer_flush=deferred)
 
         step("fence")
         # 2. Shared nodes: withdraw admissions whose room another tree took meanwhile.
-        admissions = _placeable(result, snapshot, index, report)
+        admissions = _placeable(result, snapshot, index, report, elsewhere)
 
         step("placement")
         # 3. Phases: admissions, preemptions, admission timeouts; one statement per kind.
@@ -142,21 +146,34 @@ def apply(
             ).update(nominated=True, updated_at=now)
 
         step("nominations")
-        # 5. What the waiting show: position, ETA, reason (one executemany); not after
-        # an engine run without the forecast (state.forecast_due), which keeps them.
+        # 5-7. On PostgreSQL one round trip (state.batch) for what the waiting show, the
+        # quotas and the cycle's record; elsewhere one after the other.
+        writes: list[batch.Statement] = []
+        # 5. What the waiting show: position, ETA, reason (one statement); not after an
+        # engine run without the forecast (state.forecast_due), which keeps them.
         annotated = pending_annotations(result, index, full=full) if annotate else []
-        report.annotated = write_annotations(annotated, now)
+        annotations = annotations_statement(annotated, now)
+        if annotations is not None:
+            writes.append(annotations)
+        report.annotated = len(annotated)
 
         step("annotations")
         # 6. Quotas: usage ledger, runtime quota and usage on the rows, usage samples.
-        charged = charge_ledgers(result, index, snapshot.config)
-        quota_changes = store_quota_state(result, index)
+        charged = charge_ledgers(result, index, snapshot.config, writes)
+        quota_changes = store_quota_state(result, index, writes)
         sample_usage(result, index, charged)
 
         step("quotas")
         # 7. The cycle's record.
         report.cycle_id = _record(
-            result, index, lease, report, engine_ms=engine_ms, full=full, started=started
+            result,
+            index,
+            lease,
+            report,
+            engine_ms=engine_ms,
+            full=full,
+            started=started,
+            writes=writes,
         )
 
         step("record")
@@ -229,14 +246,17 @@ def finish_calls(report: ApplyReport) -> None:
 
 
 def _placeable(
-    result: CycleResult, snapshot: Snapshot, index: SnapshotIndex, report: ApplyReport
+    result: CycleResult,
+    snapshot: Snapshot,
+    index: SnapshotIndex,
+    report: ApplyReport,
+    now_elsewhere: placement.Usage | None,
 ) -> list[Admission]:
     """The admissions that still fit the nodes under the placement lock (state.placement),
-    taken by step 1."""
+    taken by step 1 with what the other trees hold now (``now_elsewhere``)."""
     if not result.admissions:
         return []
-    faults.reach("placement.locked")
-    now_elsewhere = placement.held_elsewhere(index.quota_ids.values())
+    assert now_elsewhere is not None  # read by step 1 whenever there are admissions
     if not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)
     out = placement.withdrawn(result.admissions, snapshot, index.elsewhere, now_elsewhere)
@@ -316,10 +336,12 @@ def _record(
     engine_ms: float,
     full: bool,
     started: float | None,
+    writes: list[batch.Statement],
 ) -> int:
+    """The cycle's record, sent with ``writes`` (on PostgreSQL in one round trip)."""
     waiting = sum(1 for row in index.rows.values() if row["phase"] in WAITING_PHASES)
     holding = sum(1 for row in index.rows.values() if row["phase"] in HOLDING_PHASES)
-    cycle = CycleRun.objects.create(
+    cycle = CycleRun(
         root=index.root,
         started_at=index.now,
         engine_ms=engine_ms,
@@ -338,6 +360,14 @@ def _record(
             "displaced": float(len(report.displaced)),
         },
     )
+    if connection.vendor != "postgresql":
+        batch.run(writes)
+        cycle.save(force_insert=True)
+        return int(cycle.pk)
+    answers = batch.run([*writes, batch.insert(cycle)])
+    rows = answers[-1]
+    assert rows  # an INSERT ... RETURNING answers its row
+    cycle.pk = rows[0][0]
     return int(cycle.pk)
 
 

@@ -15,21 +15,28 @@ placed work on the same nodes. ``check`` closes that window at apply time:
    (it stays waiting; the woken cycle that follows tries again with the truth).
 
 Cost: two statements per apply that admits (the lock, which on PostgreSQL also checks
-the cycle's fence, and what the other trees hold, summed per node by PostgreSQL), and
-a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
+the cycle's fence, and what the other trees hold), in one round trip on PostgreSQL
+(``lock_and_read``: one message of two statements, ``state.batch``; each statement of a
+READ COMMITTED transaction takes its own snapshot when it starts, and the server starts
+the read only once the lock is granted, so the read sees every apply committed before),
+and a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
+from queueing import faults
 from queueing.choices import HOLDING_PHASES
 from queueing.engine.types import Admission, Snapshot
 from queueing.lease import DEFER_FLUSH, Lease, LeaseLost, check, still_held
 from queueing.models import CycleLease, Workload
+from queueing.state import batch
 
 LOCK_NAME = "placement"
 
@@ -44,6 +51,44 @@ def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
 
     ``fence``: the cycle's lease, checked first (``lease.check``: its row locked, LeaseLost
     unless still ours); on PostgreSQL in the same statement as the lock."""
+    if fence is not None and connection.vendor != "postgresql":
+        check(fence)
+        fence = None
+    (rows,) = batch.run([_lock_statement(fence, defer_flush=defer_flush)])
+    _checked(fence, rows)
+
+
+def lock_and_read(
+    quota_ids: Iterable[int], fence: Lease | None = None, *, defer_flush: bool = False
+) -> Usage:
+    """The placement lock (``lock``), then what the other trees hold under it
+    (``held_elsewhere``): on PostgreSQL the two statements in one round trip
+    (``state.batch``). The read is the second statement of the message, so the server
+    starts it, with its own snapshot, only once the lock is granted: it sees every apply
+    committed before. A lost fence raises LeaseLost as ``lock`` does (the read was
+    harmless; the caller's transaction rolls back the lock)."""
+    if connection.vendor != "postgresql":
+        lock(fence, defer_flush=defer_flush)
+        faults.reach("placement.locked")
+        return held_elsewhere(quota_ids)
+    sql, params = _elsewhere_query(quota_ids).query.get_compiler(connection.alias).as_sql()
+    locked, held = batch.run(
+        [_lock_statement(fence, defer_flush=defer_flush), batch.Statement(sql, params)]
+    )
+    _checked(fence, locked)
+    faults.reach("placement.locked")
+    field = Workload._meta.get_field("assignment")
+    usage: Usage = defaultdict(dict)
+    for (value,) in held or []:
+        assignment = field.from_db_value(value, None, connection)
+        if isinstance(assignment, dict):
+            _add(usage, assignment)
+    return usage
+
+
+def _lock_statement(fence: Lease | None, *, defer_flush: bool) -> batch.Statement:
+    """The lock's statement: the upsert of its row, with the fence's row locked and read
+    in the same statement when there is a fence (PostgreSQL only)."""
     table = connection.ops.quote_name(CycleLease._meta.db_table)
     q = connection.ops.quote_name
     upsert = (
@@ -51,33 +96,42 @@ def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
         f"VALUES (%s, '', 1, NULL) ON CONFLICT ({q('name')}) "
         f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1"
     )
-    if fence is not None and connection.vendor != "postgresql":
-        check(fence)
-        fence = None
     defer = f", {DEFER_FLUSH}" if defer_flush else ""
-    with connection.cursor() as cursor:
-        if fence is None:
-            # Identifiers from the model's meta, quoted; the name is a parameter.
-            if defer:
-                cursor.execute(
-                    f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
-                )
-            else:
-                cursor.execute(upsert, [LOCK_NAME])
-            return
-        # The fence's row locked and read, and the lock taken, in one round trip (the
-        # upsert runs whatever the read finds; a lost lease rolls it back with the rest).
-        cursor.execute(
-            f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
-            f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
-            f"(SELECT count(*) FROM placed){defer} "
-            f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
-            [LOCK_NAME, fence.name],
-        )
-        row = cursor.fetchone()
-    if row is None:
+    if fence is None:
+        # Identifiers from the model's meta, quoted; the name is a parameter.
+        if defer:
+            return batch.Statement(
+                f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
+            )
+        return batch.Statement(upsert, [LOCK_NAME])
+    # The fence's row locked and read, and the lock taken, in one statement (the upsert
+    # runs whatever the read finds; a lost lease rolls it back with the rest).
+    return batch.Statement(
+        f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
+        f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
+        f"(SELECT count(*) FROM placed){defer} "
+        f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
+        [LOCK_NAME, fence.name],
+    )
+
+
+def _checked(fence: Lease | None, rows: batch.Rows | None) -> None:
+    """LeaseLost unless the fence's row, as the lock's statement read it, is still ours."""
+    if fence is None:
+        return
+    if not rows:
         raise LeaseLost(f"the lease {fence.name!r} #{fence.token} is no longer held")
+    row = rows[0]
     still_held(fence, row[0], row[1], row[2])
+
+
+def _elsewhere_query(quota_ids: Iterable[int]) -> QuerySet[Workload, Any]:
+    ids = [int(i) for i in quota_ids]
+    return (
+        Workload.objects.filter(phase__in=HOLDING_PHASES)
+        .exclude(quota_id__in=ids)
+        .values_list("assignment", flat=True)
+    )
 
 
 def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
@@ -86,13 +140,8 @@ def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
     Decoded here, not summed by PostgreSQL (``jsonb_each`` over the assignments): the
     database's sum took the same process CPU and 20 ms more of each cycle's wall at
     ``world_cycle_14k`` (38-40 ms against 56-66 ms, pairs back to back)."""
-    ids = [int(i) for i in quota_ids]
     usage: Usage = defaultdict(dict)
-    for assignment in (
-        Workload.objects.filter(phase__in=HOLDING_PHASES)
-        .exclude(quota_id__in=ids)
-        .values_list("assignment", flat=True)
-    ):
+    for assignment in _elsewhere_query(quota_ids):
         if isinstance(assignment, dict):
             _add(usage, assignment)
     return usage

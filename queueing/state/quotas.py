@@ -23,6 +23,7 @@ from queueing.models import (
     UsageLedger,
     UsageSample,
 )
+from queueing.state import batch
 from queueing.state.snapshot import SnapshotIndex
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,13 @@ SAMPLE_EVERY = timedelta(seconds=60)
 
 
 def charge_ledgers(
-    result: CycleResult, index: SnapshotIndex, config: EngineConfig
+    result: CycleResult,
+    index: SnapshotIndex,
+    config: EngineConfig,
+    into: list[batch.Statement] | None = None,
 ) -> dict[int, dict[str, float]]:
-    """Charge the leaves' usage ledgers (one statement); returns the new usage by quota id."""
+    """Charge the leaves' usage ledgers (one statement; on PostgreSQL appended to ``into``
+    for the caller to send, when given); returns the new usage by quota id."""
     admitted_by_quota: dict[str, dict[str, int]] = defaultdict(dict)
     for admission in result.admissions:
         row = index.rows[admission.workload_id]
@@ -79,6 +84,7 @@ def charge_ledgers(
         ("usage",),
         ("updated_at",),
         [(ledger_id, (usage,), (index.now,)) for ledger_id, usage in updates],
+        into,
     )
     return charged
 
@@ -88,9 +94,11 @@ def _update_json(
     json_columns: Sequence[str],
     time_columns: Sequence[str],
     rows: Sequence[tuple[int, Sequence[Any], Sequence[datetime]]],
+    into: list[batch.Statement] | None = None,
 ) -> None:
     """UPDATE ``table`` by id, JSON columns then datetime columns: one statement for all
-    the rows (PostgreSQL: ``UPDATE ... FROM (VALUES ...)``; elsewhere one executemany)."""
+    the rows (PostgreSQL: ``UPDATE ... FROM (VALUES ...)``, appended to ``into`` when
+    given, for the caller to send with others; elsewhere one executemany, here)."""
     if not rows:
         return
     to_db = connection.ops.adapt_datetimefield_value
@@ -100,22 +108,26 @@ def _update_json(
     ]
     q = connection.ops.quote_name
     columns = [*json_columns, *time_columns]
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
             sets = ", ".join(f"{q(c)} = %s" for c in columns)
             sql = f"UPDATE {q(table)} SET {sets} WHERE id = %s"  # noqa: S608
             cursor.executemany(sql, params)
-            return
-        casts = [*("jsonb" for _ in json_columns), *("timestamptz" for _ in time_columns)]
-        values = "(" + ", ".join([*(f"%s::{cast}" for cast in casts), "%s::bigint"]) + ")"
-        names = ", ".join(q(f"v_{c}") for c in [*columns, "id"])
-        sets = ", ".join(f"{q(c)} = v.{q('v_' + c)}" for c in columns)
-        sql = (
-            # Identifiers from the models' meta, quoted; every value is a parameter.
-            f"UPDATE {q(table)} SET {sets} FROM (VALUES {', '.join([values] * len(params))}) "  # noqa: S608
-            f"AS v({names}) WHERE {q(table)}.{q('id')} = v.{q('v_id')}"
-        )
-        cursor.execute(sql, [value for row in params for value in row])
+        return
+    casts = [*("jsonb" for _ in json_columns), *("timestamptz" for _ in time_columns)]
+    values = "(" + ", ".join([*(f"%s::{cast}" for cast in casts), "%s::bigint"]) + ")"
+    names = ", ".join(q(f"v_{c}") for c in [*columns, "id"])
+    sets = ", ".join(f"{q(c)} = v.{q('v_' + c)}" for c in columns)
+    sql = (
+        # Identifiers from the models' meta, quoted; every value is a parameter.
+        f"UPDATE {q(table)} SET {sets} FROM (VALUES {', '.join([values] * len(params))}) "  # noqa: S608
+        f"AS v({names}) WHERE {q(table)}.{q('id')} = v.{q('v_id')}"
+    )
+    statement = batch.Statement(sql, [value for row in params for value in row])
+    if into is not None:
+        into.append(statement)
+    else:
+        batch.run([statement])
 
 
 def _total(pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -168,8 +180,11 @@ def sample_usage(
         _pruned_at[0] = time.monotonic()
 
 
-def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[str, Any]]:
-    """Keep each quota's runtime quota and usage on its row; return the ones that moved."""
+def store_quota_state(
+    result: CycleResult, index: SnapshotIndex, into: list[batch.Statement] | None = None
+) -> list[dict[str, Any]]:
+    """Keep each quota's runtime quota and usage on its row (one statement; on PostgreSQL
+    appended to ``into`` when given); return the ones that moved."""
     changed: list[dict[str, Any]] = []
     rows = index.quota_rows.values() or Quota.objects.filter(
         id__in=list(index.quota_ids.values())
@@ -190,6 +205,7 @@ def store_quota_state(result: CycleResult, index: SnapshotIndex) -> list[dict[st
         ("runtime", "used"),
         (),
         [(row["id"], (row["runtime"], row["used"]), ()) for row in changed],
+        into,
     )
     return changed
 

@@ -134,6 +134,7 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                 "ms",
                 "cpu_ms",
                 "statements",
+                "round_trips",
             ):
                 parts[f"cycle {name}"].append(f.get(name) or 0.0)
         elif step == "nodes":
@@ -156,7 +157,7 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
             for name in ("jobs_ms", "after_ms"):
                 parts[f"sync {name}"].append(f.get(name) or 0.0)
         elif step == "sync_cost":
-            for name in ("cpu_ms", "statements"):
+            for name in ("cpu_ms", "statements", "round_trips"):
                 parts[f"sync {name}"].append(f.get(name) or 0.0)
         elif step == "after_sync":
             for name in ("config_ms", "events_ms", "quotas_ms"):
