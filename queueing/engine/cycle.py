@@ -50,8 +50,8 @@ from queueing.engine.cyclestate import (
     order_key,
     passes_hold,
 )
-from queueing.engine.eta import awaited_starts, typical_bound
-from queueing.engine.explain import bound_etas, explain_all
+from queueing.engine.eta import awaited_starts, bound_etas, typical_bound
+from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.preemption import find_victims
