@@ -438,7 +438,7 @@ class _QueueOrder:
     ``TreeWorld.select``) -- with the total request of its Pending rows per quota (for
     the unlisted demand)."""
 
-    __slots__ = ("backoff", "demand", "fifo", "keys", "pending")
+    __slots__ = ("backoff", "demand", "fifo", "front", "keys", "pending", "version")
 
     def __init__(self) -> None:
         self.keys: list[Key] = []
@@ -446,8 +446,31 @@ class _QueueOrder:
         self.pending = 0
         self.demand: dict[int, dict[str, int]] = {}
         self.backoff: set[int] = set()
+        #: Bumped by every add and remove: the rows and their order are those of then.
+        self.version = 0
+        #: (version, head, the ids of the first ``head`` keys, their total request per
+        #: quota): ``TreeWorld.select``'s front of a queue without Backoff or aged rows,
+        #: kept until the queue changes (most of a tree's queues between two cycles).
+        self.front: tuple[int, int, list[int], dict[int, dict[str, int]]] | None = None
+
+    def plain_front(
+        self, head: int, rows: Mapping[int, Mapping[str, Any]]
+    ) -> tuple[list[int], dict[int, dict[str, int]]]:
+        """The ids of the first ``head`` rows in priority order and their total request
+        per quota; only for a queue whose rows all compete and none is aged (then those
+        are the queue's front in the engine's order, all Pending)."""
+        front = self.front
+        if front is not None and front[0] == self.version and front[1] == head:
+            return front[2], front[3]
+        ids = [workload_id for _, _, workload_id in self.keys[:head]]
+        charged: dict[int, dict[str, int]] = {}
+        for workload_id in ids:
+            _charge(charged, rows[workload_id], 1)
+        self.front = (self.version, head, ids, charged)
+        return ids, charged
 
     def add(self, row: Mapping[str, Any]) -> None:
+        self.version += 1
         bisect.insort(self.keys, _key(row))
         bisect.insort(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
@@ -457,6 +480,7 @@ class _QueueOrder:
             _charge(self.demand, row, 1)
 
     def remove(self, row: Mapping[str, Any]) -> None:
+        self.version += 1
         _discard(self.keys, _key(row))
         _discard(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
@@ -679,12 +703,28 @@ class TreeWorld:
 
         for queue_id, order in self.queues.items():
             bound = bounds.get(queue_id)
+            cutoff = aged_cutoff(bound, at)
+            if not order.backoff and (not order.fifo or order.fifo[0][0] > cutoff):
+                # Every row Pending and none aged: the front is the first ``head`` by
+                # priority, the same as below, kept while the queue does not change.
+                ids, charged = order.plain_front(head, rows)
+                for workload_id in ids:
+                    listed[workload_id] = rows[workload_id]
+                for quota_id, amounts in order.demand.items():
+                    bucket = demand.setdefault(quota_id, {})
+                    for resource, amount in amounts.items():
+                        bucket[resource] = bucket.get(resource, 0) + amount
+                for quota_id, amounts in charged.items():
+                    bucket = demand.setdefault(quota_id, {})
+                    for resource, amount in amounts.items():
+                        bucket[resource] = bucket.get(resource, 0) - amount
+                unlisted += order.pending - len(ids)
+                continue
             # Candidates: the first ``head`` aged rows in the order they queued, and the
             # first ``head`` by priority. The queue's first ``head`` in the engine's
             # order are among them (the aged lead it; if fewer than ``head`` are aged,
             # the priority walk holds the rest), and are drawn by the engine's key.
             cands: dict[int, dict[str, Any]] = {}
-            cutoff = aged_cutoff(bound, at)
             if cutoff != -math.inf:
                 for queued_at, workload_id in order.fifo:
                     if len(cands) >= head or queued_at > cutoff:

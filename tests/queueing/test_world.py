@@ -254,6 +254,44 @@ def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, se
     assert index.unlisted == 0  # head 20: all ten competing are listed
 
 
+def test_a_queues_front_kept_between_selects_follows_its_changes(world, journal):
+    """A queue without Backoff or aged rows keeps its front between selects
+    (``_QueueOrder.plain_front``) until a row comes or goes: each select still lists what
+    a read of the database does."""
+    made = [submit(world, f"f{i}", cpu="1", priority=i % 2, runtime=600) for i in range(6)]
+    nodes = world.cluster.nodes()
+    tree = world_of("cluster")
+    quota_ids = state.tree_quota_ids("cluster")
+
+    def heads(head: int) -> set[int]:
+        tree.refresh(quota_ids)
+        from_db, db_index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head
+        )
+        from_mem, index = state.build_snapshot(
+            "cluster", nodes=nodes, now=world.clock(), head=head, world=tree
+        )
+        assert from_mem.workloads == from_db.workloads
+        assert from_mem.unlisted_demand == from_db.unlisted_demand
+        assert index.unlisted == db_index.unlisted
+        return {w.id for w in from_mem.workloads}
+
+    first = {made[1].pk, made[3].pk}  # priority 1 first, in the order they queued
+    assert heads(2) == first
+    (order,) = tree.queues.values()
+    kept = order.front
+    assert kept is not None
+    assert set(kept[2]) == first
+    assert heads(2) == first
+    assert order.front is kept  # nothing changed: the same front
+    top = submit(world, "top", cpu="3", priority=9, runtime=600)
+    assert heads(2) == {top.pk, made[1].pk}  # a new row ahead of the front
+    assert order.front is not kept
+    actions.transition(top, Phase.CANCELLED, reason="test")
+    assert heads(2) == first  # and gone again
+    assert heads(4) == first | {made[5].pk, made[0].pk}  # another head, another front
+
+
 def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
     first = submit(world, "a", cpu="4")
     tree = world_of("cluster")
