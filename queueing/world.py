@@ -438,7 +438,7 @@ class _QueueOrder:
     ``TreeWorld.select``) -- with the total request of its Pending rows per quota (for
     the unlisted demand)."""
 
-    __slots__ = ("backoff", "demand", "fifo", "front", "keys", "pending", "version")
+    __slots__ = ("backoff", "demand", "fifo", "front", "keys", "pending")
 
     def __init__(self) -> None:
         self.keys: list[Key] = []
@@ -446,12 +446,11 @@ class _QueueOrder:
         self.pending = 0
         self.demand: dict[int, dict[str, int]] = {}
         self.backoff: set[int] = set()
-        #: Bumped by every add and remove: the rows and their order are those of then.
-        self.version = 0
-        #: (version, head, the ids of the first ``head`` keys, their total request per
-        #: quota): ``TreeWorld.select``'s front of a queue without Backoff or aged rows,
-        #: kept until the queue changes (most of a tree's queues between two cycles).
-        self.front: tuple[int, int, list[int], dict[int, dict[str, int]]] | None = None
+        #: (head, the ids of the first ``head`` keys, their total request per quota, the
+        #: last of those keys): ``TreeWorld.select``'s front of a queue without Backoff or
+        #: aged rows, kept until a row comes or goes ahead of its last key (a queue's
+        #: front rarely changes between two cycles but by what they admitted from it).
+        self.front: tuple[int, list[int], dict[int, dict[str, int]], Key | None] | None = None
 
     def plain_front(
         self, head: int, rows: Mapping[int, Mapping[str, Any]]
@@ -460,18 +459,34 @@ class _QueueOrder:
         per quota; only for a queue whose rows all compete and none is aged (then those
         are the queue's front in the engine's order, all Pending)."""
         front = self.front
-        if front is not None and front[0] == self.version and front[1] == head:
-            return front[2], front[3]
-        ids = [workload_id for _, _, workload_id in self.keys[:head]]
+        if front is not None and front[0] == head:
+            return front[1], front[2]
+        first = self.keys[:head]
+        ids = [workload_id for _, _, workload_id in first]
         charged: dict[int, dict[str, int]] = {}
         for workload_id in ids:
             _charge(charged, rows[workload_id], 1)
-        self.front = (self.version, head, ids, charged)
+        self.front = (head, ids, charged, first[-1] if first else None)
         return ids, charged
 
+    def _moved(self, key: Key, added: bool) -> None:
+        """Forget the front if ``key`` coming (``added``) or going changes it."""
+        front = self.front
+        if front is None:
+            return
+        last = front[3]
+        if (
+            last is None
+            or key < last
+            or (key == last and not added)
+            or (added and len(front[1]) < front[0])
+        ):
+            self.front = None
+
     def add(self, row: Mapping[str, Any]) -> None:
-        self.version += 1
-        bisect.insort(self.keys, _key(row))
+        key = _key(row)
+        self._moved(key, True)
+        bisect.insort(self.keys, key)
         bisect.insort(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.add(row["id"])
@@ -480,8 +495,9 @@ class _QueueOrder:
             _charge(self.demand, row, 1)
 
     def remove(self, row: Mapping[str, Any]) -> None:
-        self.version += 1
-        _discard(self.keys, _key(row))
+        key = _key(row)
+        self._moved(key, False)
+        _discard(self.keys, key)
         _discard(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.discard(row["id"])

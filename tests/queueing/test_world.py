@@ -281,9 +281,15 @@ def test_a_queues_front_kept_between_selects_follows_its_changes(world, journal)
     (order,) = tree.queues.values()
     kept = order.front
     assert kept is not None
-    assert set(kept[2]) == first
+    assert set(kept[1]) == first
     assert heads(2) == first
     assert order.front is kept  # nothing changed: the same front
+    behind = submit(world, "behind", cpu="1", priority=0, runtime=600)
+    assert heads(2) == first
+    assert order.front is kept  # a row behind the front leaves it as it was
+    actions.transition(behind, Phase.CANCELLED, reason="test")
+    assert heads(2) == first
+    assert order.front is kept
     top = submit(world, "top", cpu="3", priority=9, runtime=600)
     assert heads(2) == {top.pk, made[1].pk}  # a new row ahead of the front
     assert order.front is not kept
