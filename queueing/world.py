@@ -438,7 +438,7 @@ class _QueueOrder:
     ``TreeWorld.select``) -- with the total request of its Pending rows per quota (for
     the unlisted demand)."""
 
-    __slots__ = ("backoff", "demand", "fifo", "front", "keys", "pending")
+    __slots__ = ("backoff", "demand", "fifo", "front", "head", "keys", "pending", "row_of")
 
     def __init__(self) -> None:
         self.keys: list[Key] = []
@@ -446,47 +446,45 @@ class _QueueOrder:
         self.pending = 0
         self.demand: dict[int, dict[str, int]] = {}
         self.backoff: set[int] = set()
-        #: (head, the ids of the first ``head`` keys, their total request per quota, the
-        #: last of those keys): ``TreeWorld.select``'s front of a queue without Backoff or
-        #: aged rows, kept until a row comes or goes ahead of its last key (a queue's
-        #: front rarely changes between two cycles but by what they admitted from it).
-        self.front: tuple[int, list[int], dict[int, dict[str, int]], Key | None] | None = None
+        self.row_of: dict[int, Mapping[str, Any]] = {}
+        #: ``TreeWorld.select``'s front of a queue without Backoff or aged rows, kept as
+        #: rows come and go (a queue's front changes between two cycles by a few rows):
+        #: the first ``head`` keys (always ``keys[:head]``) and their rows' total request
+        #: per quota; None until a select asks for it (and after another ``head``).
+        self.head = 0
+        self.front: tuple[list[Key], dict[int, dict[str, int]]] | None = None
 
-    def plain_front(
-        self, head: int, rows: Mapping[int, Mapping[str, Any]]
-    ) -> tuple[list[int], dict[int, dict[str, int]]]:
-        """The ids of the first ``head`` rows in priority order and their total request
+    def plain_front(self, head: int) -> tuple[list[Key], dict[int, dict[str, int]]]:
+        """The keys of the first ``head`` rows in priority order and their total request
         per quota; only for a queue whose rows all compete and none is aged (then those
         are the queue's front in the engine's order, all Pending)."""
         front = self.front
-        if front is not None and front[0] == head:
-            return front[1], front[2]
+        if front is not None and self.head == head:
+            return front
         first = self.keys[:head]
-        ids = [workload_id for _, _, workload_id in first]
         charged: dict[int, dict[str, int]] = {}
-        for workload_id in ids:
-            _charge(charged, rows[workload_id], 1)
-        self.front = (head, ids, charged, first[-1] if first else None)
-        return ids, charged
-
-    def _moved(self, key: Key, added: bool) -> None:
-        """Forget the front if ``key`` coming (``added``) or going changes it."""
-        front = self.front
-        if front is None:
-            return
-        last = front[3]
-        if (
-            last is None
-            or key < last
-            or (key == last and not added)
-            or (added and len(front[1]) < front[0])
-        ):
-            self.front = None
+        row_of = self.row_of
+        for key in first:
+            _charge(charged, row_of[key[2]], 1)
+        self.head = head
+        self.front = (first, charged)
+        return self.front
 
     def add(self, row: Mapping[str, Any]) -> None:
         key = _key(row)
-        self._moved(key, True)
+        self.row_of[row["id"]] = row
         bisect.insort(self.keys, key)
+        front = self.front
+        if front is not None:
+            first, charged = front
+            if len(first) < self.head:
+                bisect.insort(first, key)
+                _charge(charged, row, 1)
+            elif key < first[-1]:
+                bisect.insort(first, key)
+                _charge(charged, row, 1)
+                out = first.pop()
+                _charge(charged, self.row_of[out[2]], -1)
         bisect.insort(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.add(row["id"])
@@ -496,8 +494,22 @@ class _QueueOrder:
 
     def remove(self, row: Mapping[str, Any]) -> None:
         key = _key(row)
-        self._moved(key, False)
         _discard(self.keys, key)
+        front = self.front
+        if front is not None:
+            first, charged = front
+            if first and key <= first[-1]:
+                at = bisect.bisect_left(first, key)
+                if at < len(first) and first[at] == key:
+                    del first[at]
+                    _charge(charged, row, -1)
+                    if len(self.keys) > len(first):  # the next row moves up
+                        key_in = self.keys[len(first)]
+                        first.append(key_in)
+                        _charge(charged, self.row_of[key_in[2]], 1)
+                else:  # not the row it holds (never so): read the front again
+                    self.front = None
+        self.row_of.pop(row["id"], None)
         _discard(self.fifo, (row["queue_order_at"].timestamp(), row["id"]))
         if row["phase"] == Phase.BACKOFF:
             self.backoff.discard(row["id"])
@@ -723,8 +735,8 @@ class TreeWorld:
             if not order.backoff and (not order.fifo or order.fifo[0][0] > cutoff):
                 # Every row Pending and none aged: the front is the first ``head`` by
                 # priority, the same as below, kept while the queue does not change.
-                ids, charged = order.plain_front(head, rows)
-                for workload_id in ids:
+                front, charged = order.plain_front(head)
+                for _, _, workload_id in front:
                     listed[workload_id] = rows[workload_id]
                 for quota_id, amounts in order.demand.items():
                     bucket = demand.setdefault(quota_id, {})
@@ -734,7 +746,7 @@ class TreeWorld:
                     bucket = demand.setdefault(quota_id, {})
                     for resource, amount in amounts.items():
                         bucket[resource] = bucket.get(resource, 0) - amount
-                unlisted += order.pending - len(ids)
+                unlisted += order.pending - len(front)
                 continue
             # Candidates: the first ``head`` aged rows in the order they queued, and the
             # first ``head`` by priority. The queue's first ``head`` in the engine's

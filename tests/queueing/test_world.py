@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils.timezone import now as timezone_now
 
 from queueing import actions, state, world
 from queueing.admission import cycle_root, tick
@@ -254,11 +255,11 @@ def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, se
     assert index.unlisted == 0  # head 20: all ten competing are listed
 
 
-def test_a_queues_front_kept_between_selects_follows_its_changes(world, journal):
-    """A queue without Backoff or aged rows keeps its front between selects
-    (``_QueueOrder.plain_front``) until a row comes or goes: each select still lists what
-    a read of the database does."""
-    made = [submit(world, f"f{i}", cpu="1", priority=i % 2, runtime=600) for i in range(6)]
+def test_a_queues_front_is_kept_as_rows_come_and_go(world, journal):
+    """A queue without Backoff or aged rows keeps its front (``_QueueOrder.plain_front``)
+    and moves it as rows come and go, ahead of it, in it or behind it: each select lists
+    what a read of the database does."""
+    made = [submit(world, f"f{i}", cpu=str(1 + i % 3), priority=i % 2) for i in range(6)]
     nodes = world.cluster.nodes()
     tree = world_of("cluster")
     quota_ids = state.tree_quota_ids("cluster")
@@ -281,21 +282,66 @@ def test_a_queues_front_kept_between_selects_follows_its_changes(world, journal)
     (order,) = tree.queues.values()
     kept = order.front
     assert kept is not None
-    assert set(kept[1]) == first
-    assert heads(2) == first
-    assert order.front is kept  # nothing changed: the same front
-    behind = submit(world, "behind", cpu="1", priority=0, runtime=600)
-    assert heads(2) == first
-    assert order.front is kept  # a row behind the front leaves it as it was
-    actions.transition(behind, Phase.CANCELLED, reason="test")
-    assert heads(2) == first
-    assert order.front is kept
-    top = submit(world, "top", cpu="3", priority=9, runtime=600)
-    assert heads(2) == {top.pk, made[1].pk}  # a new row ahead of the front
-    assert order.front is not kept
+    behind = submit(world, "behind", cpu="1", priority=0)
+    assert heads(2) == first  # a row behind the front leaves it as it was
+    top = submit(world, "top", cpu="3", priority=9)
+    assert heads(2) == {top.pk, made[1].pk}  # a row ahead of it pushes its last out
     actions.transition(top, Phase.CANCELLED, reason="test")
-    assert heads(2) == first  # and gone again
-    assert heads(4) == first | {made[5].pk, made[0].pk}  # another head, another front
+    assert heads(2) == first  # and that one moves up again when it goes
+    actions.transition(made[1], Phase.CANCELLED, reason="test")
+    assert heads(2) == {made[3].pk, made[5].pk}
+    actions.transition(behind, Phase.CANCELLED, reason="test")
+    assert heads(2) == {made[3].pk, made[5].pk}
+    assert order.front is kept  # moved in place all along, never read again
+    assert heads(8) == {made[i].pk for i in (0, 2, 3, 4, 5)}  # another head: read again
+    assert order.front is not kept
+    kept = order.front
+    for i in (0, 3):  # a front holding the whole queue
+        actions.transition(made[i], Phase.CANCELLED, reason="test")
+    again = submit(world, "again", cpu="2", priority=0)
+    assert heads(8) == {made[i].pk for i in (2, 4, 5)} | {again.pk}
+    assert order.front is kept
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_kept_front_is_the_first_keys_of_its_queue_through_random_moves(seed):
+    """``_QueueOrder``'s kept front, moved as rows come and go in any order, stays the
+    queue's first ``head`` keys and their total request (no database)."""
+    from queueing.world import _QueueOrder
+
+    rng = random.Random(seed)
+    order = _QueueOrder()
+    live: dict[int, dict[str, Any]] = {}
+    start = timezone_now()
+    for step in range(300):
+        if live and rng.random() < 0.45:
+            order.remove(live.pop(rng.choice(sorted(live))))
+        else:
+            workload_id = step + 1
+            row = {
+                "id": workload_id,
+                "priority": rng.choice([0, 1, 5]),
+                "queue_order_at": start + timedelta(seconds=rng.randrange(50)),
+                "phase": Phase.BACKOFF if rng.random() < 0.1 else Phase.PENDING,
+                "quota_id": rng.choice([1, 2]),
+                "total_request": {"cpu": rng.randrange(1, 9) * 1000, "memory": rng.randrange(3)},
+            }
+            live[workload_id] = row
+            order.add(row)
+        if rng.random() < 0.3:
+            head = rng.choice([1, 3, 8]) if rng.random() < 0.2 else order.head or 3
+            first, charged = order.plain_front(head)
+            assert first == order.keys[:head]
+            want: dict[int, dict[str, int]] = {}
+            for key in first:
+                row = live[key[2]]
+                bucket = want.setdefault(row["quota_id"], {})
+                for resource, amount in row["total_request"].items():
+                    bucket[resource] = bucket.get(resource, 0) + amount
+            got = {q: {r: a for r, a in b.items() if a} for q, b in charged.items()}
+            assert {q: b for q, b in got.items() if b} == {
+                q: {r: a for r, a in b.items() if a} for q, b in want.items() if any(b.values())
+            }
 
 
 def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
