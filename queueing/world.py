@@ -554,6 +554,41 @@ def _charge(demand: dict[int, dict[str, int]], row: Mapping[str, Any], sign: int
         bucket[resource] = bucket.get(resource, 0) + sign * int(amount)
 
 
+_compiled = threading.local()
+_IN = '"queueing_workload"."id" IN (%s)'
+
+
+def _rows_by_id(ids: Collection[int]) -> list[dict[str, Any]]:
+    """The rows (``WORLD_FIELDS``) of workloads ``ids``, as
+    ``Workload.objects.filter(id__in=ids).values(*WORLD_FIELDS)`` reads them (the same
+    statement and the same conversions), without building and compiling that query
+    again for every refresh (about half a millisecond of the cycle's CPU each time):
+    compiled once per thread's connection, only the ids' placeholders are written."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    from queueing.models import Workload
+    from queueing.state.snapshot import WORLD_FIELDS
+
+    conn = connections[DEFAULT_DB_ALIAS]
+    made = getattr(_compiled, "reread", None)
+    if made is None or made[0] is not conn:
+        query = Workload.objects.filter(id__in=[0]).values(*WORLD_FIELDS)
+        compiler = query.query.get_compiler(DEFAULT_DB_ALIAS)
+        sql, _ = compiler.as_sql()
+        if sql.count(_IN) != 1:
+            raise RuntimeError(f"unexpected SQL for the world's re-read: {sql}")
+        selected = query.query.selected  # the names as ValuesIterable takes them
+        names = list(selected) if selected else list(query.query.values_select)
+        before, after = sql.split(_IN)
+        made = _compiled.reread = (conn, compiler, before + _IN[:-3], ")" + after, names)
+    _, compiler, before, after, names = made
+    listed = list(ids)
+    with conn.cursor() as cursor:
+        cursor.execute(before + ", ".join(["%s"] * len(listed)) + after, listed)
+        fetched = cursor.fetchall()
+    return [dict(zip(names, row, strict=True)) for row in compiler.results_iter(results=[fetched])]
+
+
 class TreeWorld:
     """The live workloads of one tree, as rows (the fields build_snapshot reads), with
     each queue's waiting rows kept in the engine's order."""
@@ -667,13 +702,7 @@ class TreeWorld:
         self.reread = len(self.rows)
 
     def _reread(self, ids: set[int]) -> None:
-        from queueing.models import Workload
-        from queueing.state.snapshot import WORLD_FIELDS
-
-        found = {
-            row["id"]: row
-            for row in Workload.objects.filter(id__in=list(ids)).values(*WORLD_FIELDS)
-        }
+        found = {row["id"]: row for row in _rows_by_id(ids)}
         for workload_id in ids:
             self._drop(workload_id)
             row = found.get(workload_id)

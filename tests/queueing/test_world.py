@@ -344,6 +344,24 @@ def test_a_kept_front_is_the_first_keys_of_its_queue_through_random_moves(seed):
             }
 
 
+def test_the_rows_read_again_are_those_the_orm_reads(world, journal):
+    """``_rows_by_id`` (the refresh's re-read, compiled once) reads what
+    ``filter(id__in=...).values(*WORLD_FIELDS)`` does, conversions included."""
+    from queueing.world import _rows_by_id
+
+    made = [submit(world, f"r{i}", cpu=str(3 + 2 * i), priority=i) for i in range(4)]
+    cycle_root("cluster", cluster=world.cluster, now=world.clock())  # the last two admitted
+    ids = [w.pk for w in made] + [10**9]
+    orm = {row["id"]: row for row in Workload.objects.filter(id__in=ids).values(*WORLD_FIELDS)}
+    for _ in range(2):  # compiled, then kept
+        got = {row["id"]: row for row in _rows_by_id(ids)}
+        assert got == orm
+        assert [list(row) for row in got.values()] == [list(row) for row in orm.values()]
+    assert {row["phase"] for row in orm.values()} == {Phase.ADMITTED, Phase.PENDING}
+    assert any(row["admitted_at"] is not None for row in got.values())
+    assert all(isinstance(row["pod_sets"], list) for row in got.values())
+
+
 def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
     first = submit(world, "a", cpu="4")
     tree = world_of("cluster")
