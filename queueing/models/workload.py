@@ -158,7 +158,10 @@ class Workload(models.Model):
 class WorkloadEvent(models.Model):
     """One phase change of a workload: its timeline."""
 
-    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: wlevent_workload_at leads with it (every move inserts one).
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     at = models.DateTimeField()
     from_phase = models.CharField(max_length=10, choices=Phase.choices, blank=True)
     to_phase = models.CharField(max_length=10, choices=Phase.choices)
