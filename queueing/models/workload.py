@@ -101,11 +101,14 @@ class Workload(models.Model):
 
     class Meta:
         ordering = ["queue_order_at", "id"]
+        # No index holds what a cycle's annotations rewrite (position, ETA, reason...):
+        # their update then writes no index entry and stays on its page (a HOT update;
+        # the table keeps room for it, fillfactor, migration 0011). A queue's page of
+        # waiting rows sorts them by position from workload_phase_queue instead.
         indexes = [
             models.Index(fields=["phase", "queue"], name="workload_phase_queue"),
             models.Index(fields=["tenant", "phase"], name="workload_tenant_phase"),
             models.Index(fields=["quota", "phase"], name="workload_quota_phase"),
-            models.Index(fields=["queue", "position"], name="workload_queue_position"),
             models.Index(fields=["-created_at"], name="workload_created"),
             # The sync's "is this job already ours?" for jobs no active workload stands for.
             models.Index(fields=["object_uid"], name="workload_object_uid"),
