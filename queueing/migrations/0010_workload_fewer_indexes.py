@@ -3,8 +3,8 @@
 """Fewer indexes on workloads and their timeline (issue 10): each index is written again
 by every update that moves a row (a phase change; an annotation, whose position is
 indexed) and by every insert. object_uid was indexed three times (the field's own index,
-its pattern-ops twin, and workload_object_uid); tenant, quota and queue each lead a
-composite index already, as the timeline's workload does; preempted_by and submitted_by,
+its pattern-ops twin, and workload_object_uid); tenant and quota each lead a composite
+index already, as the timeline's workload does; preempted_by and submitted_by,
 empty on most rows, keep an index of the rows that name one. Reversible: the reverse
 makes the indexes again."""
 
@@ -35,16 +35,6 @@ class Migration(migrations.Migration):
                 on_delete=django.db.models.deletion.SET_NULL,
                 related_name="+",
                 to="queueing.workload",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="workload",
-            name="queue",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.PROTECT,
-                related_name="workloads",
-                to="queueing.queue",
             ),
         ),
         migrations.AlterField(

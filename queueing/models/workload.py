@@ -19,18 +19,16 @@ class Workload(models.Model):
     ``reason``, ``position``, ``global_position`` and the ETA.
     """
 
-    # No index of their own: each leads one of the composite indexes below (Meta), which
-    # serve their lookups. Every index is written again by each update that moves a row
-    # (issue 10: the cycle's and the sync's writes).
+    # Tenant and quota have no index of their own: each leads a composite index below
+    # (Meta), which serves their lookups. Every index is written again by each update
+    # that moves a row (issue 10: the cycle's and the sync's writes).
     tenant = models.ForeignKey(
         Tenant, on_delete=models.PROTECT, related_name="workloads", db_index=False
     )
     quota = models.ForeignKey(
         Quota, on_delete=models.PROTECT, related_name="workloads", db_index=False
     )
-    queue = models.ForeignKey(
-        Queue, on_delete=models.PROTECT, related_name="workloads", db_index=False
-    )
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
     name = models.CharField(max_length=253)
     namespace = models.CharField(max_length=63)
     kind = models.CharField(max_length=32, default="Job")
