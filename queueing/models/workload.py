@@ -19,14 +19,21 @@ class Workload(models.Model):
     ``reason``, ``position``, ``global_position`` and the ETA.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="workloads")
-    quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="workloads")
+    # Tenant and quota have no index of their own: each leads a composite index below
+    # (Meta), which serves their lookups. Every index is written again by each update
+    # that moves a row (issue 10: the cycle's and the sync's writes).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="workloads", db_index=False
+    )
+    quota = models.ForeignKey(
+        Quota, on_delete=models.PROTECT, related_name="workloads", db_index=False
+    )
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
     name = models.CharField(max_length=253)
     namespace = models.CharField(max_length=63)
     kind = models.CharField(max_length=32, default="Job")
     api_version = models.CharField(max_length=64, default="batch/v1")
-    object_uid = models.CharField(max_length=64, blank=True, db_index=True)
+    object_uid = models.CharField(max_length=64, blank=True)  # indexed: workload_object_uid
     priority = models.IntegerField(default=0)
     priority_class = models.CharField(max_length=253, blank=True)
     pod_sets = JSONField(default=list)
@@ -47,7 +54,7 @@ class Workload(models.Model):
     assignment = JSONField(default=dict, blank=True)
     pool = models.CharField(max_length=253, blank=True)
     preempted_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     nominated = models.BooleanField(
         default=False, help_text="Victims were evicted for it; their capacity is reserved for it."
@@ -80,21 +87,41 @@ class Workload(models.Model):
     annotations = JSONField(default=dict, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.API)
     submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["queue_order_at", "id"]
+        # No index holds what a cycle's annotations rewrite (position, ETA, reason...):
+        # their update then writes no index entry and stays on its page (a HOT update;
+        # the table keeps room for it, fillfactor, migration 0011). A queue's page of
+        # waiting rows sorts them by position from workload_phase_queue instead.
         indexes = [
             models.Index(fields=["phase", "queue"], name="workload_phase_queue"),
             models.Index(fields=["tenant", "phase"], name="workload_tenant_phase"),
             models.Index(fields=["quota", "phase"], name="workload_quota_phase"),
-            models.Index(fields=["queue", "position"], name="workload_queue_position"),
             models.Index(fields=["-created_at"], name="workload_created"),
             # The sync's "is this job already ours?" for jobs no active workload stands for.
             models.Index(fields=["object_uid"], name="workload_object_uid"),
+            # The rows a deleted workload or user is unset from (SET_NULL): only those
+            # that name one are indexed, so the writes of all others do not touch these.
+            models.Index(
+                fields=["preempted_by"],
+                condition=models.Q(preempted_by__isnull=False),
+                name="workload_preempted_by",
+            ),
+            models.Index(
+                fields=["submitted_by"],
+                condition=models.Q(submitted_by__isnull=False),
+                name="workload_submitted_by",
+            ),
         ]
         constraints = [
             # One live workload per cluster object name; a finished one may be recreated.
@@ -132,7 +159,10 @@ class Workload(models.Model):
 class WorkloadEvent(models.Model):
     """One phase change of a workload: its timeline."""
 
-    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: wlevent_workload_at leads with it (every move inserts one).
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     at = models.DateTimeField()
     from_phase = models.CharField(max_length=10, choices=Phase.choices, blank=True)
     to_phase = models.CharField(max_length=10, choices=Phase.choices)
