@@ -352,8 +352,10 @@ def pending_rows(
 ) -> list[dict[str, Any]]:
     """Waiting rows ``offset`` .. ``offset + limit - 1`` in admission order: one query.
 
-    A late row lookup: the subquery sorts and slices only ids (the index on queue and
-    position serves it), and only the rows of the window are read whole and joined to
+    A late row lookup: the subquery sorts and slices only ids (the queue's waiting rows,
+    found by the queue's index; position is deliberately not indexed, so the cycle's
+    annotations stay heap-only updates: migration 0011, a top-N sort of a few ms at ten
+    thousand waiting rows), and only the rows of the window are read whole and joined to
     their names, however long the queue is.
     """
     waiting = _of(queue_id, tenant_id).filter(phase__in=WAITING_PHASES)
