@@ -42,8 +42,9 @@ from queueing.models import (
     Quota,
     Workload,
 )
+from queueing.queueorder import row_order_key
 from queueing.state import placement
-from queueing.world import Since, row_order_key
+from queueing.world import Since
 
 if TYPE_CHECKING:
     from queueing.world import TreeWorld

@@ -256,7 +256,7 @@ def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, se
 
 
 def test_a_queues_front_is_kept_as_rows_come_and_go(world, journal):
-    """A queue without Backoff or aged rows keeps its front (``_QueueOrder.plain_front``)
+    """A queue without Backoff or aged rows keeps its front (``QueueOrder.plain_front``)
     and moves it as rows come and go, ahead of it, in it or behind it: each select lists
     what a read of the database does."""
     made = [submit(world, f"f{i}", cpu=str(1 + i % 3), priority=i % 2) for i in range(6)]
@@ -305,12 +305,12 @@ def test_a_queues_front_is_kept_as_rows_come_and_go(world, journal):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_kept_front_is_the_first_keys_of_its_queue_through_random_moves(seed):
-    """``_QueueOrder``'s kept front, moved as rows come and go in any order, stays the
+    """``QueueOrder``'s kept front, moved as rows come and go in any order, stays the
     queue's first ``head`` keys and their total request (no database)."""
-    from queueing.world import _QueueOrder
+    from queueing.queueorder import QueueOrder
 
     rng = random.Random(seed)
-    order = _QueueOrder()
+    order = QueueOrder()
     live: dict[int, dict[str, Any]] = {}
     start = timezone_now()
     for step in range(300):
