@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from queueing.engine.invariants import check_cycle
 from queueing.engine.resources import Resources
+from queueing.engine.simulator import Arrival, Scenario, simulate
 from queueing.engine.types import (
+    CycleResult,
     EngineConfig,
     NodeSpec,
     PodSet,
@@ -19,6 +23,7 @@ from queueing.engine.types import (
 )
 
 GI = 2**30
+EPOCH = 1_700_000_000.0
 
 
 def res(**kw: int) -> Resources:
@@ -174,3 +179,70 @@ def snapshot(
         config=config or EngineConfig(fair_share_mode="instant"),
         **extra,
     )
+
+
+def arrival(
+    wid: int,
+    quota: str,
+    at: float,
+    pods: int,
+    per_pod: Mapping[str, int],
+    runtime: float,
+    *,
+    priority: int = 0,
+) -> Arrival:
+    """A job of ``pods`` pods of ``per_pod`` each in queue ``quota`` (the queue is named
+    as its quota), arriving ``at`` seconds after EPOCH and running ``runtime`` s (which
+    it also declares)."""
+    w = WorkloadSpec(
+        id=wid,
+        name=f"{quota}-{wid}",
+        quota=quota,
+        queue=quota,
+        priority=priority,
+        queue_order_at=EPOCH + at,
+        pod_sets=(PodSet("w", pods, Resources(per_pod)),),
+        expected_runtime_s=runtime,
+    )
+    return Arrival(at, w, quota, runtime)
+
+
+@dataclass
+class Watched:
+    """What ``simulate_checked`` saw: each workload's first admission (seconds after
+    EPOCH) and every preemption's message."""
+
+    started: dict[int, float] = field(default_factory=dict)
+    evicted: list[str] = field(default_factory=list)
+
+
+def simulate_checked(
+    sc: Scenario,
+    *,
+    cycle_interval_s: float = 5.0,
+    each: Callable[[Snapshot, CycleResult], None] | None = None,
+) -> Watched:
+    """``sc`` simulated (instant fair share, from EPOCH), every cycle held to the
+    engine's invariants (``check_cycle``); ``each`` sees every cycle too."""
+    seen = Watched()
+
+    class Watch:
+        def before(self, snap: Snapshot) -> Snapshot:
+            return snap
+
+        def after(self, snap: Snapshot, result: CycleResult) -> None:
+            assert check_cycle(snap, result) == []
+            for a in result.admissions:
+                seen.started.setdefault(a.workload_id, snap.now - EPOCH)
+            seen.evicted.extend(p.message for p in result.preemptions)
+            if each is not None:
+                each(snap, result)
+
+    simulate(
+        sc,
+        cycle_interval_s=cycle_interval_s,
+        config=EngineConfig(fair_share_mode="instant"),
+        epoch=EPOCH,
+        observer=Watch(),
+    )
+    return seen

@@ -16,39 +16,25 @@ leaves b at 0. a (min 8) holds 4 and asks for 1 more.
 from __future__ import annotations
 
 from queueing.engine.calibration import contradictions
-from queueing.engine.invariants import check_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.scenarios import GPU
-from queueing.engine.simulator import Arrival, Scenario, simulate
+from queueing.engine.simulator import Arrival, Scenario
 from queueing.engine.types import (
     EXPLAIN_QUOTA,
     CycleResult,
-    EngineConfig,
     NodeSpec,
-    PodSet,
     QueueSpec,
     QuotaNode,
     Snapshot,
-    WorkloadSpec,
 )
+from tests.engine.builders import arrival, simulate_checked
 
-EPOCH = 1_700_000_000.0
 GANG_S = 300.0
 HEAD_AT = 20.0
 
 
 def _w(wid: int, quota: str, at: float, pods: int, gpus: int, runtime: float) -> Arrival:
-    w = WorkloadSpec(
-        id=wid,
-        name=f"{quota}-{wid}",
-        quota=quota,
-        queue=quota,
-        priority=0,
-        queue_order_at=EPOCH + at,
-        pod_sets=(PodSet("w", pods, Resources({"cpu": 1000, GPU: gpus})),),
-        expected_runtime_s=runtime,
-    )
-    return Arrival(at, w, quota, runtime)
+    return arrival(wid, quota, at, pods, {"cpu": 1000, GPU: gpus}, runtime)
 
 
 def world(b_min: int = 8) -> Scenario:
@@ -68,32 +54,16 @@ def world(b_min: int = 8) -> Scenario:
 
 
 def run(sc: Scenario) -> tuple[dict[int, float], list[str], list[tuple[str, str, str]]]:
-    started: dict[int, float] = {}
-    evicted: list[str] = []
     said: list[tuple[str, str, str]] = []
     names = {a.workload.id: a.workload.name for a in sc.arrivals}
 
-    class Watch:
-        def before(self, snap: Snapshot) -> Snapshot:
-            return snap
+    def explained(snap: Snapshot, result: CycleResult) -> None:
+        e = result.explanations.get(3)
+        if e is not None:
+            said.append((e.kind, e.sentence(), contradictions(e, names, result)))
 
-        def after(self, snap: Snapshot, result: CycleResult) -> None:
-            assert check_cycle(snap, result) == []
-            for a in result.admissions:
-                started.setdefault(a.workload_id, snap.now - EPOCH)
-            evicted.extend(p.message for p in result.preemptions)
-            e = result.explanations.get(3)
-            if e is not None:
-                said.append((e.kind, e.sentence(), contradictions(e, names, result)))
-
-    simulate(
-        sc,
-        cycle_interval_s=5.0,
-        config=EngineConfig(fair_share_mode="instant"),
-        epoch=EPOCH,
-        observer=Watch(),
-    )
-    return started, evicted, said
+    seen = simulate_checked(sc, each=explained)
+    return seen.started, seen.evicted, said
 
 
 def test_borrowed_work_that_reclaim_may_not_take_is_named_and_waited_for() -> None:

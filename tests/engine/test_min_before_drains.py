@@ -20,37 +20,17 @@ from __future__ import annotations
 import dataclasses
 
 from queueing.engine import run_cycle
-from queueing.engine.invariants import check_cycle
 from queueing.engine.resources import Resources
-from queueing.engine.simulator import Arrival, Scenario, simulate
-from queueing.engine.types import (
-    CycleResult,
-    EngineConfig,
-    NodeSpec,
-    PodSet,
-    QueueSpec,
-    QuotaNode,
-    Snapshot,
-    WorkloadSpec,
-)
+from queueing.engine.simulator import Arrival, Scenario
+from queueing.engine.types import NodeSpec, QueueSpec, QuotaNode, Snapshot
+from tests.engine.builders import EPOCH, arrival, simulate_checked
 
-EPOCH = 1_700_000_000.0
 LONG_S = 1200.0
 A_AT = 100.0
 
 
 def _w(wid: int, quota: str, at: float, pods: int, cpu: int, runtime: float) -> Arrival:
-    w = WorkloadSpec(
-        id=wid,
-        name=f"{quota}-{wid}",
-        quota=quota,
-        queue=quota,
-        priority=0,
-        queue_order_at=EPOCH + at,
-        pod_sets=(PodSet("w", pods, Resources({"cpu": cpu * 1000})),),
-        expected_runtime_s=runtime,
-    )
-    return Arrival(at, w, quota, runtime)
+    return arrival(wid, quota, at, pods, {"cpu": cpu * 1000}, runtime)
 
 
 def world(a_jobs: tuple[tuple[int, int], ...] = ((1, 2),)) -> Scenario:
@@ -73,27 +53,8 @@ def world(a_jobs: tuple[tuple[int, int], ...] = ((1, 2),)) -> Scenario:
 
 
 def run(sc: Scenario) -> tuple[dict[int, float], list[str]]:
-    started: dict[int, float] = {}
-    evicted: list[str] = []
-
-    class Watch:
-        def before(self, snap: Snapshot) -> Snapshot:
-            return snap
-
-        def after(self, snap: Snapshot, result: CycleResult) -> None:
-            assert check_cycle(snap, result) == []
-            for a in result.admissions:
-                started.setdefault(a.workload_id, snap.now - EPOCH)
-            evicted.extend(p.message for p in result.preemptions)
-
-    simulate(
-        sc,
-        cycle_interval_s=5.0,
-        config=EngineConfig(fair_share_mode="instant"),
-        epoch=EPOCH,
-        observer=Watch(),
-    )
-    return started, evicted
+    seen = simulate_checked(sc)
+    return seen.started, seen.evicted
 
 
 def test_work_within_its_min_places_on_room_drained_for_a_claim_beyond_min() -> None:

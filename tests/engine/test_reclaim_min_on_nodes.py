@@ -18,25 +18,27 @@ import pytest
 
 from queueing.engine import cycle as cycle_mod
 from queueing.engine import run_cycle, victim_lists
-from queueing.engine.invariants import check_cycle
 from queueing.engine.preemption import MAX_EXAMINED_NODES_ONLY
 from queueing.engine.resources import Resources
-from queueing.engine.simulator import Arrival, Scenario, simulate
+from queueing.engine.simulator import Arrival, Scenario
 from queueing.engine.types import (
     EXPLAIN_NODES,
-    CycleResult,
-    EngineConfig,
     NodeSpec,
-    PodSet,
     QueueSpec,
     QuotaNode,
-    Snapshot,
     Taint,
     WorkloadSpec,
 )
-from tests.engine.builders import node, quota, running, snapshot, workload
+from tests.engine.builders import (
+    arrival,
+    node,
+    quota,
+    running,
+    simulate_checked,
+    snapshot,
+    workload,
+)
 
-EPOCH = 1_700_000_000.0
 TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
 
@@ -55,17 +57,7 @@ def world() -> tuple[Scenario, int]:
     arrivals: list[Arrival] = []
 
     def add(wid: int, quota: str, at: float, runtime: float, priority: int = 0) -> None:
-        w = WorkloadSpec(
-            id=wid,
-            name=f"{quota}-{wid}",
-            quota=quota,
-            queue=quota,
-            priority=priority,
-            queue_order_at=EPOCH + at,
-            pod_sets=(PodSet("w", 1, Resources({"cpu": 2000})),),
-            expected_runtime_s=runtime,
-        )
-        arrivals.append(Arrival(at, w, quota, runtime))
+        arrivals.append(arrival(wid, quota, at, 1, {"cpu": 2000}, runtime, priority=priority))
 
     # b fills the cpu node for 20 minutes (8 of its runtime quota's 14: within it).
     for i in range(4):
@@ -77,26 +69,8 @@ def world() -> tuple[Scenario, int]:
 
 def test_a_quota_under_its_min_reclaims_on_the_nodes_it_can_use() -> None:
     scenario, small = world()
-    seen: dict[int, float] = {}
-    reasons: list[str] = []
-
-    class Watch:
-        def before(self, snap: Snapshot) -> Snapshot:
-            return snap
-
-        def after(self, snap: Snapshot, result: CycleResult) -> None:
-            assert check_cycle(snap, result) == []
-            for a in result.admissions:
-                seen.setdefault(a.workload_id, snap.now - EPOCH)
-            reasons.extend(p.message for p in result.preemptions)
-
-    simulate(
-        scenario,
-        cycle_interval_s=5.0,
-        config=EngineConfig(fair_share_mode="instant"),
-        epoch=EPOCH,
-        observer=Watch(),
-    )
+    watched = simulate_checked(scenario)
+    seen, reasons = watched.started, watched.evicted
     # Before: it waited for b's work to end (1,200 s). Now one of b's four is evicted
     # (b keeps 6, above its min of 4) and a starts two cycles later.
     assert seen[small] <= 60.0 + 10.0
