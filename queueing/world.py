@@ -450,12 +450,17 @@ def _rows_by_id(ids: Collection[int]) -> list[dict[str, Any]]:
         compiler = query.query.get_compiler(DEFAULT_DB_ALIAS)
         sql, _ = compiler.as_sql()
         if sql.count(_IN) != 1:
-            raise RuntimeError(f"unexpected SQL for the world's re-read: {sql}")
-        selected = query.query.selected  # the names as ValuesIterable takes them
-        names = list(selected) if selected else list(query.query.values_select)
-        before, after = sql.split(_IN)
-        made = _compiled.reread = (conn, compiler, before + _IN[:-3], ")" + after, names)
+            # Another Django writes it otherwise: the ORM's own query, built each time.
+            log.warning("the world's re-read is not compiled once: unexpected SQL %s", sql)
+            made = _compiled.reread = (conn, None, "", "", [])
+        else:
+            selected = query.query.selected  # the names as ValuesIterable takes them
+            names = list(selected) if selected else list(query.query.values_select)
+            before, after = sql.split(_IN)
+            made = _compiled.reread = (conn, compiler, before + _IN[:-3], ")" + after, names)
     _, compiler, before, after, names = made
+    if compiler is None:
+        return list(Workload.objects.filter(id__in=list(ids)).values(*WORLD_FIELDS))
     listed = list(ids)
     with conn.cursor() as cursor:
         cursor.execute(before + ", ".join(["%s"] * len(listed)) + after, listed)

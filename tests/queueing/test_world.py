@@ -3,7 +3,9 @@ fresh read of the database says."""
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -360,6 +362,25 @@ def test_the_rows_read_again_are_those_the_orm_reads(world, journal):
     assert {row["phase"] for row in orm.values()} == {Phase.ADMITTED, Phase.PENDING}
     assert any(row["admitted_at"] is not None for row in got.values())
     assert all(isinstance(row["pod_sets"], list) for row in got.values())
+
+
+def test_a_re_read_whose_sql_is_not_the_expected_one_falls_back_to_the_orm(
+    world, journal, monkeypatch, caplog
+):
+    """Should another Django write the ORM's statement otherwise, the re-read is the
+    ORM's own query (built each time), said once, never an error in the cycle."""
+    import queueing.world as world_mod
+
+    made = [submit(world, f"f{i}", cpu="2") for i in range(2)]
+    ids = [w.pk for w in made]
+    monkeypatch.setattr(world_mod, "_IN", '"queueing_workload"."nothing" IN (%s)')
+    monkeypatch.setattr(world_mod, "_compiled", threading.local())
+    orm = list(Workload.objects.filter(id__in=ids).values(*WORLD_FIELDS))
+    with caplog.at_level(logging.WARNING, logger="queueing.world"):
+        assert world_mod._rows_by_id(ids) == orm
+        assert world_mod._rows_by_id(ids) == orm
+    said = [r for r in caplog.records if "not compiled once" in r.getMessage()]
+    assert len(said) == 1
 
 
 def test_a_conflict_sends_the_world_back_to_the_database(world, journal):
