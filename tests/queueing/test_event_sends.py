@@ -9,6 +9,8 @@ the sender loop bounds each batch with ``asyncio.timeout``.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -217,3 +219,26 @@ def test_a_stuck_send_is_cut_and_the_backlog_goes_on(monkeypatch: pytest.MonkeyP
     events.send(None, {"type": "nodes", "n": 1})
     assert events.flush(10)
     assert layer.sent == [1]
+
+
+def test_notification_keys_are_unique_in_a_process_and_across_a_fork() -> None:
+    """A ``changed`` message's key names one notification: never repeated by the process
+    that made it, nor by a child forked from it (it draws its own prefix)."""
+    made = [events.changed_message(1, [2], [3], cycle_id=None)["key"] for _ in range(1000)]
+    assert len(set(made)) == len(made)
+    assert all(len(key) >= 8 for key in made)  # the event schema's minLength
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next keys, back through the pipe
+        try:
+            child = [events.changed_message(1, [2], [3], cycle_id=None)["key"] for _ in range(3)]
+            os.write(write, json.dumps(child).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child_keys = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    after = [events.changed_message(1, [2], [3], cycle_id=None)["key"] for _ in range(3)]
+    assert len(child_keys) == 3
+    assert not set(child_keys) & {*made, *after}
