@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_process_init, worker_ready
+from celery.signals import task_prerun, worker_process_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -71,7 +71,11 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["queueing"])
 # Woken cycles go to a queue of their own, consumed by the cycle worker (run_all's
 # "cycler", a solo pool: one long-lived process keeps its state between tasks).
-app.conf.task_routes = {"queueing.react": {"queue": settings.KQ_CYCLE_QUEUE}}
+app.conf.task_routes = {
+    "queueing.react": {"queue": settings.KQ_CYCLE_QUEUE},
+    # The forecast of the waiting, off the admission path (queueing.forecaster).
+    "queueing.forecast": {"queue": settings.KQ_FORECAST_QUEUE or settings.KQ_CYCLE_QUEUE},
+}
 
 
 @worker_ready.connect
@@ -102,6 +106,26 @@ def _wake_on_start(sender: Any = None, **kwargs: Any) -> None:
         wake.on_worker_start(names)
     except Exception:  # the broker or the cache is not there yet: beat's tick comes
         log.exception("could not wake the cycle at the worker's start")
+
+
+@worker_ready.connect
+def _forecaster_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    """A worker that consumes the forecast queue says it is there (queueing.forecaster)."""
+    from queueing import forecaster
+
+    consumer = getattr(sender, "task_consumer", None)
+    queues = getattr(consumer, "queues", None)
+    names = None if queues is None else [queue.name for queue in queues]
+    if names is None:
+        return  # cannot tell which queues it serves: the cycles forecast themselves
+    forecaster.start_heartbeat(names)
+
+
+@worker_shutdown.connect
+def _forecaster_gone(sender: Any = None, **kwargs: Any) -> None:
+    from queueing import forecaster
+
+    forecaster.stop_heartbeat()
 
 
 @task_prerun.connect

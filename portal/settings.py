@@ -298,6 +298,9 @@ KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Positions and ETAs of a tree are forecast at most this often (woken cycles between
 # only admit; queueing/state/annotate.py).
 KQ_FORECAST_EVERY_S = _float("KQ_FORECAST_EVERY_S", 1.0, 0.0)
+# While a forecaster consumes this queue (manage.py run_all's "forecaster"), cycles ask it
+# for those forecasts and only admit (queueing/forecaster.py); empty: always in the cycle.
+KQ_FORECAST_QUEUE = env.str("KQ_FORECAST_QUEUE", default="forecast")
 # What cycles learn from finished work (runtime quantiles and ratios per queue) is read
 # again at most this often per process (queueing/forecasting.py); it moves slowly.
 KQ_HISTORY_TTL_S = _float("KQ_HISTORY_TTL_S", 30.0, 0.0)

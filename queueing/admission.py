@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from queueing import faults, nodeview, state, trace, wake, world
+from queueing import faults, forecaster, nodeview, state, trace, wake, world
 from queueing import lease as leases
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES
 from queueing.cluster import get_cluster
@@ -139,6 +139,16 @@ def cycle_root(
         # what the waiting show. A forecasting cycle is full (every waiting workload)
         # while that is cheap, else within its share of the time (state.full_cycle_due).
         forecast = state.forecast_due(root)
+        noted = False  # whether this cycle notes itself as the annotations' writer
+        if forecast and forecaster.serving():
+            # A forecaster takes it (queueing.forecaster): this cycle only admits, from
+            # the heads (their admissions are those of a full cycle: build_snapshot).
+            forecaster.request(root)
+            state.forecast_done(root)
+            forecast = False
+        elif forecast and forecaster.lately():
+            forecaster.take_over(tree)  # if the forecaster annotated last: read rows anew
+            noted = True
         full = forecast and state.full_cycle_due(root)
         read_started = time.perf_counter()
         # One read: the world's tree and the snapshot's (the pass's, when it read them).
@@ -179,6 +189,8 @@ def cycle_root(
             started=started,
         )
         report.seen = seen
+        if noted:
+            forecaster.wrote(tree)
         if shared is not None and report.admitted:
             took = set(report.admitted)
             for admission in result.admissions:

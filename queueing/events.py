@@ -452,11 +452,14 @@ def notify_changes(
     *,
     cycle_id: int | None = None,
     trees: tuple[dict[str, list[int]], set[str]] | None = None,
+    own_world: bool = False,
 ) -> None:
     """Announce changed workloads, given as ``(tenant id, queue id, workload id)``, once
     the current transaction commits (at once outside one). ``trees``: the changed rows'
     trees as ``trees.roots_and_deciding`` answers, named by the statement that wrote them
-    (else read here, one query)."""
+    (else read here, one query). ``own_world``: the writer keeps its world itself and the
+    change decides nothing (the forecaster's annotations, queueing.forecaster): the live
+    stream hears of it, no world is journaled and no cycle woken."""
     items = list(changes)
     if not items:
         return
@@ -465,7 +468,7 @@ def notify_changes(
         batch.queues.setdefault(int(tenant_id), set()).add(int(queue_id))
         batch.workloads.setdefault(int(tenant_id), set()).add(int(workload_id))
     transaction.on_commit(batch.flush)
-    if cycle_id is None:
+    if cycle_id is None and not own_world:
         # Not the cycle's own writes (it journals those itself): the trees' worlds hear
         # of them, and what changed may change a decision (docs/realtime.md).
         _journal_and_wake([int(workload_id) for _, _, workload_id in items], trees)

@@ -73,6 +73,19 @@ def react(target: str, stamp: float | None = None) -> dict[str, Any]:
     return summary
 
 
+# Acknowledged as it starts, as a react is: a forecast is redone by the next request.
+@shared_task(name="queueing.forecast", ignore_result=True, acks_late=False)
+def forecast(root: str) -> dict[str, Any]:
+    """The forecaster's work for one tree (queueing.forecaster): what its waiting show."""
+    from queueing import forecaster, wake
+
+    try:
+        wake.cache.delete(forecaster.request_key(root))  # a request from now on sends again
+    except Exception:
+        log.warning("could not drop the forecast request of %s", root, exc_info=True)
+    return forecaster.forecast_tree(root)
+
+
 def _threads() -> dict[int, str] | None:
     """Native id -> name of this process's threads (the trace's CPU per thread)."""
     from queueing import trace

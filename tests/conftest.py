@@ -70,17 +70,19 @@ def _static_files_listed_once() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _reset_cluster() -> Iterator[None]:
-    from queueing import forecasting, world
+    from queueing import forecaster, forecasting, world
     from queueing.state import annotate
 
     world.forget()  # each test's trees start from its own database, as a new worker would
     forecasting.clear_cache()
     annotate.forget()  # and the first cycles full, whatever the last test's took
+    forecaster.forget()  # and no forecaster seen yet
     yield
     set_cluster(None)
     world.forget()
     forecasting.clear_cache()
     annotate.forget()
+    forecaster.forget()
 
 
 @pytest.fixture(scope="session")

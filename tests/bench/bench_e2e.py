@@ -25,6 +25,7 @@ worker's cycle runs (``CycleRun``) give where the time goes.
 Knobs: KQ_BENCH_E2E_SCALE (fraction of each class's count per queue, default 1),
 KQ_BENCH_E2E_WORKERS (Celery worker processes, default 1), KQ_BENCH_E2E_INTERVAL_S
 (beat's timer, default 1), KQ_BENCH_E2E_DEADLINE_S (give up after, default 600),
+KQ_BENCH_E2E_FORECASTER=0 (no forecaster process: the cycles forecast themselves),
 KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run),
 KQ_BENCH_E2E_PYSPY_IDLE=1 (py-spy also samples idle threads, stacks per thread: where
 the main thread waits off-CPU),
@@ -468,11 +469,20 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             for i in range(workers)
         ]
         watch_proc = procs.start("watch", "manage.py", "watch_cluster", "--debounce", "0.05")
+        # As run_all and deploy/: the forecast of the waiting in a process of its own
+        # (queueing.forecaster); KQ_BENCH_E2E_FORECASTER=0 leaves it in the cycles.
+        forecaster_proc = None
+        if os.environ.get("KQ_BENCH_E2E_FORECASTER", "1") != "0":
+            argv = celery_worker_argv("forecaster", loglevel=env["LOG_LEVEL"])
+            argv[argv.index("-Q") + 1] = "forecast"
+            forecaster_proc = procs.start("forecaster", *argv)
         _wait_for_readiness(control, deadline=60)
         since = time.time()
         spy = _start_pyspy(worker_procs[0].pid)
         cpu_before = sum(_cpu_s(p.pid) for p in worker_procs)
         others_before = {"watch": _cpu_s(watch_proc.pid), "fake": _cpu_s(_pid(fake))}
+        if forecaster_proc is not None:
+            others_before["forecaster"] = _cpu_s(forecaster_proc.pid)
         threads_before = _thread_cpu_s(worker_procs[0].pid)
         create_on_schedule(fake.url, plan)
         give_up = time.monotonic() + deadline_s
@@ -484,6 +494,11 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         worker_cpu_s = sum(_cpu_s(p.pid) for p in worker_procs) - cpu_before
         watch_cpu_s = _cpu_s(watch_proc.pid) - others_before["watch"]
         fake_cpu_s = _cpu_s(_pid(fake)) - others_before["fake"]
+        forecaster_cpu_s = (
+            _cpu_s(forecaster_proc.pid) - others_before["forecaster"]
+            if forecaster_proc is not None
+            else None
+        )
         threads_after = _thread_cpu_s(worker_procs[0].pid)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -502,6 +517,9 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         result["worker_cpu_s"] = round(worker_cpu_s, 1)
         result["watch_cpu_s"] = round(watch_cpu_s, 1)  # the watcher (and its teller)
         result["fake_cpu_s"] = round(fake_cpu_s, 1)  # the fake API server
+        result["forecaster_cpu_s"] = (
+            round(forecaster_cpu_s, 1) if forecaster_cpu_s is not None else None
+        )
         if result["cycles"]["cycles"]:
             result["worker_cpu_ms_per_cycle"] = round(
                 1000 * worker_cpu_s / result["cycles"]["cycles"], 1

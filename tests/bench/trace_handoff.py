@@ -119,6 +119,8 @@ def analyse(traces: list[tuple[float, int, str, dict[str, Any]]], entries: list[
                 parts[f"{kind} woke trees"].append(f["woken"])
             if f.get("cycled") is not None:
                 parts[f"{kind} cycled trees"].append(f["cycled"])
+        elif step == "forecast":  # the forecaster's work for one tree (its own process)
+            task_ms["forecast"].append(f.get("ms") or 0.0)
         elif step == "committed":
             for job in f.get("finished") or []:
                 if job:

@@ -108,6 +108,15 @@ class Command(BaseCommand):
                 f"{python} -m celery -A portal beat --loglevel WARNING --schedule {var / 'celerybeat-schedule'}",
             ),
         ]
+        if settings.KQ_FORECAST_QUEUE:
+            # Positions, ETAs and reasons of the waiting, off the cycler's path
+            # (queueing.forecaster): the cycler only admits while this one is there.
+            procs.append(
+                (
+                    "forecaster",
+                    f"{python} -m celery -A portal worker --pool solo -Q {settings.KQ_FORECAST_QUEUE} -n forecaster@%h --loglevel INFO --without-gossip --without-mingle",
+                )
+            )
         if settings.KQ_CLUSTER == "kubernetes":
             # The cycler's own informers wake it: no second copy of them (KQ_WATCH_WAKES).
             procs.append(("watch", f"env KQ_WATCH_WAKES=0 {python} manage.py watch_cluster"))
