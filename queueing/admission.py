@@ -140,10 +140,11 @@ def cycle_root(
         # while that is cheap, else within its share of the time (state.full_cycle_due).
         forecast = state.forecast_due(root)
         noted = False  # whether this cycle notes itself as the annotations' writer
+        ask = False  # whether to ask the forecaster, once this cycle's decisions commit
         if forecast and forecaster.serving():
             # A forecaster takes it (queueing.forecaster): this cycle only admits, from
             # the heads (their admissions are those of a full cycle: build_snapshot).
-            forecaster.request(root)
+            ask = True
             state.forecast_done(root)
             forecast = False
         elif forecast and forecaster.lately():
@@ -191,6 +192,9 @@ def cycle_root(
         report.seen = seen
         if noted:
             forecaster.wrote(tree)
+        if ask:
+            # After the commit: the forecast starts from what this cycle decided.
+            forecaster.request(root, after_commit=True)
         if shared is not None and report.admitted:
             took = set(report.admitted)
             for admission in result.admissions:

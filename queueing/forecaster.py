@@ -192,9 +192,13 @@ def send(root: str) -> None:
     )
 
 
-def request(root: str) -> bool:
+def request(root: str, *, after_commit: bool = False) -> bool:
     """Ask the forecaster for ``root``'s forecast, unless a request is on its way.
-    Whether one was sent."""
+    Whether one was sent (or, ``after_commit`` inside a transaction, will be once it
+    commits: a caller's transaction, the forecaster must see what it wrote)."""
+    if after_commit and transaction.get_connection().in_atomic_block:
+        transaction.on_commit(lambda: request(root))
+        return True
     try:
         if not wake.cache.add(request_key(root), time.time(), timeout=REQUEST_TTL_S):
             return False
