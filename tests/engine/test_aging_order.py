@@ -18,10 +18,8 @@ from queueing.engine.aging import queue_order_key
 from queueing.engine.cycle import run_cycle
 from queueing.engine.invariants import check_cycle
 from queueing.engine.resources import Resources
-from queueing.engine.simulator import Arrival, Scenario, simulate
+from queueing.engine.simulator import Arrival, Scenario
 from queueing.engine.types import (
-    CycleResult,
-    EngineConfig,
     NodeSpec,
     PodSet,
     QueueSpec,
@@ -29,8 +27,7 @@ from queueing.engine.types import (
     Snapshot,
     WorkloadSpec,
 )
-
-EPOCH = 1_700_000_000.0
+from tests.engine.builders import EPOCH, simulate_checked
 
 
 def spec(wid: int, priority: int, at: float, cpu: int = 1000, quota: str = "dev") -> WorkloadSpec:
@@ -109,25 +106,7 @@ def vision_dev(aging: float | None) -> tuple[Scenario, int]:
 
 
 def admitted_at(scenario: Scenario, wid: int) -> float:
-    seen: dict[int, float] = {}
-
-    class Watch:
-        def before(self, snap: Snapshot) -> Snapshot:
-            return snap
-
-        def after(self, snap: Snapshot, result: CycleResult) -> None:
-            assert check_cycle(snap, result) == []
-            for a in result.admissions:
-                seen.setdefault(a.workload_id, snap.now - EPOCH)
-
-    simulate(
-        scenario,
-        cycle_interval_s=5.0,
-        config=EngineConfig(fair_share_mode="instant"),
-        epoch=EPOCH,
-        observer=Watch(),
-    )
-    return seen[wid]
+    return simulate_checked(scenario).started[wid]
 
 
 def test_a_low_priority_job_behind_a_stream_of_higher_priority_work_starts_within_the_bound() -> (
