@@ -74,12 +74,14 @@ def writer_key(root: str) -> str:
 
 _looked: tuple[float, bool] | None = None
 _look_lock = threading.Lock()
+#: When this process last saw a forecaster (monotonic), for ``lately``.
+_seen_at = float("-inf")
 
 
 def serving() -> bool:
     """Whether a forecaster is there to take this process's forecasts (read at most once
     per ``LOOK_EVERY_S``). False when wakes are off (no broker to send requests on)."""
-    global _looked
+    global _looked, _seen_at
     if not settings.KQ_FORECAST_QUEUE or not wake.enabled():
         return False
     now = time.monotonic()
@@ -93,12 +95,10 @@ def serving() -> bool:
     with _look_lock:
         _looked = (now, alive)
         if alive:
-            _seen_at[0] = now
+            _seen_at = now
     return alive
 
 
-#: When this process last saw a forecaster (monotonic), for ``lately``.
-_seen_at = [float("-inf")]
 #: How long after it last saw a forecaster a process keeps its annotations' writer noted.
 LATELY_S = 60.0
 
@@ -109,7 +109,7 @@ def lately() -> bool:
     ``wrote``; two cache round trips). A process that has not seen one for that long
     wrote every annotation since the forecaster's last, and a forecaster that comes (or
     comes back) finds the note naming another world and reads its rows anew."""
-    return time.monotonic() - _seen_at[0] < LATELY_S
+    return time.monotonic() - _seen_at < LATELY_S
 
 
 def look_again() -> None:
@@ -121,10 +121,10 @@ def look_again() -> None:
 
 def forget() -> None:
     """Tests: forget the last look at the forecaster's note, and having seen one."""
-    global _looked
+    global _looked, _seen_at
     with _look_lock:
         _looked = None
-        _seen_at[0] = float("-inf")
+        _seen_at = float("-inf")
 
 
 def beat() -> None:
@@ -155,14 +155,17 @@ def start_heartbeat(queues: list[str] | None) -> bool:
     if _heartbeat is not None and _heartbeat.is_alive():
         return True
     _heartbeat_stop.clear()
+    try:
+        beat()  # there from the moment the worker is ready, not a thread's start later
+    except Exception:
+        log.warning("the forecaster could not note it is there", exc_info=True)
 
     def run() -> None:
-        while not _heartbeat_stop.is_set():
+        while not _heartbeat_stop.wait(HEARTBEAT_EVERY_S):
             try:
                 beat()
             except Exception:
                 log.warning("the forecaster could not note it is there", exc_info=True)
-            _heartbeat_stop.wait(HEARTBEAT_EVERY_S)
         stop_beating()
 
     _heartbeat = threading.Thread(target=run, name="kq-forecaster-heartbeat", daemon=True)
@@ -221,7 +224,6 @@ def take_over(tree: world.TreeWorld | None) -> None:
     try:
         last = wake.cache.get(writer_key(tree.root))
     except Exception:
-        last = None
         tree.invalidate()  # cannot tell: read the rows again
         return
     if last is not None and last != tree.token:
@@ -258,7 +260,7 @@ def forecast_tree(root: str, *, now: datetime | None = None) -> dict[str, Any]:
     from queueing import events, nodeview, state
     from queueing.engine import run_cycle as engine_cycle
     from queueing.state import batch
-    from queueing.state.annotate import annotations_statement, pending_annotations
+    from queueing.state.annotate import annotations_statement, located, pending_annotations
 
     if not state.forecast_due(root):
         # Within this process's share of the time (state.forecast_due), as a cycle's.
@@ -272,10 +274,11 @@ def forecast_tree(root: str, *, now: datetime | None = None) -> dict[str, Any]:
         tree = world.world_of(root) if world.enabled() else None
         take_over(tree)
         quotas = state.read_quotas(root)
-        if not state.tree_quota_ids(root, quotas):
+        quota_ids = state.tree_quota_ids(root, quotas)
+        if not quota_ids:
             return {"root": root, "skipped": True}
         if tree is not None:
-            tree.refresh(state.tree_quota_ids(root, quotas))
+            tree.refresh(quota_ids)
         nodes = nodeview.read()
         # Every waiting workload while that is cheap, else the heads of the queues and
         # what is new, as a forecasting cycle would (state.full_cycle_due).
@@ -300,16 +303,10 @@ def forecast_tree(root: str, *, now: datetime | None = None) -> dict[str, Any]:
             statement = annotations_statement(annotated, index.now)
             if statement is not None:
                 batch.run([statement])
-            located = [
-                (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
-                for i, _ in annotated
-                if i in index.rows
-            ]
-            # The live stream hears of them; no world is journaled, no cycle woken.
-            events.notify_changes(located, own_world=True)
-            if tree is not None and annotated:
-                cursor = tree.cursor
-                transaction.on_commit(lambda: tree.annotate(annotated, cursor))
+            # The live stream hears of them; no world is journaled, no cycle woken: the
+            # world that wrote them takes them in place.
+            events.notify_changes(located(annotated, index), own_world=True)
+            world.record_cycle(root, (), annotated, tree, journal=False)
             wrote(tree)
         elapsed = time.perf_counter() - started
         state.forecast_done(root, elapsed)

@@ -404,6 +404,8 @@ def record_cycle(
     moved: Iterable[int],
     annotated: Iterable[tuple[int, Mapping[str, Any]]],
     tree: TreeWorld | None,
+    *,
+    journal: bool = True,
 ) -> None:
     """Journal what a cycle's apply wrote (call inside its transaction).
 
@@ -412,14 +414,17 @@ def record_cycle(
     the new values. The world the cycle read (``tree``) takes those in place once the
     transaction commits and skips them in the journal; every other world (another
     process's, beat's) re-reads them as before. The world's own moves are read once,
-    not twice: nobody can commit them after the world's next refresh."""
+    not twice: nobody can commit them after the world's next refresh. ``journal=False``
+    (the forecaster's annotations, queueing.forecaster): nothing is journaled, the world
+    that wrote them only takes them in place."""
     moved = set(moved)
     notes = [(wid, fields) for wid, fields in annotated if wid not in moved]
     if tree is None:
-        record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]})
+        if journal:
+            record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]})
         return
-    token = tree.token
-    record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]}, by=token)
+    if journal:
+        record_now_and_on_commit({root: [*moved, *(wid for wid, _ in notes)]}, by=tree.token)
     if notes and transaction.get_connection().in_atomic_block:
         cursor = tree.cursor
         transaction.on_commit(lambda: tree.annotate(notes, cursor))

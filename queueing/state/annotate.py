@@ -217,6 +217,18 @@ def pending_annotations(
     return changed
 
 
+def located(
+    annotated: Sequence[tuple[int, Any]], index: SnapshotIndex
+) -> list[tuple[int, int, int]]:
+    """(tenant id, queue id, workload id) of the annotated rows, from the snapshot index:
+    what the live stream is told of them (``transitions.publish``)."""
+    return [
+        (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
+        for i, _ in annotated
+        if i in index.rows
+    ]
+
+
 class _Unchanged:
     """The explanation a row shows stays as it is (write_annotations keeps the column)."""
 

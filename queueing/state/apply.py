@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,7 +32,7 @@ from queueing.engine.types import Admission, CycleResult, Snapshot
 from queueing.lease import Fence, FlushingFence, Lease, can_defer_flush, check
 from queueing.models import CycleRun, Workload
 from queueing.state import batch, placement
-from queueing.state.annotate import annotations_statement, pending_annotations
+from queueing.state.annotate import annotations_statement, located, pending_annotations
 from queueing.state.calls import (
     Call,
     admit_call,
@@ -179,7 +179,7 @@ def apply(
         step("record")
         # 8. After the commit: the live stream hears what changed (the cycle's own
         # writes wake no cycle); a withdrawn admission wakes this tree again.
-        changed = [*moved.changes, *_located(annotated, index)]
+        changed = [*moved.changes, *located(annotated, index)]
         publish(changed, cycle_id=report.cycle_id)
         # The tree's worlds (this process's and any other's) re-read what moved; the
         # world this cycle read takes its annotations in place.
@@ -373,14 +373,3 @@ def _record(
 
 def _ref(row: Mapping[str, Any]) -> JobRef:
     return JobRef(row["kind"], row["api_version"], row["namespace"], row["name"], row["object_uid"])
-
-
-def _located(
-    annotated: Sequence[tuple[int, Any]], index: SnapshotIndex
-) -> list[tuple[int, int, int]]:
-    """(tenant id, queue id, workload id) of the annotated rows, from the snapshot index."""
-    return [
-        (index.rows[i]["tenant_id"], index.rows[i]["queue_id"], i)
-        for i, _ in annotated
-        if i in index.rows
-    ]
