@@ -94,16 +94,20 @@ def _tune_pool_process(sender: Any = None, **kwargs: Any) -> None:
     gctune.tune()
 
 
+def _consumed_queues(worker: Any) -> list[str] | None:
+    """The names of the queues a starting worker consumes; None if it cannot tell."""
+    consumer = getattr(worker, "task_consumer", None)
+    queues = getattr(consumer, "queues", None)
+    return None if queues is None else [queue.name for queue in queues]
+
+
 @worker_ready.connect
 def _wake_on_start(sender: Any = None, **kwargs: Any) -> None:
     """A cycle worker that starts wakes a sync and every tree (queueing.wake)."""
     from queueing import wake
 
-    consumer = getattr(sender, "task_consumer", None)
-    queues = getattr(consumer, "queues", None)
-    names = None if queues is None else [queue.name for queue in queues]
     try:
-        wake.on_worker_start(names)
+        wake.on_worker_start(_consumed_queues(sender))
     except Exception:  # the broker or the cache is not there yet: beat's tick comes
         log.exception("could not wake the cycle at the worker's start")
 
@@ -113,9 +117,7 @@ def _forecaster_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     """A worker that consumes the forecast queue says it is there (queueing.forecaster)."""
     from queueing import forecaster
 
-    consumer = getattr(sender, "task_consumer", None)
-    queues = getattr(consumer, "queues", None)
-    names = None if queues is None else [queue.name for queue in queues]
+    names = _consumed_queues(sender)
     if names is None:
         return  # cannot tell which queues it serves: the cycles forecast themselves
     forecaster.start_heartbeat(names)

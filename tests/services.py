@@ -102,8 +102,11 @@ def child_env(**extra: str) -> dict[str, str]:
 PYTHON = sys.executable
 
 
-def celery_worker_argv(name: str, *, loglevel: str = "WARNING") -> list[str]:
-    """A solo-pool Celery worker of the product (one task at a time, as tests count)."""
+def celery_worker_argv(
+    name: str, *, loglevel: str = "WARNING", queues: str = "celery,cycle"
+) -> list[str]:
+    """A solo-pool Celery worker of the product (one task at a time, as tests count).
+    ``queues``: by default beat's ticks and the woken cycles (queueing.wake) alike."""
     return [
         "-m",
         "celery",
@@ -117,9 +120,8 @@ def celery_worker_argv(name: str, *, loglevel: str = "WARNING") -> list[str]:
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",
-        # Beat's ticks and the woken cycles (queueing.wake) alike.
         "-Q",
-        "celery,cycle",
+        queues,
         "-n",
         f"{name}@%h",
     ]

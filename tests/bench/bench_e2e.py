@@ -473,8 +473,7 @@ def kueue_baseline_e2e() -> dict[str, Any]:
         # (queueing.forecaster); KQ_BENCH_E2E_FORECASTER=0 leaves it in the cycles.
         forecaster_proc = None
         if os.environ.get("KQ_BENCH_E2E_FORECASTER", "1") != "0":
-            argv = celery_worker_argv("forecaster", loglevel=env["LOG_LEVEL"])
-            argv[argv.index("-Q") + 1] = "forecast"
+            argv = celery_worker_argv("forecaster", loglevel=env["LOG_LEVEL"], queues="forecast")
             forecaster_proc = procs.start("forecaster", *argv)
         _wait_for_readiness(control, deadline=60)
         since = time.time()
