@@ -291,6 +291,9 @@ KQ_SYNC_CYCLES = _bool("KQ_SYNC_CYCLES", True)
 # while wakes of the sync come (docs/realtime.md §1). Off: at full scale it cost the
 # worker more CPU than it saved waiting (docs/BENCHMARKS.md, helper cyc).
 KQ_SYNC_PASS_TAKES = _bool("KQ_SYNC_PASS_TAKES", False)
+# A woken sync's pass cycles its trees in turn for at most this long, then syncs again
+# before the rest (the finishes seen meanwhile free their quota for them); 0: all in turn.
+KQ_SYNC_PASS_MS = _int("KQ_SYNC_PASS_MS", 100, 0)
 # Each cycle process keeps its trees' live workloads in memory (queueing/world.py) and
 # rebuilds them from the database at least this often.
 KQ_WORLD = _bool("KQ_WORLD", True)

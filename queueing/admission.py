@@ -51,6 +51,8 @@ class CycleSummary:
     woken: list[str] = field(default_factory=list)
     #: Whether the last sync of a woken sync's pass touched any tree (freed or asked).
     woken_last: bool = False
+    #: The trees a woken sync's pass left for after its next sync (``KQ_SYNC_PASS_MS``).
+    carried: list[str] = field(default_factory=list)
     sync: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -404,7 +406,12 @@ def react(
         from django.conf import settings
 
         budget = started + PASS_BUDGET_INTERVALS * settings.KQ_CYCLE_INTERVAL_S
-        while _sync_pass(cluster, now, summary):
+        while _sync_pass(cluster, now, summary, budget=budget):
+            if summary.carried:
+                # Trees the pass left when its time was up: the sync again first (what
+                # finished meanwhile frees their quota), then them.
+                trace.mark("sync_between", carried=len(summary.carried))
+                continue
             # A wake of the sync came while this pass ran: its react would wait behind
             # whatever the queue took meanwhile (ticks, trees' reacts). Take it here --
             # while finishes flow: a pass whose sync freed or asked for nothing (jobs
@@ -432,14 +439,26 @@ def react(
 PASS_BUDGET_INTERVALS = 1.0
 
 
-def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) -> bool:
-    """The sync, then the trees it woke, in this task; whether the sync ran (its lease)."""
+def _sync_pass(
+    cluster: Cluster, now: datetime | None, summary: CycleSummary, *, budget: float = 0.0
+) -> bool:
+    """The sync, then the trees it woke, in this task; whether the sync ran (its lease).
+
+    The trees are cycled in turn for at most ``KQ_SYNC_PASS_MS`` (until ``budget``, the
+    task's, allows no more): those left are ``summary.carried``, for the caller to cycle
+    after the next sync (with the trees the last pass carried, in front)."""
+    from django.conf import settings
+
     touched: set[str] = set()
     synced = False
+    carried, summary.carried = summary.carried, []
     inline: list[str] = []
     try:
         with wake.collecting() as touched:
             synced = _sync(cluster, now, summary, quiet=False)
+    except BaseException:
+        wake.wake_now(carried, reason="carried")  # the last pass left them: not lost
+        raise
     finally:
         # Whatever it committed before any error wakes its trees all the same.
         every = state.roots()
@@ -456,6 +475,8 @@ def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) ->
         summary.woken_last = bool(touched)
         inline = _cycled_here(woken_now, queued, take=taking) if synced else []
         wake.wake_now([root for root in woken_now if root not in inline], reason="sync")
+        # The trees the last pass carried come first, cycled whether or not this sync ran.
+        inline = [*carried, *(root for root in inline if root not in carried)]
     if not synced:
         wake.wake_busy([wake.SYNC], reason="sync busy")
     else:
@@ -463,9 +484,16 @@ def _sync_pass(cluster: Cluster, now: datetime | None, summary: CycleSummary) ->
     if inline:
         # The trees this sync touched (and those woken meanwhile), cycled now: no broker
         # hop, no wait behind the queue's other tasks for the quota a finish just freed.
+        # For at most KQ_SYNC_PASS_MS: then the sync again, which sees what finished while
+        # these cycled, before the rest (never past the task's budget, nor without a sync).
+        until = None
+        if synced and settings.KQ_SYNC_PASS_MS and time.perf_counter() < budget:
+            until = min(budget, time.perf_counter() + settings.KQ_SYNC_PASS_MS / 1000)
         cycled = len(summary.roots)
         try:
-            _cycle_woken(cluster, inline, now, summary, done=(wake.SYNC,))
+            summary.carried = _cycle_woken(
+                cluster, inline, now, summary, done=(wake.SYNC,) if synced else (), until=until
+            )
         except BaseException:
             wake.wake_now([root for root in inline if root not in summary.roots[cycled:]])
             raise
@@ -481,14 +509,18 @@ def _cycle_woken(
     summary: CycleSummary,
     *,
     done: tuple[str, ...] = (),
-) -> None:
+    until: float | None = None,
+) -> list[str]:
     """Cycle trees a wake asked for. A tree whose lease is busy (beat's tick or another
     worker cycles it) is woken again a little later rather than dropped: the holder may
     have read before the change (100 ms, doubling while it stays busy). ``done``: other
-    targets that got their lease (the sync before these cycles), noted with them."""
-    _cycle_roots(cluster, roots, now, summary)
+    targets that got their lease (the sync before these cycles), noted with them.
+    ``until``: no tree is started after it (``time.perf_counter()``) once one was
+    cycled; returns those left, for the caller to cycle."""
+    left = _cycle_roots(cluster, roots, now, summary, until=until)
     wake.not_busy(*done, *(root for root in roots if root in summary.roots))
     wake.wake_busy([root for root in summary.skipped if root in roots])
+    return left
 
 
 def _cycled_here(roots: list[str], queued: dict[str, Any], *, take: bool = False) -> list[str]:
@@ -546,10 +578,18 @@ def _sync(
 
 
 def _cycle_roots(
-    cluster: Cluster, roots: list[str], now: datetime | None, summary: CycleSummary
-) -> None:
+    cluster: Cluster,
+    roots: list[str],
+    now: datetime | None,
+    summary: CycleSummary,
+    *,
+    until: float | None = None,
+) -> list[str]:
+    """Cycle ``roots`` in turn; those not started because ``until`` had passed (after at
+    least one was cycled) are returned, their leases released with the pass's."""
+    left: list[str] = []
     if not roots:
-        return
+        return left
     read = time.perf_counter()
     nodes = cluster.nodes()
     listed = time.perf_counter()
@@ -578,7 +618,10 @@ def _cycle_roots(
             if world.enabled():
                 shared.read_journal([world.world_of(root) for root in mine])
         # Each tree's cluster calls run while the next tree cycles (and the next sync).
-        for root in roots:
+        for position, root in enumerate(roots):
+            if until is not None and notes and time.perf_counter() >= until:
+                left = roots[position:]
+                break
             lease = held.get(f"cycle:{root}")
             if root in ready and lease is None:
                 trace.mark("cycle_busy", root=root)
@@ -625,7 +668,8 @@ def _cycle_roots(
                 done.setdefault(taken.name, taken)
         leases.release_many(done.values())
         wake.cycled_many(notes)
-        trace.mark("pass", trees=len(roots), cycled=len(notes), **meter.stop())
+        trace.mark("pass", trees=len(roots), cycled=len(notes), left=len(left), **meter.stop())
+    return left
 
 
 def _calls_done(root: str) -> bool:

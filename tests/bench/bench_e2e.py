@@ -29,6 +29,7 @@ KQ_BENCH_E2E_FORECASTER=0 (no forecaster process: the cycles forecast themselves
 KQ_BENCH_E2E_PYSPY (a file: py-spy samples the first worker, raw format, for the run),
 KQ_BENCH_E2E_PYSPY_IDLE=1 (py-spy also samples idle threads, stacks per thread: where
 the main thread waits off-CPU),
+KQ_BENCH_E2E_KEEP=1 (the logs are kept, the fake server's as fake.jsonl),
 KQ_TRACE=1 (every process logs the steps of queueing.trace; the result gets ``trace``,
 the hand-off of each finish step by step, from tests/bench/trace_handoff.py).
 
@@ -523,12 +524,14 @@ def kueue_baseline_e2e() -> dict[str, Any]:
             result["worker_cpu_ms_per_cycle"] = round(
                 1000 * worker_cpu_s / result["cycles"]["cycles"], 1
             )
+        if os.environ.get("KQ_TRACE") or os.environ.get("KQ_BENCH_E2E_KEEP"):
+            # The fake server's log, kept beside the processes' (timelines after the run).
+            with (logs / "fake.jsonl").open("w") as out:
+                out.writelines(json.dumps(e) + "\n" for e in entries)
         if os.environ.get("KQ_TRACE"):
             # The hand-off of each finish, step by step (queueing.trace, trace_handoff).
             from tests.bench.trace_handoff import analyse, read_traces, thread_cpu
 
-            with (logs / "fake.jsonl").open("w") as out:
-                out.writelines(json.dumps(e) + "\n" for e in entries)
             traces = read_traces(logs)
             result["trace"] = analyse(traces, entries)
             result["trace"]["worker_thread_cpu_s"] = thread_cpu(

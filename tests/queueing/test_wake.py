@@ -274,11 +274,12 @@ def test_a_woken_sync_runs_again_for_a_wake_of_the_sync_that_came_meanwhile(
     woke: list[float | None] = []
 
     def then_a_finish_is_heard(*args, **kwargs):
-        real(*args, **kwargs)
+        left = real(*args, **kwargs)
         if not woke:  # while the pass cycles, "b" finishes and the informers wake a sync
             SimJob.objects.filter(name="b").update(runtime_s=0.0)
             wake.wake(None, sync=True, reason="test")
             woke.append(stamped.stamp_of(wake.SYNC))
+        return left
 
     monkeypatch.setattr(admission, "_cycle_woken", then_a_finish_is_heard)
     syncs.clear()
@@ -294,6 +295,49 @@ def test_a_woken_sync_runs_again_for_a_wake_of_the_sync_that_came_meanwhile(
         wake.SYNC
     ]
     assert len(syncs) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("pass_ms", [1, 0])
+def test_a_woken_sync_syncs_again_before_the_trees_left_when_its_time_is_up(
+    world, sent, syncs, settings, monkeypatch, pass_ms
+):
+    """KQ_SYNC_PASS_MS: the trees a sync woke are cycled in turn until the pass's time is
+    up; the sync runs again before the rest, which then see what finished meanwhile."""
+    from queueing import admission
+
+    settings.KQ_SYNC_PASS_MS = pass_ms
+    other = second_tree()
+    submit(world, "a", cpu="8", runtime=30)
+    submit(world, "h1", cpu="4", runtime=30, quota=other)
+    submit(world, "h2", cpu="4", runtime=600, quota=other)
+    react("cluster", cluster=world.cluster, now=world.clock())
+    react("other", cluster=world.cluster, now=world.clock())
+    waiting = submit(world, "w", cpu="8", quota=other)
+    world.clock.advance(30)  # "a" and "h1" finished: the sync touches both trees
+    cache.clear()
+    real = admission.cycle_root
+
+    def slow_and_meanwhile_h2_ends(root, **kwargs):
+        report = real(root, **kwargs)
+        if root == "cluster":
+            SimJob.objects.filter(name="h2").update(runtime_s=0.0)
+            time.sleep(0.005)  # past the pass's time
+        return report
+
+    monkeypatch.setattr(admission, "cycle_root", slow_and_meanwhile_h2_ends)
+    syncs.clear()
+    summary = react(wake.SYNC, cluster=world.cluster, now=world.clock())
+    assert summary.roots == ["cluster", "other"]
+    assert summary.carried == []
+    if pass_ms:
+        # The second sync saw "h2" end before "other" cycled: "w" took its room.
+        assert len(syncs) == 2
+        assert Workload.objects.get(pk=waiting.pk).phase == Phase.ADMITTED
+    else:
+        # Control: both trees in turn after one sync; "w" waits for the next.
+        assert len(syncs) == 1
+        assert Workload.objects.get(pk=waiting.pk).phase == Phase.PENDING
 
 
 @pytest.mark.django_db(transaction=True)
