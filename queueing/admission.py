@@ -388,8 +388,10 @@ def react(
       configuration), plus the trees waiting for room on the nodes when it moved
       something (``summary.woken``), cycled in this task (``_cycled_here``) -- and, when
       reacts carry their stamps, every tree with a react on its way, whose wake this
-      task takes (``wake.take``). Then again, while a wake of the sync came meanwhile
-      and the task is under ``PASS_BUDGET_INTERVALS`` intervals old (``_sync_pass``);
+      task takes (``wake.take``). The trees are cycled for at most ``KQ_SYNC_PASS_MS``:
+      those left are cycled after the sync again (``summary.carried``). Then again,
+      while a wake of the sync came meanwhile and the task is under
+      ``PASS_BUDGET_INTERVALS`` intervals old (``_sync_pass``);
     - ``wake.ALL``: a wake of each tree, at once.
 
     ``stamp``: its wake key's value when it was sent; nothing is done if another task
@@ -487,8 +489,9 @@ def _sync_pass(
         # For at most KQ_SYNC_PASS_MS: then the sync again, which sees what finished while
         # these cycled, before the rest (never past the task's budget, nor without a sync).
         until = None
-        if synced and settings.KQ_SYNC_PASS_MS and time.perf_counter() < budget:
-            until = min(budget, time.perf_counter() + settings.KQ_SYNC_PASS_MS / 1000)
+        clock = time.perf_counter()
+        if synced and settings.KQ_SYNC_PASS_MS and clock < budget:
+            until = min(budget, clock + settings.KQ_SYNC_PASS_MS / 1000)
         cycled = len(summary.roots)
         try:
             summary.carried = _cycle_woken(
