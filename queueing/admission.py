@@ -190,6 +190,7 @@ def cycle_root(
             annotate=forecast,
             then=after_calls if background else None,
             started=started,
+            unchanged_since=shared.placement_token if shared is not None else None,
         )
         report.seen = seen
         if noted:
@@ -205,6 +206,8 @@ def cycle_root(
                         index.quota_ids[admission.quota],
                         {node: held.to_dict() for node, held in admission.assignment.items()},
                     )
+        if shared is not None:
+            shared.locked(report.placement_token)
         report.node_bound = waits_for_nodes(result)
         if forecast:
             state.forecast_done(root, time.perf_counter() - started)

@@ -64,6 +64,11 @@ class ApplyReport:
     #: to, and whether work was left waiting for room on the nodes (queueing.wake).
     seen: str | None = None
     node_bound: bool = False
+    #: The placement lock's token this apply took (None: it took none), and whether it
+    #: read what the other trees hold under it (not when nobody took the lock since the
+    #: caller's view of their holdings: ``unchanged_since``).
+    placement_token: int | None = None
+    placement_read: bool = False
 
 
 def apply(
@@ -78,6 +83,7 @@ def apply(
     annotate: bool = True,
     then: Callable[[], None] | None = None,
     started: float | None = None,
+    unchanged_since: int | None = None,
 ) -> ApplyReport:
     """Write the cycle's decisions, then make the cluster follow. See the module docstring.
 
@@ -87,7 +93,10 @@ def apply(
     pool (``report.pending``) and ``then`` runs there once they are done; else after
     them, here. Either way it runs exactly once, after the calls. ``started``: the
     ``time.perf_counter()`` the cycle started at; the cycle's record carries its
-    duration up to the record (the commit and the cluster calls after it are not in it)."""
+    duration up to the record (the commit and the cluster calls after it are not in it).
+    ``unchanged_since``: the placement lock's token as of the snapshot's view of what the
+    other trees hold (``PassReads.placement_token``), if known: the view is read again
+    under the lock only if somebody took it since (``placement.lock_and_read``)."""
     now = index.now
     report = ApplyReport(engine_ms=engine_ms)
     steps: dict[str, float] = {}
@@ -113,9 +122,13 @@ def apply(
         # under it in the same round trip (placement.lock_and_read).
         elsewhere = None
         if result.admissions:
-            elsewhere = placement.lock_and_read(
-                index.quota_ids.values(), fence=lease, defer_flush=deferred
+            report.placement_token, elsewhere = placement.lock_and_read(
+                index.quota_ids.values(),
+                fence=lease,
+                defer_flush=deferred,
+                unchanged_since=unchanged_since,
             )
+            report.placement_read = elsewhere is not None
         elif lease is not None:
             check(lease, defer_flush=deferred)
 
@@ -210,6 +223,7 @@ def apply(
             "applied",
             root=index.root,
             steps=steps,
+            placement_read=report.placement_read,
             annotated=report.annotated,
             admitted=[
                 f"{index.rows[w]['namespace']}/{index.rows[w]['name']}" for w in report.admitted
@@ -253,11 +267,11 @@ def _placeable(
     now_elsewhere: placement.Usage | None,
 ) -> list[Admission]:
     """The admissions that still fit the nodes under the placement lock (state.placement),
-    taken by step 1 with what the other trees hold now (``now_elsewhere``)."""
+    taken by step 1 with what the other trees hold now (``now_elsewhere``; None: nobody
+    took the lock since the snapshot's view of it, so nothing grew)."""
     if not result.admissions:
         return []
-    assert now_elsewhere is not None  # read by step 1 whenever there are admissions
-    if not placement.grew(index.elsewhere, now_elsewhere):
+    if now_elsewhere is None or not placement.grew(index.elsewhere, now_elsewhere):
         return list(result.admissions)
     out = placement.withdrawn(result.admissions, snapshot, index.elsewhere, now_elsewhere)
     report.displaced = sorted(out)

@@ -20,6 +20,13 @@ the cycle's fence, and what the other trees hold), in one round trip on PostgreS
 READ COMMITTED transaction takes its own snapshot when it starts, and the server starts
 the read only once the lock is granted, so the read sees every apply committed before),
 and a lock held from that read to the commit. The alternative designs are weighed in docs/realtime.md.
+
+The read is skipped when nothing can have grown: each taking of the lock raises its
+token by one, and the only write that gives a workload room on a node is an admission,
+made under the lock. A pass that read every tree's holdings with the token (``PassReads``)
+and added its own trees' admissions as they committed knows the holdings as of its last
+taking; when the lock's next token is the one after it, nobody else took it and the read
+would find nothing new (``lock_and_read``'s ``unchanged_since``).
 """
 
 from __future__ import annotations
@@ -43,11 +50,11 @@ LOCK_NAME = "placement"
 Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
-def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
-    """Inside the apply's transaction: wait for (and hold) the placement lock. One
-    statement, which makes the lock's row the first time (an upsert: a racing first
-    insert waits for the other's and then updates it, nothing raises into the caller's
-    transaction).
+def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> int:
+    """Inside the apply's transaction: wait for (and hold) the placement lock; the lock's
+    token, which each taking raises by one (``unchanged_since``). One statement, which
+    makes the lock's row the first time (an upsert: a racing first insert waits for the
+    other's and then updates it, nothing raises into the caller's transaction).
 
     ``fence``: the cycle's lease, checked first (``lease.check``: its row locked, LeaseLost
     unless still ours); on PostgreSQL in the same statement as the lock."""
@@ -55,74 +62,108 @@ def lock(fence: Lease | None = None, *, defer_flush: bool = False) -> None:
         check(fence)
         fence = None
     (rows,) = batch.run([_lock_statement(fence, defer_flush=defer_flush)])
-    _checked(fence, rows)
+    return _checked(fence, rows)
 
 
 def lock_and_read(
-    quota_ids: Iterable[int], fence: Lease | None = None, *, defer_flush: bool = False
-) -> Usage:
+    quota_ids: Iterable[int],
+    fence: Lease | None = None,
+    *,
+    defer_flush: bool = False,
+    unchanged_since: int | None = None,
+) -> tuple[int, Usage | None]:
     """The placement lock (``lock``), then what the other trees hold under it
     (``held_elsewhere``): on PostgreSQL the two statements in one round trip
     (``state.batch``). The read is the second statement of the message, so the server
     starts it, with its own snapshot, only once the lock is granted: it sees every apply
     committed before. A lost fence raises LeaseLost as ``lock`` does (the read was
-    harmless; the caller's transaction rolls back the lock)."""
+    harmless; the caller's transaction rolls back the lock). Returns the lock's token and
+    what was read.
+
+    ``unchanged_since``: the token of the lock after which the caller's view of the other
+    trees' holdings was read (or to which it added its own admissions: ``PassReads``).
+    Other trees' holdings on the nodes grow only under this lock (an admission is the one
+    write that gives a workload room on a node), so when the lock's token is the next one
+    -- nobody took it since -- nothing grew and nothing is read: None. On PostgreSQL the
+    read is still sent, gated on the token (a one-time filter the server evaluates before
+    any row is read); the read under the lock was the tail's costliest statement after a
+    burst (every holding row's index entries, dead ones included, on a table not vacuumed
+    yet)."""
     if connection.vendor != "postgresql":
-        lock(fence, defer_flush=defer_flush)
+        token = lock(fence, defer_flush=defer_flush)
         faults.reach("placement.locked")
-        return held_elsewhere(quota_ids)
+        if unchanged_since is not None and token == unchanged_since + 1:
+            return token, None
+        return token, held_elsewhere(quota_ids)
     sql, params = _elsewhere_query(quota_ids).query.get_compiler(connection.alias).as_sql()
+    if unchanged_since is not None:
+        table = connection.ops.quote_name(CycleLease._meta.db_table)
+        q = connection.ops.quote_name
+        # Identifiers from the models' meta, quoted; values are parameters.
+        sql = (
+            f"SELECT * FROM ({sql}) held WHERE "  # noqa: S608
+            f"(SELECT {q('token')} FROM {table} WHERE {q('name')} = %s) <> %s"
+        )
+        params = (*params, LOCK_NAME, unchanged_since + 1)
     locked, held = batch.run(
         [_lock_statement(fence, defer_flush=defer_flush), batch.Statement(sql, params)]
     )
-    _checked(fence, locked)
+    token = _checked(fence, locked)
     faults.reach("placement.locked")
+    if unchanged_since is not None and token == unchanged_since + 1:
+        return token, None
     field = Workload._meta.get_field("assignment")
     usage: Usage = defaultdict(dict)
     for (value,) in held or []:
         assignment = field.from_db_value(value, None, connection)
         if isinstance(assignment, dict):
             _add(usage, assignment)
-    return usage
+    return token, usage
 
 
 def _lock_statement(fence: Lease | None, *, defer_flush: bool) -> batch.Statement:
-    """The lock's statement: the upsert of its row, with the fence's row locked and read
-    in the same statement when there is a fence (PostgreSQL only)."""
+    """The lock's statement, answering the lock's new token: the upsert of its row, with
+    the fence's row locked and read in the same statement when there is a fence
+    (PostgreSQL only)."""
     table = connection.ops.quote_name(CycleLease._meta.db_table)
     q = connection.ops.quote_name
     upsert = (
         f"INSERT INTO {table} ({q('name')}, {q('holder')}, {q('token')}, {q('expires_at')}) "  # noqa: S608
         f"VALUES (%s, '', 1, NULL) ON CONFLICT ({q('name')}) "
-        f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1"
+        f"DO UPDATE SET {q('token')} = {table}.{q('token')} + 1 RETURNING {q('token')}"
     )
     defer = f", {DEFER_FLUSH}" if defer_flush else ""
     if fence is None:
         # Identifiers from the model's meta, quoted; the name is a parameter.
         if defer:
             return batch.Statement(
-                f"WITH placed AS ({upsert} RETURNING 1) SELECT 1{defer}", [LOCK_NAME]
+                f"WITH placed AS ({upsert}) SELECT {q('token')}{defer} FROM placed",  # noqa: S608
+                [LOCK_NAME],
             )
         return batch.Statement(upsert, [LOCK_NAME])
     # The fence's row locked and read, and the lock taken, in one statement (the upsert
     # runs whatever the read finds; a lost lease rolls it back with the rest).
     return batch.Statement(
-        f"WITH placed AS ({upsert} RETURNING 1) "  # noqa: S608
+        f"WITH placed AS ({upsert}) "  # noqa: S608
         f"SELECT {q('token')}, {q('holder')}, {q('expires_at')}, "
-        f"(SELECT count(*) FROM placed){defer} "
+        f"(SELECT {q('token')} FROM placed){defer} "
         f"FROM {table} WHERE {q('name')} = %s FOR UPDATE",
         [LOCK_NAME, fence.name],
     )
 
 
-def _checked(fence: Lease | None, rows: batch.Rows | None) -> None:
-    """LeaseLost unless the fence's row, as the lock's statement read it, is still ours."""
+def _checked(fence: Lease | None, rows: batch.Rows | None) -> int:
+    """The lock's new token, from its statement's rows; LeaseLost unless the fence's row,
+    as the lock's statement read it, is still ours."""
     if fence is None:
-        return
+        if not rows:
+            raise RuntimeError("the placement lock's statement answered no token")
+        return int(rows[0][0])
     if not rows:
         raise LeaseLost(f"the lease {fence.name!r} #{fence.token} is no longer held")
     row = rows[0]
     still_held(fence, row[0], row[1], row[2])
+    return int(row[3])
 
 
 def _elsewhere_query(quota_ids: Iterable[int]) -> QuerySet[Workload, Any]:
@@ -130,6 +171,7 @@ def _elsewhere_query(quota_ids: Iterable[int]) -> QuerySet[Workload, Any]:
     return (
         Workload.objects.filter(phase__in=HOLDING_PHASES)
         .exclude(quota_id__in=ids)
+        .order_by()  # (not the model's queue order: a sort of every row for nothing)
         .values_list("assignment", flat=True)
     )
 
@@ -147,17 +189,38 @@ def held_elsewhere(quota_ids: Iterable[int]) -> Usage:
     return usage
 
 
-def held_by_quota() -> dict[int, Usage]:
+def held_by_quota() -> tuple[dict[int, Usage], int]:
     """What the holding workloads of every tree hold on each node, per quota id: one read
     that the cycles of one pass share (``snapshot.PassReads``), where each tree's
-    snapshot read the other trees' holdings again (``held_elsewhere``)."""
+    snapshot read the other trees' holdings again (``held_elsewhere``). With the
+    placement lock's token as of the same read (0 before its first taking): the
+    holdings read cannot have grown while the lock's token stays that
+    (``lock_and_read``'s ``unchanged_since``)."""
     out: dict[int, Usage] = {}
-    for quota_id, assignment in Workload.objects.filter(phase__in=HOLDING_PHASES).values_list(
-        "quota_id", "assignment"
-    ):
-        if isinstance(assignment, dict):
-            _add(out.setdefault(quota_id, defaultdict(dict)), assignment)
-    return out
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    leases = connection.ops.quote_name(CycleLease._meta.db_table)
+    q = connection.ops.quote_name
+    phases = [str(phase) for phase in HOLDING_PHASES]
+    marks = ", ".join(["%s"] * len(phases))
+    field = Workload._meta.get_field("assignment")
+    with connection.cursor() as cursor:
+        # One statement, one snapshot: the token and the rows as of the same moment (a
+        # row of NULLs when nothing holds). Identifiers from the models' meta, quoted.
+        cursor.execute(
+            f"SELECT COALESCE((SELECT {q('token')} FROM {leases} WHERE {q('name')} = %s), 0), "  # noqa: S608
+            f"w.{q('quota_id')}, w.{q('assignment')} FROM (SELECT 1) one LEFT JOIN {table} w "
+            f"ON w.{q('phase')} IN ({marks})",
+            [LOCK_NAME, *phases],
+        )
+        rows = cursor.fetchall()
+        token = rows[0][0] if rows else 0
+        for _token, quota_id, value in rows:
+            if quota_id is None:
+                continue
+            assignment = field.from_db_value(value, None, connection)
+            if isinstance(assignment, dict):
+                _add(out.setdefault(quota_id, defaultdict(dict)), assignment)
+    return out, int(token)
 
 
 def _add(usage: Usage, assignment: Mapping[str, Mapping[str, int]]) -> None:

@@ -149,6 +149,10 @@ class PassReads:
     def __init__(self) -> None:
         self._queues: list[dict[str, Any]] | None = None
         self._held: dict[int, placement.Usage] | None = None
+        #: The placement lock's token as of ``_held`` (the read's, then each taking by
+        #: this pass's applies that followed it with nobody's in between), or None once
+        #: another taking came between (``placement.lock_and_read``).
+        self.placement_token: int | None = None
         self._quotas: dict[str, list[dict[str, Any]]] = {}
         self._journal: dict[str, tuple[str, Since]] = {}
 
@@ -200,7 +204,7 @@ class PassReads:
     def elsewhere(self, quota_ids: Iterable[int]) -> placement.Usage:
         """What the trees other than the one of ``quota_ids`` hold, per node."""
         if self._held is None:
-            self._held = placement.held_by_quota()
+            self._held, self.placement_token = placement.held_by_quota()
         mine = set(quota_ids)
         out: placement.Usage = defaultdict(dict)
         for quota_id, usage in self._held.items():
@@ -212,6 +216,14 @@ class PassReads:
         """An admission of this pass, committed: its quota holds ``assignment`` now."""
         if self._held is not None:
             placement._add(self._held.setdefault(quota_id, defaultdict(dict)), assignment)
+
+    def locked(self, token: int | None) -> None:
+        """An apply of this pass committed, having taken the placement lock with ``token``
+        (None: it took none) and its admissions added (``took``): the holdings are known
+        as of that token when it is the next one, else no longer by token."""
+        if token is None or self.placement_token is None:
+            return
+        self.placement_token = token if token == self.placement_token + 1 else None
 
 
 def _read_queues() -> list[dict[str, Any]]:

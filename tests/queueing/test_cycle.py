@@ -279,6 +279,76 @@ def test_two_trees_cycled_at_once_never_overfill_a_shared_node(world):
     assert SimJob.objects.filter(suspended=False).count() == 4
 
 
+def _applies(monkeypatch) -> list:
+    """Every apply's report from now on (``state.apply`` wrapped)."""
+    from queueing import admission
+
+    reports: list = []
+    apply = state.apply
+
+    def recorded(*args, **kwargs):
+        reports.append(apply(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(admission.state, "apply", recorded)
+    return reports
+
+
+def test_a_pass_nobody_else_placed_in_reads_no_holdings_under_the_lock(world, monkeypatch):
+    # Two trees over the same two 8-cpu nodes, each with 8 cpu of work: both fit. Cycled
+    # in one pass, each apply takes the placement lock right after the pass's view of the
+    # holdings (the pass's read, then the first tree's own admissions): nothing can have
+    # grown, and neither reads the holdings again under the lock.
+    from queueing.admission import CycleSummary, _cycle_roots
+
+    other = builders.tree("other", "16")
+    mine = [submit(world, f"a{i}", cpu="4") for i in range(2)]
+    theirs = [submit(world, f"b{i}", cpu="4", quota=other) for i in range(2)]
+    reports = _applies(monkeypatch)
+    summary = CycleSummary()
+    _cycle_roots(world.cluster, ["cluster", "other"], world.clock(), summary)
+    assert summary.admitted == 4
+    assert [(r.placement_read, len(r.admitted)) for r in reports] == [(False, 2), (False, 2)]
+    assert reports[1].placement_token == reports[0].placement_token + 1
+    assert sorted(
+        Workload.objects.filter(phase__in=HOLDING_PHASES).values_list("id", flat=True)
+    ) == (sorted(w.pk for w in [*mine, *theirs]))
+    assert held_per_node() == {"node-1": 8000, "node-2": 8000}
+
+
+def test_a_placement_by_another_worker_after_the_pass_read_is_read_under_the_lock(
+    world, monkeypatch
+):
+    # The pass reads the holdings; then another worker's cycle of a third tree places 12
+    # cpu on the shared nodes (taking the placement lock); then this pass's tree applies
+    # admissions made for empty nodes. The lock's token is not the one after the pass's,
+    # so the holdings are read under it and what no longer fits is withdrawn.
+    other = builders.tree("other", "16")
+    third = builders.tree("third", "16")
+    mine = [submit(world, f"a{i}", cpu="4") for i in range(4)]
+    for i in range(3):
+        submit(world, f"c{i}", cpu="4", quota=third)
+    nodes = world.cluster.nodes()
+    shared = state.PassReads()
+    snapshot, index = state.build_snapshot("cluster", nodes=nodes, now=world.clock(), shared=shared)
+    assert shared.placement_token is not None
+    result = run_cycle(snapshot)
+    assert len(result.admissions) == 4  # 16 cpu on empty nodes
+    snap_c, index_c = state.build_snapshot("third", nodes=nodes, now=world.clock())
+    placed = state.apply(run_cycle(snap_c), snap_c, index_c, None, world.cluster)
+    assert len(placed.admitted) == 3
+    report = state.apply(
+        result, snapshot, index, None, world.cluster, unchanged_since=shared.placement_token
+    )
+    assert report.placement_read
+    assert report.placement_token == shared.placement_token + 2
+    assert len(report.admitted) == 1
+    assert len(report.displaced) == 3
+    assert held_per_node() == {"node-1": 8000, "node-2": 8000}
+    assert Workload.objects.filter(pk__in=[w.pk for w in mine], phase=Phase.PENDING).count() == 3
+    del other
+
+
 def test_room_left_by_another_tree_is_still_used(world):
     # Positive control of the check above: the other tree grew on the nodes since the
     # snapshot (so the admissions are replayed), but there is room for both.
@@ -483,10 +553,18 @@ def test_a_pass_of_two_trees_reads_queues_and_holdings_once_and_counts_its_own_a
     sqls = [q["sql"] for q in queries.captured_queries]
     queue_table = connection.ops.quote_name(Queue._meta.db_table)
     assert sum(1 for sql in sqls if sql.startswith("SELECT") and f" FROM {queue_table}" in sql) == 1
-    # The holdings: once for the pass, and once under the placement lock by the apply
-    # that admitted (the first tree's; the second admitted nothing, took no lock). On
-    # PostgreSQL the latter goes in one message with the lock's statement (state.batch).
+    # The holdings: read once for the pass. The apply that admitted (the first tree's;
+    # the second admitted nothing, took no lock) took the placement lock right after the
+    # pass's read, so it reads nothing under it: on PostgreSQL the read goes in one
+    # message with the lock's statement (state.batch), gated on the lock's token; on
+    # SQLite it is not sent.
     statements = [part for sql in sqls for part in sql.split("; ")]
-    columns = [sql.split(" FROM ")[0] for sql in statements if sql.startswith("SELECT")]
-    holdings = [c for c in columns if '"assignment"' in c and '"name"' not in c]
-    assert len(holdings) == 2, holdings
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    holdings = [
+        sql
+        for sql in statements
+        if sql.startswith(f'SELECT {table}."assignment"')  # the read under the lock
+        or sql.startswith("SELECT * FROM (SELECT")  # the same, gated on the lock's token
+        or sql.startswith("SELECT COALESCE((SELECT")  # the pass's, with the token
+    ]
+    assert len(holdings) == (2 if connection.vendor == "postgresql" else 1), holdings

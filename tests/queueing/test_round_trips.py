@@ -523,7 +523,8 @@ def test_the_read_under_the_placement_lock_is_one_more_statement_and_no_more_rou
     assert mine is not None
     with counting() as count, transaction.atomic():
         meter = trace.Meter().start()  # inside: the test's savepoints are not counted
-        assert placement.lock_and_read([world.quota.id], fence=mine) == {}
+        _token, held = placement.lock_and_read([world.quota.id], fence=mine)
+        assert held == {}
         cost = meter.stop()
     postgres = connection.vendor == "postgresql"
     assert count.statements == (1 if postgres else 3)
@@ -552,7 +553,9 @@ def test_a_lost_lease_fails_the_pipelined_lock_and_read_and_takes_no_lock(world)
 def test_the_read_under_the_lock_sees_what_was_committed_while_it_waited():
     """Another tree's apply holds the placement lock and admits onto a node; the apply
     that waited for the lock must read that holding (its statement starts, with its own
-    snapshot, only once the lock is granted -- one statement for both would not)."""
+    snapshot, only once the lock is granted -- one statement for both would not). Its
+    view of the holdings was read before the other took the lock (token 0, no lock row
+    yet): the read's gate sees the other's taking and reads."""
     import threading
 
     from django.db import OperationalError, connections, transaction
@@ -583,7 +586,10 @@ def test_the_read_under_the_lock_sees_what_was_committed_while_it_waited():
             for _ in range(100):  # SQLite answers "locked" after its timeout: try again
                 try:
                     with transaction.atomic():
-                        seen.append(placement.lock_and_read([w.quota.id]))
+                        token, found = placement.lock_and_read([w.quota.id], unchanged_since=0)
+                        assert token == 2
+                        assert found is not None
+                        seen.append(found)
                     return
                 except OperationalError:
                     continue
