@@ -157,3 +157,23 @@ def test_the_trickle_sends_a_wave_to_one_tenant_at_a_time(settings, tmp_path):
     assert into_wave >= calm_into_wave + len(loud), (into_wave, calm_into_wave)
     # The next period's wave belongs to the next tenant.
     assert demo.wave_quotas(start + period + 5) != wave
+
+
+@pytest.mark.django_db
+def test_the_products_postgresql_connections_compile_no_statement_unless_asked():
+    """PostgreSQL's JIT is off on the product's connections (KQ_DB_JIT): on a table whose
+    statistics lag a burst, a short read by index was estimated past jit_above_cost and
+    spent most of its time compiling. KQ_DB_JIT=1 gives the server's own setting."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's setting")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone() == ("off",)
+        cursor.execute("SELECT boot_val FROM pg_settings WHERE name = 'jit'")
+        (server,) = cursor.fetchone()
+    show = "from django.db import connection; c = connection.cursor(); c.execute('SHOW jit'); print(c.fetchone()[0])"
+    asked = run_manage("shell", "--no-imports", "-c", show, KQ_DB_JIT="1")
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.strip() == server
