@@ -591,8 +591,9 @@ def _cycle_roots(
     *,
     until: float | None = None,
 ) -> list[str]:
-    """Cycle ``roots`` in turn; those not started because ``until`` had passed (after at
-    least one was cycled) are returned, their leases released with the pass's."""
+    """Cycle ``roots`` in turn, those whose last cluster calls in this process still run
+    last; those not started because ``until`` had passed (after at least one was cycled)
+    are returned, their leases released with the pass's."""
     left: list[str] = []
     if not roots:
         return left
@@ -612,6 +613,13 @@ def _cycle_roots(
     # The pass's leases, one statement: each tree whose last calls in this process are
     # done (a tree whose calls still run takes its own lease after them, in its turn).
     ready = [root for root in roots if _calls_done(root)]
+    if len(ready) < len(roots):
+        # Trees whose calls still run go last, in their order: cycling one waits for its
+        # calls first (the main thread idle while the API server answers them), and by
+        # its turn they are done, or the pass's time is up and it is left for the next
+        # pass, whose first trees are those left.
+        ready_set = set(ready)
+        roots = [*ready, *(root for root in roots if root not in ready_set)]
     for root in ready:
         _wait_for_calls(root)  # done: only their errors, logged
     held = leases.acquire_many([f"cycle:{root}" for root in ready]) if ready else {}

@@ -294,6 +294,34 @@ def _applies(monkeypatch) -> list:
     return reports
 
 
+def test_a_pass_cycles_the_trees_whose_calls_still_run_last(world, monkeypatch):
+    # The first tree's last cluster calls still run (the API server has not answered
+    # them): the pass cycles the other tree first instead of waiting for them, and the
+    # pass's time being up then, leaves the first for the next pass.
+    import threading
+    from concurrent.futures import Future
+
+    from queueing import admission
+    from queueing.admission import CycleSummary, _cycle_roots
+
+    other = builders.tree("other", "16")
+    submit(world, "a0", cpu="4")
+    submit(world, "b0", cpu="4", quota=other)
+    running: Future[None] = Future()
+    monkeypatch.setitem(admission._tree_calls, "cluster", running)
+    later = threading.Timer(0.3, running.set_result, [None])  # answered meanwhile
+    later.start()
+    summary = CycleSummary()
+    try:
+        left = _cycle_roots(
+            world.cluster, ["cluster", "other"], world.clock(), summary, until=time.perf_counter()
+        )
+    finally:
+        later.cancel()
+    assert summary.roots == ["other"]
+    assert left == ["cluster"]
+
+
 def test_a_pass_nobody_else_placed_in_reads_no_holdings_under_the_lock(world, monkeypatch):
     # Two trees over the same two 8-cpu nodes, each with 8 cpu of work: both fit. Cycled
     # in one pass, each apply takes the placement lock right after the pass's view of the
