@@ -4,10 +4,12 @@ tells the dashboard's story, deduplicated and rate-limited."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 
 from queueing import kubeevents
 from queueing.choices import Phase
@@ -199,3 +201,34 @@ def test_a_telling_writes_its_cursor_once(
     assert len(writes) == 1
     assert cache.get(kubeevents.CURSOR_KEY) == writes[0] > 0
     cluster.api.close()
+
+
+@pytest.mark.django_db
+def test_waiting_jobs_are_looked_at_for_a_new_explanation_at_most_every_two_seconds(world):
+    """A teller that is behind tells several times a second; each look for explanations
+    that changed kind reads every waiting row a forecast rewrote. It looks at most every
+    PENDING_EVERY: a change is told at the first telling after that, not lost."""
+    from datetime import timedelta
+
+    from tests.builders import submit
+
+    cache.set(kubeevents.CURSOR_KEY, 10**9, None)  # only the Pending<Kind> Events here
+    kubeevents._since.clear()
+    kubeevents._explained.clear()
+    waiting = submit(world, "waits")
+    sink = Sink()
+    now = timezone.now()
+
+    def explained(kind: str, at: datetime) -> None:
+        Workload.objects.filter(pk=waiting.pk).update(
+            explanation={"kind": kind}, reason=f"waits for {kind}", updated_at=at
+        )
+
+    explained("quota", now)
+    kubeevents.publish(sink, now)
+    assert [e.reason for e in sink.told] == ["PendingQuota"]
+    explained("nodes", now + timedelta(seconds=1))
+    kubeevents.publish(sink, now + timedelta(seconds=1))  # within the two seconds
+    assert [e.reason for e in sink.told] == ["PendingQuota"]
+    kubeevents.publish(sink, now + kubeevents.PENDING_EVERY)
+    assert [e.reason for e in sink.told] == ["PendingQuota", "PendingNodes"]
