@@ -112,12 +112,9 @@ def lock_and_read(
     faults.reach("placement.locked")
     if unchanged_since is not None and token == unchanged_since + 1:
         return token, None
-    field = Workload._meta.get_field("assignment")
     usage: Usage = defaultdict(dict)
     for (value,) in held or []:
-        assignment = field.from_db_value(value, None, connection)
-        if isinstance(assignment, dict):
-            _add(usage, assignment)
+        _add_stored(usage, value)
     return token, usage
 
 
@@ -202,7 +199,6 @@ def held_by_quota() -> tuple[dict[int, Usage], int]:
     q = connection.ops.quote_name
     phases = [str(phase) for phase in HOLDING_PHASES]
     marks = ", ".join(["%s"] * len(phases))
-    field = Workload._meta.get_field("assignment")
     with connection.cursor() as cursor:
         # One statement, one snapshot: the token and the rows as of the same moment (a
         # row of NULLs when nothing holds). Identifiers from the models' meta, quoted.
@@ -215,12 +211,16 @@ def held_by_quota() -> tuple[dict[int, Usage], int]:
         rows = cursor.fetchall()
         token = rows[0][0] if rows else 0
         for _token, quota_id, value in rows:
-            if quota_id is None:
-                continue
-            assignment = field.from_db_value(value, None, connection)
-            if isinstance(assignment, dict):
-                _add(out.setdefault(quota_id, defaultdict(dict)), assignment)
+            if quota_id is not None:
+                _add_stored(out.setdefault(quota_id, defaultdict(dict)), value)
     return out, int(token)
+
+
+def _add_stored(usage: Usage, value: Any) -> None:
+    """``_add`` of an assignment as a raw statement returns it (the field decodes it)."""
+    assignment = Workload._meta.get_field("assignment").from_db_value(value, None, connection)
+    if isinstance(assignment, dict):
+        _add(usage, assignment)
 
 
 def _add(usage: Usage, assignment: Mapping[str, Mapping[str, int]]) -> None:
