@@ -76,8 +76,10 @@ def age(sim: Simulation, t: float) -> None:
                 (w.queue_order_at, li) for li, w in enumerate(sq.ws) if w.queue_order_at > start
             ]
             heapq.heapify(h)
-        cutoff = t - bound
-        while h and h[0][0] <= cutoff:
+        # One expression for "aged by t" here and in the key pushed back: with
+        # ``x <= t - bound`` here and ``x + bound`` there, rounding could make both
+        # false and true for one workload -- and the loop never end.
+        while h and h[0][0] + bound <= t:
             _, li = heapq.heappop(h)
             aged(sim, sq, li)
         if h:

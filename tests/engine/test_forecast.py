@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from queueing.engine import run_cycle
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
 
@@ -419,3 +421,36 @@ def test_work_behind_an_aged_head_passes_it_once_its_quotas_usage_falls() -> Non
     assert at30.explanations[11].kind == "nodes"
     at40 = run_cycle(_within_min_world(NOW + 40, small_done=True))
     assert [a.workload_id for a in at40.admissions] == [11]
+
+
+@pytest.mark.timeout(60)
+def test_the_forecast_ends_whatever_the_rounding_of_aging_times() -> None:
+    # The forecast aged a queue's workloads while ``x <= t - bound`` and then woke at
+    # ``x + bound``: for x = 982.0276102957688, bound = 120, t = 1102.0276102957687 the
+    # first is false and the second is t, so it woke at t for ever (found by the
+    # property test on strict-order ETAs: this world, seed 14, never finished). Both
+    # now read ``x + bound <= t``.
+    import random
+
+    from .test_invariants import world_from_seed
+
+    x, bound, t = 982.0276102957688, 120.0, 1102.0276102957687
+    assert not x <= t - bound
+    assert x + bound <= t
+    snap = world_from_seed(14)
+    rng = random.Random(14 * 7 + 1)
+    snap = dataclasses.replace(
+        snap,
+        queues=tuple(
+            dataclasses.replace(q, aging_bound_s=rng.choice((None, 0.0, 30.0, 120.0, 300.0)))
+            for q in snap.queues
+        ),
+        workloads=tuple(
+            dataclasses.replace(w, queue_order_at=snap.now - rng.uniform(0.0, 400.0))
+            if w.phase == "Pending"
+            else w
+            for w in snap.workloads
+        ),
+    )
+    result = run_cycle(snap)
+    assert result.etas  # it finished, with a forecast
