@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from queueing.engine.aging import aged_cutoff
 from queueing.engine.types import (
     EXPLAIN_NEVER,
     EXPLAIN_POLICY,
@@ -504,11 +505,19 @@ _WAIT_REPORT = ((10.0, "<10s"), (30.0, "10-30s"), (120.0, "30-120s"), (600.0, "1
 
 
 def block_inversions(snap: Snapshot, result: CycleResult) -> int:
-    """In strict-order queues, per quota, a later position with an earlier p50."""
-    blocking = {q.name for q in snap.queues if q.blocking}
+    """In strict-order queues, per quota, a later position with an earlier p50 -- than
+    a workload that is still ahead of it then.
+
+    Age reorders a queue (:func:`.aging.queue_order_key`): a workload aged by a time
+    goes before every one that has not aged by then, the aged in the order they
+    queued. A later position whose p50 is earlier is an inversion unless the workload
+    has aged by that p50 and the one ahead queued after it (which then has not aged, or
+    aged after it): at that time it is ahead of that one.
+    """
+    blocking = {q.name: q.aging_bound_s for q in snap.queues if q.blocking}
     if not blocking:
         return 0
-    rows: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    rows: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
     for w in snap.workloads:
         if w.queue not in blocking:
             continue
@@ -516,15 +525,23 @@ def block_inversions(snap: Snapshot, result: CycleResult) -> int:
         eta = result.etas.get(w.id)
         if pos is None or eta is None or eta.p50 is None:
             continue
-        rows.setdefault((w.queue, w.quota), []).append((pos.in_queue, eta.p50))
+        rows.setdefault((w.queue, w.quota), []).append((pos.in_queue, eta.p50, w.queue_order_at))
     bad = 0
-    for row in rows.values():
+    for (queue, _), row in rows.items():
+        bound = blocking[queue]
         row.sort()
         latest = -math.inf
-        for _, p50 in row:
-            if p50 < latest - 1e-6:
+        seen: list[tuple[float, float]] = []  # (queue_order_at, p50) of those ahead
+        for _, p50, queued in row:
+            if queued <= aged_cutoff(bound, p50):
+                # Aged by its p50: behind only those ahead that queued before it.
+                floor = max((e for t, e in seen if t <= queued), default=-math.inf)
+            else:
+                floor = latest
+            if p50 < floor - 1e-6:
                 bad += 1
             latest = max(latest, p50)
+            seen.append((queued, p50))
     return bad
 
 

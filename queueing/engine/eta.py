@@ -54,7 +54,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import claim_full_at
+from queueing.engine.aging import aged_cutoff, claim_full_at
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, SQUARES, banded, eta_classes
 from queueing.engine.forecast_sim import runtime_of
 from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
@@ -73,6 +73,8 @@ MAX_STRETCH = 3.0
 #: Gott's Copernican bound: what has lasted ``t`` lasts at most ``9 t`` more with
 #: probability 0.9 (J. R. Gott, Nature 363, 1993).
 GOTT_P90 = 9.0
+#: The priority an aged workload has against arrivals of its own queue: above all.
+_AGED = 2**62
 #: A load ahead is taken as an overload (at or above the capacity serving the queue)
 #: only when its estimate is known to within this share of itself (its compound-Poisson
 #: sampling error; four alike arrivals or more): a single large arrival is no rate.
@@ -135,8 +137,14 @@ def finish_etas(
                 if res:
                     classes[cw.id] = eta_classes(cw.queue, cw.priority)
                 if above is not None:
+                    # Aged by its simulated start, it goes before every arrival of its
+                    # own queue then (none of them has aged); other queues' still may.
+                    a = p50.get(cw.id)
+                    aged = a is not None and cw.queue_order_at <= aged_cutoff(
+                        q.spec.aging_bound_s, a
+                    )
                     low, rho = above(
-                        q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw
+                        q.spec.name, q.spec.priority, cw.priority, cy.quota_of[cw.id], cw, aged
                     )
                     if low > 0:
                         stretch[cw.id] = 1.0 / max(1.0 - low, 1.0 / MAX_STRETCH)
@@ -372,10 +380,15 @@ def _stretched(
         if not (q.block_all or q.intelligent):
             continue
         head: dict[int, tuple[float, float]] = {}  # quota -> (d, D) of its blocking head
+        bound = q.spec.aging_bound_s
         for w in q.cands:
             wid = w.id
             a = p50.get(wid)
             if a is None or wid not in pos:
+                continue
+            if w.queue_order_at <= aged_cutoff(bound, a):
+                # Aged by its simulated start, it goes before every head that has not
+                # aged by then (the simulation put it there): its wait is its own.
                 continue
             d = max(0.0, a - now)
             s = stretch.get(wid, 1.0)
@@ -391,7 +404,7 @@ def _stretched(
 
 def _load_above(
     cy: Cycle, load: Mapping[str, Mapping[int, Mapping[str, float]]]
-) -> Callable[[str, int, int, int, WorkloadSpec], tuple[float, float]]:
+) -> Callable[[str, int, int, int, WorkloadSpec, bool], tuple[float, float]]:
     """The offered load of arrivals that go before a workload, as a share of the
     capacity serving its queue (in the resource where that share is largest): its
     one-sigma lower bound (what the stretch uses) and its estimate.
@@ -399,7 +412,8 @@ def _load_above(
     What goes first: higher-priority work of the same queue, and all work of queues of
     higher queue priority (the engine orders queues by queue priority, then fair share,
     and only then by workload priority -- so a higher-priority arrival in a sibling
-    queue does not overtake it). ``load`` is per queue, priority and resource, each a
+    queue does not overtake it). For a workload ``aged`` by its start, no work of its
+    own queue: it goes before every workload that has not aged (:mod:`.aging`). ``load`` is per queue, priority and resource, each a
     share of its tree's capacity of that resource (:class:`.calibration.ArrivalLoad`).
     The capacity serving the queue is what its tree leaves after the other queues'
     offered load -- at least its quota's ``min`` (fair share guarantees it), at most
@@ -432,9 +446,11 @@ def _load_above(
     memo: dict[tuple[str, int, int, tuple[str, ...]], tuple[float, float]] = {}
 
     def above(
-        queue: str, queue_prio: int, prio: int, qi: int, w: WorkloadSpec
+        queue: str, queue_prio: int, prio: int, qi: int, w: WorkloadSpec, aged: bool = False
     ) -> tuple[float, float]:
         req = w._request._d
+        if aged:
+            prio = _AGED
         key = (queue, prio, qi, tuple(k for k, v in req.items() if v > 0))
         got = memo.get(key)
         if got is not None:
@@ -503,25 +519,86 @@ def _confirmed(old: Eta, lo: float, tol: float) -> bool:
 
 
 def _order(cy: Cycle, etas: dict[int, tuple[float, float]]) -> bool:
-    """In strict-order queues no ETA is before one ahead of it on the same quota."""
+    """In strict-order queues no ETA is before one ahead of it on the same quota --
+    as the queue will be ordered then.
+
+    Age reorders a queue (:func:`.aging.queue_order_key`): a workload aged by its
+    start goes before every workload that has not aged by then, the aged among
+    themselves in the order they queued. So a workload aged by its p50 is held only to
+    the ETAs of those ahead of it that are aged by then too (older than it); any other
+    is held to every ETA ahead of it. Held to the ETAs of workloads it passes by age,
+    the demo's vision-dev published starts 30 minutes to 2 hours away for jobs that
+    started at their 300-s aging bound, behind a backlog of higher-priority work.
+    """
     changed = False
     quota_of = cy.quota_of
     for q in cy.queues:
         if not q.spec.blocking:
             continue
+        bound = q.spec.aging_bound_s
+        # Per quota: the ETAs seen so far by when their workloads queued (aging on),
+        # and the latest of them.
+        older: dict[int, _AgedMax] = {}
         latest: dict[int, tuple[float, float]] = {}
+        rank: dict[int, int] = {}
+        if bound is not None:
+            timed = sorted((w.queue_order_at, w.id) for w in q.cands if w.id in etas)
+            rank = {wid: i for i, (_, wid) in enumerate(timed)}
         for w in q.cands:
             got = etas.get(w.id)
             if got is None:
                 continue
             qi = quota_of[w.id]
-            before = latest.get(qi)
+            if bound is not None and w.queue_order_at <= aged_cutoff(bound, got[0]):
+                # Aged by its p50: only the older ones ahead of it go first then.
+                seen = older.get(qi)
+                before = seen.upto(rank[w.id]) if seen is not None else None
+            else:
+                before = latest.get(qi)
             if before is not None and (got[0] < before[0] or got[1] < before[1]):
                 got = (max(got[0], before[0]), max(got[1], before[1]))
                 etas[w.id] = got
                 changed = True
-            latest[qi] = got
+            was = latest.get(qi)
+            latest[qi] = got if was is None else (max(was[0], got[0]), max(was[1], got[1]))
+            if bound is not None:
+                seen = older.get(qi)
+                if seen is None:
+                    seen = older[qi] = _AgedMax(len(rank))
+                seen.add(rank[w.id], got)
     return changed
+
+
+class _AgedMax:
+    """The latest (p50, p90) of the ETAs added at or before a rank (the rank of when a
+    workload queued): a Fenwick tree of maxima, log n a call."""
+
+    __slots__ = ("_hi", "_lo")
+
+    def __init__(self, n: int) -> None:
+        self._lo = [-math.inf] * (n + 1)
+        self._hi = [-math.inf] * (n + 1)
+
+    def add(self, rank: int, eta: tuple[float, float]) -> None:
+        i = rank + 1
+        lo, hi = self._lo, self._hi
+        while i < len(lo):
+            if eta[0] > lo[i]:
+                lo[i] = eta[0]
+            if eta[1] > hi[i]:
+                hi[i] = eta[1]
+            i += i & -i
+
+    def upto(self, rank: int) -> tuple[float, float] | None:
+        """Over the ETAs added at ranks up to ``rank`` (its own included)."""
+        i = rank + 1
+        a = b = -math.inf
+        lo, hi = self._lo, self._hi
+        while i > 0:
+            a = max(a, lo[i])
+            b = max(b, hi[i])
+            i -= i & -i
+        return None if a == -math.inf else (a, b)
 
 
 def _duration(seconds: float) -> str:

@@ -154,26 +154,40 @@ def test_calibration_turns_the_measured_error_into_p50_and_p90() -> None:
 def test_a_p50_capped_at_agings_bound_is_the_typical_start_not_the_bound() -> None:
     # The aged head of a strict-order queue starts by +100 s at the latest (the running
     # job's declared limit). Work of q uses half its limit at the median, so it
-    # typically starts at +50 s; arrivals of priority 10 stretch the simulated wait to
-    # +100 s and the measured error puts the p50 at +120 s, past the bound. Capped, the
-    # p90 is the bound and the p50 the typical start -- not the bound too (p50 = p90
-    # was what a tenant saw wherever both were capped).
+    # typically starts at +50 s; the measured error (+1.5 of the wait) puts the p50 at
+    # +125 s, past the bound. Capped, the p90 is the bound and the p50 the typical
+    # start -- not the bound too (p50 = p90 was what a tenant saw wherever both were
+    # capped). Arrivals of priority 10 do not stretch its wait: aged, it goes before
+    # every workload that has not aged, whatever its priority.
     snap = aged(
         world(
             queues=[QueueSpec("q", policy="Block")],
             runtime_ratio={"q": (0.5, 0.9)},
             arrival_load={"q": {10: {"cpu": 0.5}}},
-            eta_residuals={"": (0.2, 0.9)},
+            eta_residuals={"": (1.5, 2.0)},
         )
     )
     got = run_cycle(snap)
     assert got.explanations[2].starts_by == pytest.approx(NOW + 100)
-    assert got.etas[2].forecast == pytest.approx(NOW + 100)
+    assert got.etas[2].forecast == pytest.approx(NOW + 50)
     assert (got.etas[2].p50, got.etas[2].p90) == pytest.approx((NOW + 50, NOW + 100))
     # Runtimes that use their whole limit: the typical start is the bound itself.
     whole = run_cycle(dataclasses.replace(snap, runtime_ratio={"q": (1.0, 1.0)}))
     assert whole.explanations[2].starts_by == pytest.approx(NOW + 100)
     assert (whole.etas[2].p50, whole.etas[2].p90) == pytest.approx((NOW + 100, NOW + 100))
+
+
+def test_arrivals_stretch_the_wait_of_work_that_has_not_aged_by_its_start() -> None:
+    # The same head queued just now (aged only at +300 s): arrivals of priority 10,
+    # half of the capacity, go before it until it starts -- its +50 s wait doubles.
+    snap = world(
+        queues=[QueueSpec("q", policy="Block")],
+        runtime_ratio={"q": (0.5, 0.9)},
+        arrival_load={"q": {10: {"cpu": 0.5}}},
+    )
+    assert run_cycle(snap).etas[2].forecast == pytest.approx(NOW + 100)
+    # Aged by then, the same wait is its own.
+    assert run_cycle(aged(snap)).etas[2].forecast == pytest.approx(NOW + 50)
 
 
 def test_agings_bound_is_stated_only_where_nothing_can_pass_the_head() -> None:
