@@ -687,6 +687,9 @@ class Cycle(CycleState):
             shares={names[i]: self.fair.share(i) for i in range(len(names))},
             stats={},
             nominations=tuple(sorted(self.waiting)),
+            awaiting=tuple(
+                sorted(w for w, vs in self.waiting.items() if not vs and w in self.awaiting)
+            ),
         )
         stats = dict(self.stats)
         stats.update(

@@ -362,6 +362,7 @@ def simulate(
         most_admitted = max(most_admitted, len(result.admissions))
         # Apply.
         nominated = set(result.nominations)
+        awaiting = set(result.awaiting)
         for adm in result.admissions:
             w = pending.pop(adm.workload_id)
             w = dataclasses.replace(
@@ -371,6 +372,7 @@ def simulate(
                 admitted_at=epoch + t,
                 started_at=epoch + t,
                 nominated=False,
+                awaiting=False,
             )
             running[w.id] = w
             hold(w, 1)
@@ -396,8 +398,13 @@ def simulate(
         # more than the engine at 10x.
         for wid in flagged | nominated:
             w = pending.get(wid)
-            if w is not None and w.nominated != (wid in nominated):
-                pending[wid] = dataclasses.replace(w, nominated=wid in nominated)
+            if w is not None and (w.nominated, w.awaiting) != (
+                wid in nominated,
+                wid in awaiting,
+            ):
+                pending[wid] = dataclasses.replace(
+                    w, nominated=wid in nominated, awaiting=wid in awaiting
+                )
         flagged = nominated
     integrate(makespan)
     span = makespan if makespan > 0 else 1.0

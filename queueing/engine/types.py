@@ -326,6 +326,9 @@ class WorkloadSpec:
     * ``nominated``: the workload preempted victims in an earlier cycle and has not
       been admitted yet; it goes first while the freed capacity arrives. Feed it back
       from :attr:`CycleResult.nominations`.
+    * ``awaiting``: nominated while it awaits work of its quota that ends within the
+      preemption grace period -- nothing was evicted for it. Feed it back from
+      :attr:`CycleResult.awaiting`.
     * ``preemptible``: False for koord-queue's non-preemptible job (its
       ``quota.scheduling.koordinator.sh/preemptible: "false"`` label): admitted only
       within its quota's min, counting the quota's other non-preemptible holdings, and
@@ -349,6 +352,7 @@ class WorkloadSpec:
     preempted_by: int | None = None
     nominated: bool = False
     preemptible: bool = True
+    awaiting: bool = False
     _request: Resources = field(init=False, repr=False, compare=False, default=EMPTY)
     #: The placer's view of its pod sets and their shape key, made by the first cycle
     #: that asks (``CycleState.reqs``, ``CycleState.shape``) and kept with the spec.
@@ -592,6 +596,9 @@ class CycleResult:
     shares: Mapping[str, float]
     stats: Mapping[str, float]
     nominations: tuple[int, ...] = ()
+    #: Of ``nominations``, those that await work ending within the grace period
+    #: (nothing evicted for them); store it and feed it back as ``WorkloadSpec.awaiting``.
+    awaiting: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (keys of id maps become strings)."""
@@ -608,4 +615,5 @@ class CycleResult:
             "shares": {k: (None if math.isinf(v) else v) for k, v in sorted(self.shares.items())},
             "stats": dict(self.stats),
             "nominations": list(self.nominations),
+            "awaiting": list(self.awaiting),
         }

@@ -59,6 +59,13 @@ class Workload(models.Model):
     nominated = models.BooleanField(
         default=False, help_text="Victims were evicted for it; their capacity is reserved for it."
     )
+    awaiting = models.BooleanField(
+        default=False,
+        help_text=(
+            "Nominated while it awaits work of its quota that ends within the preemption "
+            "grace period: nothing was evicted for it."
+        ),
+    )
     preemptible = models.BooleanField(
         default=True,
         help_text=(

@@ -157,6 +157,17 @@ def apply(
             Workload.objects.filter(
                 id__in=list(result.nominations), phase__in=WAITING_PHASES, nominated=False
             ).update(nominated=True, updated_at=now)
+            # Which of them await work ending within the grace period (nothing evicted
+            # for them: they freeze no aged claim, see engine.cyclestate).
+            awaiting = set(result.awaiting)
+            Workload.objects.filter(
+                id__in=list(awaiting), phase__in=WAITING_PHASES, awaiting=False
+            ).update(awaiting=True, updated_at=now)
+            Workload.objects.filter(
+                id__in=[w for w in result.nominations if w not in awaiting],
+                phase__in=WAITING_PHASES,
+                awaiting=True,
+            ).update(awaiting=False, updated_at=now)
 
         step("nominations")
         # 5-7. On PostgreSQL one round trip (state.batch) for what the waiting show, the
@@ -298,6 +309,7 @@ def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Move
             "attempts": F("attempts") + 1,
             "requeue_at": None,
             "nominated": False,
+            "awaiting": False,
             "position": None,
             "global_position": None,
             "eta_p50": None,

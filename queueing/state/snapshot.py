@@ -94,6 +94,7 @@ WORKLOAD_FIELDS = (
     "assignment",
     "preempted_by_id",
     "nominated",
+    "awaiting",
     "preemptible",
     "position",
     "global_position",
@@ -648,6 +649,7 @@ def _workload_specs(
             preempted_by=row["preempted_by_id"],
             nominated=row["nominated"],
             preemptible=row["preemptible"],
+            awaiting=row["awaiting"],
         )
         if reuse is not None:
             reuse[row["id"]] = (row, spec)

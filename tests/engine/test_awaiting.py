@@ -214,3 +214,49 @@ def test_work_blocked_behind_an_awaiting_head_reads_until_when() -> None:
         "it waits for the workloads it would preempt to finish (evicted if still running at "
         "1970-01-01 00:18:05 UTC)"
     ) in behind.sentence()
+
+
+def test_a_head_awaiting_finishing_work_freezes_no_aged_claim_elsewhere() -> None:
+    # q0's head awaits q0's own job, which ends within the grace period: nothing is
+    # evicted for it, and its search is made again every cycle. q1's head has waited
+    # past its aging bound and claims 6 cpu, which water-filling alone (4 each to q1
+    # and q2 of the 8 idle above q0's min) does not give it. A preemptor whose victims
+    # were evicted and are gone freezes every claim of its tree until it is admitted
+    # (else a victim back in its queue, aged, would claim its room back: ping-pong);
+    # one that awaits froze them too, for as long as it waited -- live, about half of
+    # the time, and the demo's aged 128-cpu gangs waited up to 1,077 s.
+    def q1_runtime(**head: bool) -> int:
+        snap = snapshot(
+            quotas=[
+                quota("root", max=one(12)),
+                quota("q0", "root", min=one(4), max=one(4)),
+                quota("q1", "root", max=one(8)),
+                quota("q2", "root", max=one(8)),
+            ],
+            nodes=[node("n", one(12))],
+            queues=[
+                QueueSpec("q0", preempt_within_quota="LowerPriority"),
+                QueueSpec("q1", aging_bound_s=300.0),
+                QueueSpec("q2"),
+            ],
+            workloads=[
+                running(
+                    1, "q0", "n", req=one(3), priority=1, started_at=995.0, expected_runtime_s=10.0
+                ),
+                workload(2, "q0", req=one(4), priority=9, ts=990.0, **head),
+                workload(3, "q1", req=one(6), ts=100.0),  # waited 900 s: aged
+                workload(4, "q2", req=one(8), ts=999.0),
+            ],
+            config=GRACE,
+        )
+        result = run_cycle(snap, forecast=False)
+        assert result.preemptions == ()
+        assert result.explanations[2].limit == "finishing"
+        assert result.nominations == (2,)
+        assert result.awaiting == (2,)  # fed back as WorkloadSpec.awaiting
+        return result.runtime_quota["q1"].get("cpu")
+
+    assert q1_runtime() == 6000  # its claim served
+    assert q1_runtime(nominated=True, awaiting=True) == 6000
+    # Positive control: a preemptor whose victims are gone freezes the claim.
+    assert q1_runtime(nominated=True) == 4000

@@ -596,3 +596,28 @@ def test_a_pass_of_two_trees_reads_queues_and_holdings_once_and_counts_its_own_a
         or sql.startswith("SELECT COALESCE((SELECT")  # the pass's, with the token
     ]
     assert len(holdings) == (2 if connection.vendor == "postgresql" else 1), holdings
+
+
+def test_a_preemptor_awaiting_finishing_work_is_stored_as_such_and_read_back(world):
+    # Two 8-cpu jobs fill the 16-cpu quota and end within the preemption grace period;
+    # an urgent one awaits them instead of evicting one: it is nominated *and* awaiting,
+    # which the next snapshot carries (an awaiting preemptor freezes no aged claim,
+    # engine.cyclestate). Admitted, it is neither.
+    submit(world, "low-a", cpu="8", priority=1, runtime=30)
+    submit(world, "low-b", cpu="8", priority=1, runtime=30)
+    tick(cluster=world.cluster, now=world.clock())
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    urgent = submit(world, "urgent", cpu="8", priority=1000, runtime=30)
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    urgent.refresh_from_db()
+    assert urgent.phase == Phase.PENDING
+    assert urgent.explanation["limit"] == "finishing"
+    assert (urgent.nominated, urgent.awaiting) == (True, True)
+    snapshot, _ = state.build_snapshot("cluster", nodes=world.cluster.nodes(), now=world.clock())
+    spec = next(w for w in snapshot.workloads if w.id == urgent.pk)
+    assert (spec.nominated, spec.awaiting) == (True, True)
+    for _ in range(40):
+        tick(cluster=world.cluster, now=world.clock.advance(1))
+    urgent.refresh_from_db()
+    assert urgent.phase in (Phase.ADMITTED, Phase.RUNNING, Phase.SUCCEEDED)
+    assert (urgent.nominated, urgent.awaiting) == (False, False)
