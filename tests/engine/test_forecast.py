@@ -432,25 +432,11 @@ def test_the_forecast_ends_whatever_the_rounding_of_aging_times() -> None:
     # now read ``x + bound <= t``.
     import random
 
-    from .test_invariants import world_from_seed
+    from .test_invariants import with_random_aging, world_from_seed
 
     x, bound, t = 982.0276102957688, 120.0, 1102.0276102957687
     assert not x <= t - bound
     assert x + bound <= t
-    snap = world_from_seed(14)
-    rng = random.Random(14 * 7 + 1)
-    snap = dataclasses.replace(
-        snap,
-        queues=tuple(
-            dataclasses.replace(q, aging_bound_s=rng.choice((None, 0.0, 30.0, 120.0, 300.0)))
-            for q in snap.queues
-        ),
-        workloads=tuple(
-            dataclasses.replace(w, queue_order_at=snap.now - rng.uniform(0.0, 400.0))
-            if w.phase == "Pending"
-            else w
-            for w in snap.workloads
-        ),
-    )
+    snap = with_random_aging(world_from_seed(14), random.Random(14 * 7 + 1))
     result = run_cycle(snap)
     assert result.etas  # it finished, with a forecast

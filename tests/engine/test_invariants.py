@@ -662,19 +662,25 @@ def test_no_strict_order_eta_is_before_one_still_ahead_of_it_then(
     # the forecast; twice, the second cycle with the first one's ETAs (hysteresis).
     from queueing.engine.calibration import block_inversions
 
-    rng = random.Random(seed)
-    queues = tuple(
-        dataclasses.replace(q, aging_bound_s=rng.choice((None, 0.0, 30.0, 120.0, 300.0)))
-        for q in snap.queues
-    )
-    workloads = tuple(
-        dataclasses.replace(w, queue_order_at=snap.now - rng.uniform(0.0, 400.0))
-        if w.phase == "Pending"
-        else w
-        for w in snap.workloads
-    )
-    snap = dataclasses.replace(snap, queues=queues, workloads=workloads)
+    snap = with_random_aging(snap, random.Random(seed))
     first = run_cycle(snap)
     assert block_inversions(snap, first) == 0
     again = dataclasses.replace(snap, previous_etas=first.etas)
     assert block_inversions(again, run_cycle(again)) == 0
+
+
+def with_random_aging(snap: Snapshot, rng: random.Random) -> Snapshot:
+    """``snap`` with random aging bounds per queue and random waits of its pending work."""
+    return dataclasses.replace(
+        snap,
+        queues=tuple(
+            dataclasses.replace(q, aging_bound_s=rng.choice((None, 0.0, 30.0, 120.0, 300.0)))
+            for q in snap.queues
+        ),
+        workloads=tuple(
+            dataclasses.replace(w, queue_order_at=snap.now - rng.uniform(0.0, 400.0))
+            if w.phase == "Pending"
+            else w
+            for w in snap.workloads
+        ),
+    )
