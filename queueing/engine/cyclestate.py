@@ -347,10 +347,10 @@ class CycleState:
         # its room back before the preemptor got it (ping-pong). A preemptor that awaits
         # work ending within the grace period evicted nothing, and its search is made
         # again every cycle: it freezes nothing. (It froze the whole tree for as long as
-        # it waited -- up to the grace period, and live about half of the time: the
-        # demo's aged 128-cpu gangs of analytics-adhoc then claimed nothing half of the
-        # cycles, the runtime quota swung below and above their request each cycle,
-        # and they waited up to 1,077 s, their stated bound moving 9 minutes later.)
+        # it waited, up to the grace period: in a replayed 36-minute live run for up to
+        # a minute at a time, while the demo's aged 128-cpu gangs of analytics-adhoc
+        # waited up to 1,077 s, their stated bound moving 9 minutes later. Polled live,
+        # 76 of 81 sightings of a nominated preemptor were of one that awaited.)
         frozen: set[int] = set()
         awaiting_in = self.awaiting_in
         for wid in (*self.nominated_in, *self.inflight):

@@ -223,8 +223,8 @@ def test_a_head_awaiting_finishing_work_freezes_no_aged_claim_elsewhere() -> Non
     # and q2 of the 8 idle above q0's min) does not give it. A preemptor whose victims
     # were evicted and are gone freezes every claim of its tree until it is admitted
     # (else a victim back in its queue, aged, would claim its room back: ping-pong);
-    # one that awaits froze them too, for as long as it waited -- live, about half of
-    # the time, and the demo's aged 128-cpu gangs waited up to 1,077 s.
+    # one that awaits froze them too, for as long as it waited (in a replayed live run
+    # for up to a minute at a time; the demo's aged 128-cpu gangs waited up to 1,077 s).
     def q1_runtime(**head: bool) -> int:
         snap = snapshot(
             quotas=[
