@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, F, Q, Value, When
 
 from queueing import faults, trace, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
@@ -153,21 +153,27 @@ def apply(
 
         step("phases")
         # 4. Nominations: workloads the next cycles keep room for (after a preemption).
+        # Which of them await work ending within the grace period (nothing evicted for
+        # them: they freeze no aged claim, see engine.cyclestate). One statement, for
+        # the rows whose flags change.
         if result.nominations:
-            Workload.objects.filter(
-                id__in=list(result.nominations), phase__in=WAITING_PHASES, nominated=False
-            ).update(nominated=True, updated_at=now)
-            # Which of them await work ending within the grace period (nothing evicted
-            # for them: they freeze no aged claim, see engine.cyclestate).
-            awaiting = set(result.awaiting)
-            Workload.objects.filter(
-                id__in=list(awaiting), phase__in=WAITING_PHASES, awaiting=False
-            ).update(awaiting=True, updated_at=now)
-            Workload.objects.filter(
-                id__in=[w for w in result.nominations if w not in awaiting],
-                phase__in=WAITING_PHASES,
-                awaiting=True,
-            ).update(awaiting=False, updated_at=now)
+            waits = list(result.awaiting)
+            waiting = set(waits)
+            others = [w for w in result.nominations if w not in waiting]
+            flags_change = Q(nominated=False)
+            if waits:
+                flags_change |= Q(id__in=waits, awaiting=False)
+            if others:
+                flags_change |= Q(id__in=others, awaiting=True)
+            Workload.objects.filter(flags_change, id__in=list(result.nominations)).filter(
+                phase__in=WAITING_PHASES
+            ).update(
+                nominated=True,
+                awaiting=Case(When(id__in=waits, then=True), default=False)
+                if waits
+                else Value(False),
+                updated_at=now,
+            )
 
         step("nominations")
         # 5-7. On PostgreSQL one round trip (state.batch) for what the waiting show, the
