@@ -413,8 +413,9 @@ def _load_above(
     higher queue priority (the engine orders queues by queue priority, then fair share,
     and only then by workload priority -- so a higher-priority arrival in a sibling
     queue does not overtake it). For a workload ``aged`` by its start, no work of its
-    own queue: it goes before every workload that has not aged (:mod:`.aging`). ``load`` is per queue, priority and resource, each a
-    share of its tree's capacity of that resource (:class:`.calibration.ArrivalLoad`).
+    own queue: it goes before every workload that has not aged (:mod:`.aging`).
+    ``load`` is per queue, priority and resource, each a share of its tree's capacity
+    of that resource (:class:`.calibration.ArrivalLoad`).
     The capacity serving the queue is what its tree leaves after the other queues'
     offered load -- at least its quota's ``min`` (fair share guarantees it), at most
     its ``max``.
