@@ -446,6 +446,8 @@ class CycleState:
         #: queue (short of quota): id -> request (``Cycle.hold_room``).
         self.holding_quota: dict[int, Mapping[str, int]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
+        #: ``node_ends`` per resource, read when a drain first asks.
+        self._node_ends: dict[str, dict[int, list[tuple[float, int]]]] = {}
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
@@ -646,6 +648,39 @@ class CycleState:
         )
         self.admitted_ids.add(w.id)
         self.admitted_ws.append(w)
+
+    def upper_runtime(self, w: WorkloadSpec) -> float:
+        """A runtime the workload is not expected to exceed: declared, else its queue's p90."""
+        if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+            return w.expected_runtime_s
+        hist = self.snapshot.runtime_history.get(w.queue)
+        if hist is not None and hist[1] > 0:
+            return float(hist[1])
+        return self.config.default_runtime_s
+
+    def node_ends(self, resource: str) -> dict[int, list[tuple[float, int]]]:
+        """Per node index, when the work on it is expected to end at the latest and how
+        much of ``resource`` each frees then (``now`` for work past that already).
+        Read once per cycle and resource, from the capacity holders' assignments."""
+        got = self._node_ends.get(resource)
+        if got is not None:
+            return got
+        now = self.now
+        index = self.nodes.index
+        ends: dict[int, list[tuple[float, int]]] = {}
+        for ws in (*self.holding, self.orphans):
+            for w in ws:
+                if not w.assignment:
+                    continue
+                start = w.started_at if w.started_at is not None else now
+                end = max(now, start + self.upper_runtime(w))
+                for node, amount in w.assignment.items():
+                    i = index.get(node)
+                    v = amount.get(resource, 0)
+                    if i is not None and v > 0:
+                        ends.setdefault(i, []).append((end, v))
+        self._node_ends[resource] = ends
+        return ends
 
     def reserve(
         self,

@@ -90,16 +90,6 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
     return None
 
 
-def _upper_runtime(cy: Cycle, w: WorkloadSpec) -> float:
-    """A runtime the workload is not expected to exceed: declared, else its queue's p90."""
-    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
-        return w.expected_runtime_s
-    hist = cy.snapshot.runtime_history.get(w.queue)
-    if hist is not None and hist[1] > 0:
-        return float(hist[1])
-    return cy.config.default_runtime_s
-
-
 def _latest_end(cy: Cycle, root: int) -> float | None:
     """When the last workload now holding capacity in ``root``'s tree is expected to end,
     or None when one has run past that already (its end is not known: no bound)."""
@@ -108,7 +98,7 @@ def _latest_end(cy: Cycle, root: int) -> float | None:
     for c in cy.tree.subtree(root):
         for w in cy.holding[c]:
             start = w.started_at if w.started_at is not None else now
-            end = start + _upper_runtime(cy, w)
+            end = start + cy.upper_runtime(w)
             if end < now:
                 return None
             if end > latest:

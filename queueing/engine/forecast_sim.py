@@ -170,6 +170,8 @@ class Simulation:
         self.deadline = deadline
         cfg = cy.config
         self.now = cy.now
+        #: The virtual time of the admission round under way (aging's tier in ``_key``).
+        self.t = cy.now
         self.end = cy.now + max(0.0, cfg.eta_horizon_s)
         self.depth = max(1, cfg.eta_max_depth)
         self.tree = cy.tree
@@ -187,7 +189,7 @@ class Simulation:
         self.seq = len(events) + 1
         self.eta: dict[int, float] = {}
         self.fair = self._fair()
-        self.qheap: list[tuple[tuple[int, float, int, float, int], int]] = []
+        self.qheap: list[tuple[tuple[int, int, float, int, float, int], int]] = []
         self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
         self.node_files: dict[tuple[object, str], list[tuple[int, int, int, _Cand]]] = {}
         self.node_keys: dict[int, list[tuple[object, str]]] = {}
@@ -525,11 +527,14 @@ class Simulation:
             limit.append(lim)
         return limit
 
-    def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, float, int, float, int]:
+    def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, int, float, int, float, int]:
         if c.first:
-            return (-(2**62), -math.inf, -c.w.priority, c.w.queue_order_at, c.w.id)
+            return (-(2**62), 0, -math.inf, -c.w.priority, c.w.queue_order_at, c.w.id)
         return (
             -sq.state.spec.priority,
+            # Aged work before work that has not aged, as the cycle's tournament orders
+            # them (at the simulation's time).
+            0 if self._aged_at(sq, c.w, self.t) else 1,
             self.fair.score(c.qi, c.req) if c.qi >= 0 else math.inf,
             -c.w.priority,
             c.w.queue_order_at,
@@ -553,6 +558,7 @@ class Simulation:
         self._schedule(sq)
 
     def _admit_round(self, t: float) -> None:
+        self.t = t
         qheap = self.qheap
         queues = self.queues
         nodes = self.nodes
@@ -577,10 +583,10 @@ class Simulation:
                 continue
             w = c.w
             if not c.first:
-                s2 = self.fair.score(c.qi, c.req)
-                if s2 > key[1]:
+                now_key = self._key(sq, c)
+                if now_key > key:
                     heapq.heappush(sq.dirty, i)
-                    heapq.heappush(qheap, ((key[0], s2, *key[2:]), qidx))
+                    heapq.heappush(qheap, (now_key, qidx))
                     sq.in_heap = True
                     continue
             qi = c.qi

@@ -10,9 +10,11 @@ anyway on cpu nodes fragmented by running 16-cpu pods (15 cpu free on each node)
 drain counts a node by the pods it holds *now* (none), so it held every node.
 
 Here: four 16-cpu nodes, each with 9 cpu held by one long workload of quota c (within
-runtime quota, and evicting it would take c below its min: no reclaim). b's aged gang
-of two 8-cpu pods cannot place (7 cpu free per node) and drains them. a, under its min,
-asks for 2 cpu.
+runtime quota, and evicting it would take c below its min: no reclaim; a fifth node,
+which none of the jobs may use, makes room under the root for them all). b's aged gang
+of four 12-cpu pods cannot place (7 cpu free per node) and drains them: it needs all
+four (a drain holds only the nodes the gang will start on, ``Cycle.reservation``). a,
+under its min, asks for 2 cpu.
 """
 
 from __future__ import annotations
@@ -23,14 +25,22 @@ from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.simulator import Arrival, Scenario
 from queueing.engine.types import NodeSpec, QueueSpec, QuotaNode, Snapshot
-from tests.engine.builders import EPOCH, arrival, simulate_checked
+from tests.engine.builders import EPOCH, arrival, podset, simulate_checked
 
 LONG_S = 1200.0
 A_AT = 100.0
 
 
+MAIN = {"pool": "main"}
+
+
 def _w(wid: int, quota: str, at: float, pods: int, cpu: int, runtime: float) -> Arrival:
-    return arrival(wid, quota, at, pods, {"cpu": cpu * 1000}, runtime)
+    """A job on the four main nodes (the spare node is there for the root's room)."""
+    a = arrival(wid, quota, at, pods, {"cpu": cpu * 1000}, runtime)
+    w = dataclasses.replace(
+        a.workload, pod_sets=(podset(pods, {"cpu": cpu * 1000}, selector=MAIN),)
+    )
+    return dataclasses.replace(a, workload=w)
 
 
 def world(a_jobs: tuple[tuple[int, int], ...] = ((1, 2),)) -> Scenario:
@@ -42,10 +52,13 @@ def world(a_jobs: tuple[tuple[int, int], ...] = ((1, 2),)) -> Scenario:
         ),
     )
     queues = tuple(QueueSpec(n, aging_bound_s=60.0) for n in ("a", "b", "c"))
-    nodes = tuple(NodeSpec(f"n{i}", Resources({"cpu": 16_000})) for i in range(4))
+    nodes = (
+        *(NodeSpec(f"n{i}", Resources({"cpu": 16_000}), labels=MAIN) for i in range(4)),
+        NodeSpec("spare", Resources({"cpu": 32_000}), labels={"pool": "spare"}),
+    )
     arrivals = [
         _w(1, "c", 0.0, 4, 9, LONG_S),  # one 9-cpu pod per node for 20 minutes
-        _w(2, "b", 1.0, 2, 8, 60.0),  # the gang: 16 cpu, beyond b's min of 8
+        _w(2, "b", 1.0, 4, 12, 60.0),  # the gang: 48 cpu, beyond b's min of 8
     ]
     for n, (pods, cpu) in enumerate(a_jobs):
         arrivals.append(_w(10 + n, "a", A_AT + n, pods, cpu, LONG_S))
@@ -76,11 +89,11 @@ def test_work_beyond_its_min_still_waits_for_the_drained_head() -> None:
 
 
 def test_a_drain_for_a_head_within_its_own_min_is_not_taken() -> None:
-    # The head's claim is itself a guarantee (b's min raised to its 16 cpu): its drain
+    # The head's claim is itself a guarantee (b's min raised to its 48 cpu): its drain
     # holds against other quotas' guaranteed work as before.
     sc = world()
     quotas = tuple(
-        QuotaNode("b", "root", min=Resources({"cpu": 16_000}), max={"cpu": 64_000})
+        QuotaNode("b", "root", min=Resources({"cpu": 48_000}), max={"cpu": 64_000})
         if q.name == "b"
         else q
         for q in sc.quotas
