@@ -361,18 +361,26 @@ class Cycle(CycleState):
             return None
 
         qver = self.qver
+        jumped: set[tuple[int, int]] = set()
 
         def entry_for(q: QueueState) -> tuple[int, int, float, int, float, int, int, int] | None:
             w = advance(q)
             if w is None:
                 return None
             qi = quota_of[w.id]
+            # The first aged candidate of each queue and quota goes before work that has
+            # not aged (of the same queue priority), once per cycle, the oldest first;
+            # then fair share.
+            tier = 1
+            if w.queue_order_at <= q.aged_before:
+                key = (q.index, qi)
+                if key not in jumped:
+                    jumped.add(key)
+                    tier = 0
             return (
                 -q.spec.priority,
-                # Aged work before work that has not aged (of the same queue priority);
-                # then fair share.
-                0 if w.queue_order_at <= q.aged_before else 1,
-                score(qi, w._request._d),
+                tier,
+                score(qi, w._request._d) if tier else w.queue_order_at,
                 -w.priority,
                 w.queue_order_at,
                 w.id,
@@ -395,7 +403,7 @@ class Cycle(CycleState):
             w = q.cands[q.pos]
             qi = quota_of[wid]
             req = w._request._d
-            if qver[qi] != ver:
+            if tier and qver[qi] != ver:
                 # The quota admitted something since: its score can only have grown.
                 s2 = score(qi, req)
                 if s2 > s:

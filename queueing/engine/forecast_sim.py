@@ -172,6 +172,8 @@ class Simulation:
         self.now = cy.now
         #: The virtual time of the admission round under way (aging's tier in ``_key``).
         self.t = cy.now
+        #: Per (queue, quota), the aged candidate that goes first in this round.
+        self.jumped: dict[tuple[int, int], int] = {}
         self.end = cy.now + max(0.0, cfg.eta_horizon_s)
         self.depth = max(1, cfg.eta_max_depth)
         self.tree = cy.tree
@@ -530,16 +532,28 @@ class Simulation:
     def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, int, float, int, float, int]:
         if c.first:
             return (-(2**62), 0, -math.inf, -c.w.priority, c.w.queue_order_at, c.w.id)
+        # The first aged candidate of each queue and quota in a round goes before work
+        # that has not aged, the oldest first, as the cycle's tournament orders them.
+        tier = self._tier(sq, c)
         return (
             -sq.state.spec.priority,
-            # Aged work before work that has not aged, as the cycle's tournament orders
-            # them (at the simulation's time).
-            0 if self._aged_at(sq, c.w, self.t) else 1,
-            self.fair.score(c.qi, c.req) if c.qi >= 0 else math.inf,
+            tier,
+            c.w.queue_order_at
+            if not tier
+            else self.fair.score(c.qi, c.req)
+            if c.qi >= 0
+            else math.inf,
             -c.w.priority,
             c.w.queue_order_at,
             c.w.id,
         )
+
+    def _tier(self, sq: _SimQueue, c: _Cand) -> int:
+        if not self._aged_at(sq, c.w, self.t):
+            return 1
+        key = (sq.index, c.qi)
+        got = self.jumped.setdefault(key, c.w.id)
+        return 0 if got == c.w.id else 1
 
     def _schedule(self, sq: _SimQueue) -> None:
         if sq.in_heap:
@@ -559,6 +573,7 @@ class Simulation:
 
     def _admit_round(self, t: float) -> None:
         self.t = t
+        self.jumped.clear()
         qheap = self.qheap
         queues = self.queues
         nodes = self.nodes

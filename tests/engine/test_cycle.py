@@ -186,7 +186,8 @@ def test_queue_order_is_priority_then_timestamp_then_id() -> None:
 
 
 def pool_world(q1_priority: int = 0) -> Snapshot:
-    """Quota allows both candidates; the one pool-x node fits only one.
+    """Quota allows both candidates; the one pool-x node fits only one. Nothing has
+    waited its queue's aging bound yet (aged heads go first, oldest first).
 
     cluster 8 (pool x: 1 cpu, pool y: 7 cpu); q0 and q1 are guaranteed 4 each and
     both demand more, so each runtime quota is 4. q0 holds 1 (score (1+1)/4 = 0.5 with
@@ -205,6 +206,7 @@ def pool_world(q1_priority: int = 0) -> Snapshot:
             workload(21, "q1", req=one(4), ts=2.0, pod_sets=[podset(1, one(4), selector=x)]),
         ],
         queues=[QueueSpec("q0"), QueueSpec("q1", priority=q1_priority)],
+        now=60.0,
     )
 
 
@@ -236,7 +238,9 @@ def test_historical_mode_remembers_past_usage_and_charges_entry_penalty() -> Non
     workloads = [workload(1, "q0", req=one(1)), workload(2, "q1", req=one(1), ts=5.0)]
     workloads += [workload(3, "q0", req=one(1), ts=6.0), workload(4, "q1", req=one(1), ts=7.0)]
     cfg = EngineConfig(fair_share_mode="historical", usage_half_life_s=3600)
-    base = snapshot(quotas=quotas, nodes=[node("n", one(8))], workloads=workloads, config=cfg)
+    base = snapshot(
+        quotas=quotas, nodes=[node("n", one(8))], workloads=workloads, config=cfg, now=60.0
+    )
     # No history: q0's older workload first, then the entry penalty makes q1 next.
     assert admitted(base) == [1, 2, 3, 4]
     heavy = dataclasses.replace(base, ledger={"q0": {CPU: 1e9}})
