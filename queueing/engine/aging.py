@@ -16,9 +16,18 @@ with an age factor; here the age raises the head's *claim*:
   who then cannot admit more and give the capacity back as their work ends (or are
   reclaimed by preemption where the queue allows it).
 * A head that has reached its full claim and still does not place on nodes because
-  smaller work keeps filling them holds back its scarcest resource on just enough of
-  the nodes it may use (the freest first) for the rest of the cycle, as a backfill
-  reservation does: nothing else takes that room until the gang fits.
+  smaller work keeps filling them holds back its scarcest resource for the rest of the
+  cycle on just the nodes where it can start soonest (by when the work on them ends,
+  at the latest its declared runtime: ``Cycle.reservation``), as a backfill
+  reservation does: nothing else takes that room until the gang fits, and work goes
+  on on the other nodes.
+* Across queues, the first aged candidate of each queue and quota goes before work
+  that has not aged (of the same queue priority), once per cycle, the oldest first;
+  the rest goes by fair share. Ranked by fair share only, an aged gang's turn came
+  after younger gangs of other queues had taken the nodes that freed, cycle after
+  cycle, and its drain held nothing (the demo's analytics-adhoc: 1,794 s). Once per
+  cycle and queue, not every aged workload: a tenant whose backlog is older than the
+  bound does not take every slot before a light tenant's new job.
 * In a queue whose policy does not block (Priority, Intelligent below its threshold)
   the aged head of each quota holds its room as a strict-order head does
   (``Cycle.hold_aged``): short of quota, the work of its quota behind it in its queue
