@@ -549,12 +549,7 @@ class Cycle(CycleState):
         per_pod = ps.req.get(prim, 0)
         if per_pod <= 0:
             return
-        take = {
-            i: {prim: f}
-            for i, f in self.reservation(
-                self.nodes._sorted_for(ps.elig, prim).entries, prim, per_pod, ps.pods
-            )
-        }
+        take = {i: {prim: f} for i, f in self.reservation(ps.elig, prim, per_pod, ps.pods)}
         self.draining[w.id] = prim
         if take:
             self.nodes.commit(take)
@@ -562,40 +557,50 @@ class Cycle(CycleState):
             if not self.within_min(qi, w._request._d):
                 self.yielding.append(take)
 
-    def reservation(
-        self, entries: list[tuple[int, int]], prim: str, per_pod: int, pods: int
-    ) -> list[tuple[int, int]]:
+    def reservation(self, elig: Any, prim: str, per_pod: int, pods: int) -> list[tuple[int, int]]:
         """The nodes a starving gang's drain holds, as (node index, free room now).
 
         Hold back only what the gang needs, on the nodes where it can start soonest
         (Slurm reserves the nodes a backfilled job will run on, not the whole
-        partition): going through the ends of the work on the eligible nodes
-        (``entries``, (free, index) by free room) at the latest they are expected
-        (:meth:`node_ends`), until the nodes could hold all ``pods`` pods of
-        ``per_pod`` of ``prim`` together; then the nodes that could hold the most of
-        them by then, until they hold all. Counting only the room free now held every
-        free slot of the demo's fragmented cpu nodes (15 cpu free on each, 16-cpu pods)
-        and left nothing to the work behind while the gang waited for eight of them.
+        partition): the eligible nodes (``elig``) as they could hold pods of
+        ``per_pod`` of ``prim`` now, then as the work on them ends at the latest it is
+        expected (:meth:`end_events`), until together they could hold all ``pods``;
+        then the nodes that could hold the most of them by then, until they hold all.
+        Counting only the room free now held every free slot of the demo's fragmented
+        cpu nodes (15 cpu free on each, 16-cpu pods) and left nothing to the work
+        behind while the gang waited for eight of them.
         """
-        room = {i: max(0, f) for f, i in entries}
-        fits = {i: f // per_pod for i, f in room.items()}
-        total = sum(fits.values())
+        nodes = self.nodes
+        free = nodes.free
+        fits: dict[int, int] = {}
+        total = 0
+        # The placer keeps the eligible nodes sorted by free room: the freest last.
+        for f, i in reversed(nodes._sorted_for(elig, prim).entries):
+            n = f // per_pod
+            if n <= 0:
+                break
+            fits[i] = n
+            total += n
         if total < pods:
-            ends = self.node_ends(prim)
-            events = sorted((end, i, v) for i in room for end, v in ends.get(i, ()))
-            for _end, i, v in events:
-                room[i] += v
-                n = room[i] // per_pod
-                total += n - fits[i]
+            room: dict[int, int] = {}
+            for _end, i, v in self.end_events(elig, prim):
+                r = room.get(i)
+                if r is None:
+                    r = max(0, free[i].get(prim, 0))
+                r += v
+                room[i] = r
+                n = r // per_pod
+                total += n - fits.get(i, 0)
                 fits[i] = n
                 if total >= pods:
                     break
         out: list[tuple[int, int]] = []
         held = 0
-        for f, i in sorted(((f, i) for f, i in entries), key=lambda e: (-fits[e[1]], -e[0], e[1])):
+        for i in sorted(fits, key=lambda i: (-fits[i], -free[i].get(prim, 0), i)):
             if held >= pods or fits[i] <= 0:
                 break
             held += fits[i]
+            f = free[i].get(prim, 0)
             if f > 0:
                 out.append((i, f))
         return out

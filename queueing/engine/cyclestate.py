@@ -448,6 +448,8 @@ class CycleState:
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         #: ``node_ends`` per resource, read when a drain first asks.
         self._node_ends: dict[str, dict[int, list[tuple[float, int]]]] = {}
+        #: ``end_events`` per (eligibility key, resource).
+        self._end_events: dict[tuple[Any, str], list[tuple[float, int, int]]] = {}
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
@@ -681,6 +683,20 @@ class CycleState:
                         ends.setdefault(i, []).append((end, v))
         self._node_ends[resource] = ends
         return ends
+
+    def end_events(self, elig: Any, resource: str) -> list[tuple[float, int, int]]:
+        """The ends of the work on the nodes of eligibility key ``elig``, in time order:
+        (expected end at the latest, node index, ``resource`` it frees). Made once per
+        cycle and key from :meth:`node_ends`."""
+        key = (elig, resource)
+        got = self._end_events.get(key)
+        if got is None:
+            ends = self.node_ends(resource)
+            got = sorted(
+                (end, i, v) for i in self.nodes.eligible(elig) for end, v in ends.get(i, ())
+            )
+            self._end_events[key] = got
+        return got
 
     def reserve(
         self,
