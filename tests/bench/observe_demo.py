@@ -337,14 +337,26 @@ for wid, seen in first_seen.items():
     errs.append(abs(actual - seen["p50"]) / wait)
 # Aging's bound against the actual start: admitted after the first / last bound stated.
 bound_admitted = bound_after_first = bound_after_last = 0
-for wid, (first_bound, last_bound, _) in bounds_seen.items():
-    w = Workload.objects.filter(id=wid).values("admitted_at").first()
+late_bounds: list[dict[str, object]] = []  # admitted after the last bound stated
+for wid, (first_bound, last_bound, first_seen) in bounds_seen.items():
+    w = Workload.objects.filter(id=wid).values("admitted_at", "name", "queue__name").first()
     if not w or not w["admitted_at"]:
         continue
     at = w["admitted_at"].timestamp()
     bound_admitted += 1
     bound_after_first += at > first_bound + 5
     bound_after_last += at > last_bound + 5
+    if at > last_bound + 5:
+        late_bounds.append(
+            {
+                "workload": w["name"],
+                "queue": w["queue__name"],
+                "first_bound_seen_at": round(first_seen - started, 1),
+                "first_bound": round(first_bound - started, 1),
+                "last_bound": round(last_bound - started, 1),
+                "admitted": round(at - started, 1),
+            }
+        )
 # Waits of the admissions during the watch, from when each last started waiting.
 waits = []
 for w in Workload.objects.filter(admitted_at__gte=datetime.fromtimestamp(started, UTC)).values(
@@ -435,6 +447,7 @@ with open(out_path, "w") as out:
             "kind_samples": kind_samples,
             "flip_samples": flip_samples,
             "no_eta_beside_starts_by": no_eta_bound_samples,
+            "late_starts_by": late_bounds,
             "eta_notes": eta_note_samples,
         },
         out,
