@@ -54,6 +54,7 @@ from queueing.engine.eta import awaited_starts, bound_etas, typical_bound
 from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.lazy_explanations import Explanations
+from queueing.engine.nodes import EligKey
 from queueing.engine.preemption import find_victims
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
@@ -557,7 +558,9 @@ class Cycle(CycleState):
             if not self.within_min(qi, w._request._d):
                 self.yielding.append(take)
 
-    def reservation(self, elig: Any, prim: str, per_pod: int, pods: int) -> list[tuple[int, int]]:
+    def reservation(
+        self, elig: EligKey, prim: str, per_pod: int, pods: int
+    ) -> list[tuple[int, int]]:
         """The nodes a starving gang's drain holds, as (node index, free room now).
 
         Hold back only what the gang needs, on the nodes where it can start soonest

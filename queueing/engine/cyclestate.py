@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
-from queueing.engine.nodes import NodeIndex, PodSetReq, podset_reqs
+from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
 from queueing.engine.quota import QuotaTree
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
@@ -445,11 +445,11 @@ class CycleState:
         #: Aged heads of queues that do not block holding their quota's room in their
         #: queue (short of quota): id -> request (``Cycle.hold_room``).
         self.holding_quota: dict[int, Mapping[str, int]] = {}
-        #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         #: ``node_ends`` per resource, read when a drain first asks.
         self._node_ends: dict[str, dict[int, list[tuple[float, int]]]] = {}
         #: ``end_events`` per (eligibility key, resource).
-        self._end_events: dict[tuple[Any, str], list[tuple[float, int, int]]] = {}
+        self._end_events: dict[tuple[EligKey, str], list[tuple[float, int, int]]] = {}
+        #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
@@ -651,14 +651,17 @@ class CycleState:
         self.admitted_ids.add(w.id)
         self.admitted_ws.append(w)
 
-    def upper_runtime(self, w: WorkloadSpec) -> float:
-        """A runtime the workload is not expected to exceed: declared, else its queue's p90."""
+    def latest_end(self, w: WorkloadSpec) -> float:
+        """When a workload holding capacity is expected to end at the latest: its start
+        (now, if it has not started) plus a runtime it is not expected to exceed --
+        declared, else its queue's p90. Before now for work past that already."""
+        start = w.started_at if w.started_at is not None else self.now
         if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
-            return w.expected_runtime_s
+            return start + w.expected_runtime_s
         hist = self.snapshot.runtime_history.get(w.queue)
         if hist is not None and hist[1] > 0:
-            return float(hist[1])
-        return self.config.default_runtime_s
+            return start + float(hist[1])
+        return start + self.config.default_runtime_s
 
     def node_ends(self, resource: str) -> dict[int, list[tuple[float, int]]]:
         """Per node index, when the work on it is expected to end at the latest and how
@@ -674,8 +677,7 @@ class CycleState:
             for w in ws:
                 if not w.assignment:
                     continue
-                start = w.started_at if w.started_at is not None else now
-                end = max(now, start + self.upper_runtime(w))
+                end = max(now, self.latest_end(w))
                 for node, amount in w.assignment.items():
                     i = index.get(node)
                     v = amount.get(resource, 0)
@@ -684,7 +686,7 @@ class CycleState:
         self._node_ends[resource] = ends
         return ends
 
-    def end_events(self, elig: Any, resource: str) -> list[tuple[float, int, int]]:
+    def end_events(self, elig: EligKey, resource: str) -> list[tuple[float, int, int]]:
         """The ends of the work on the nodes of eligibility key ``elig``, in time order:
         (expected end at the latest, node index, ``resource`` it frees). Made once per
         cycle and key from :meth:`node_ends`."""

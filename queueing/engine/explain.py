@@ -97,8 +97,7 @@ def _latest_end(cy: Cycle, root: int) -> float | None:
     latest = now
     for c in cy.tree.subtree(root):
         for w in cy.holding[c]:
-            start = w.started_at if w.started_at is not None else now
-            end = start + cy.upper_runtime(w)
+            end = cy.latest_end(w)
             if end < now:
                 return None
             if end > latest:
