@@ -320,14 +320,20 @@ while time.time() < deadline:
         del open_runs[key]
     time.sleep(3)
 
-# compare first predictions with the actual admission
+# compare first predictions with the actual admission (one read of every workload seen)
+admitted_rows = {
+    r["id"]: r
+    for r in Workload.objects.filter(
+        id__in=set(first_seen) | set(bounds_seen), admitted_at__isnull=False
+    ).values("id", "admitted_at", "name", "queue__name")
+}
 covered90 = covered50 = n = 0
 errs = []
 for wid, seen in first_seen.items():
     if seen["p50"] is None:
         continue
-    w = Workload.objects.filter(id=wid).values("admitted_at").first()
-    if not w or not w["admitted_at"]:
+    w = admitted_rows.get(wid)
+    if w is None:
         continue
     actual = w["admitted_at"].timestamp()
     n += 1
@@ -339,8 +345,8 @@ for wid, seen in first_seen.items():
 bound_admitted = bound_after_first = bound_after_last = 0
 late_bounds: list[dict[str, object]] = []  # admitted after the last bound stated
 for wid, (first_bound, last_bound, first_seen) in bounds_seen.items():
-    w = Workload.objects.filter(id=wid).values("admitted_at", "name", "queue__name").first()
-    if not w or not w["admitted_at"]:
+    w = admitted_rows.get(wid)
+    if w is None:
         continue
     at = w["admitted_at"].timestamp()
     bound_admitted += 1
