@@ -110,8 +110,8 @@ def eta_cell(row: Mapping[str, Any], which: str) -> str:
         return reltime(value)
     if which == "p90" and row.get("starts_by"):
         return format_html(
-            '<span class="eta-bound" title="Aging\'s bound: it starts by then at the latest">'
-            "at the latest {}</span>",
+            '<span class="eta-bound" title="Aging\'s bound: it starts by then at the latest, '
+            'unless work joins its queue ahead of it">at the latest {}</span>',
             reltime(row["starts_by"]),
         )
     note = row.get("eta_note") or ""

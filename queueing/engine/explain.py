@@ -478,7 +478,10 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
         else:
             return ""
         if e.starts_by is not None:
-            text += f", and starts by {fmt_time(e.starts_by)} at the latest"
+            text += (
+                f", and starts by {fmt_time(e.starts_by)} at the latest unless work joins"
+                " its queue ahead of it"
+            )
         return text
 
     shape_of = cy.shape

@@ -53,7 +53,10 @@ class Explanation(NamedTuple):
     and ``victims_free`` (what they would free of the short resources), ``borrowable``
     (capacity idle under every max on its chain, which its runtime quota does not give
     it). ``starts_by`` is the bound of aging (see :mod:`.aging`): the latest start it
-    is promised once its claim is whole and what borrows its share has ended.
+    is promised once its claim is whole and what borrows its share has ended, as long
+    as it stays its queue's head (work of higher priority that joins before it ages,
+    or preempted work that queued before it and returns, goes ahead of it; the
+    sentence says so).
     For ``preempting``, ``victims`` are the workloads whose capacity is reserved for it:
     being evicted for it (``limit="evicting"``) or expected to finish within the
     preemption grace period, awaited instead of evicted (``limit="finishing"``);
@@ -126,7 +129,8 @@ class Explanation(NamedTuple):
         if self.starts_by is not None:
             bound = (
                 f" Aging raises its claim on its quota: it starts by "
-                f"{fmt_time(self.starts_by)} at the latest."
+                f"{fmt_time(self.starts_by)} at the latest, unless work joins its queue "
+                f"ahead of it."
             )
         kind = self.kind
         if kind == EXPLAIN_QUOTA and self.limit == "min":

@@ -12,7 +12,9 @@ cluster's usage (allocated / allocatable, stepwise at cycles) over the arrivals'
 -- all cpu, all GPUs, and the cpu pool of the demo (its 16 cpu nodes: 496 cpu, where
 cpu-only work runs) -- the quota invariants checked in every cycle, and aging's bound
 ("starts by T at the latest"): workloads admitted after the first / the last bound
-stated for them (a cycle's slack).
+stated for them (a cycle's slack), and of those, the *broken* bounds: admitted late
+while still stating it the cycle before (nothing joined its queue ahead of it, the
+condition the sentence names).
 
 And "min unused" (issue 11's "done when": no queue waits with its guaranteed minimum
 unused), as ``observe_demo`` defines it live: a queue and quota whose competing
@@ -277,6 +279,9 @@ class Watch:
         self.after_first_bound = 0
         self.after_last_bound = 0
         self.late: list[tuple[str, int, int, int]] = []
+        #: Bounds stated in the last cycle (the workload still the bounded head).
+        self.bounded_now: dict[int, float] = {}
+        self.broken_bounds: list[tuple[str, int, int]] = []
 
     def before(self, snap: Snapshot) -> Snapshot:
         return snap
@@ -299,11 +304,19 @@ class Watch:
                 if not w.request.get(GPU, 0):
                     used["pool"] += w.request.get("cpu", 0)
         self.last_t, self.last_used = t, used
+        stated_before = self.bounded_now
+        self.bounded_now = {}
         for wid, e in result.explanations.items():
             if e.starts_by is not None:
                 b = self.bounds.setdefault(wid, [e.starts_by, e.starts_by])
                 b[1] = e.starts_by
+                self.bounded_now[wid] = e.starts_by
         for a in result.admissions:
+            held = stated_before.get(a.workload_id)
+            if held is not None and snap.now > held + self.interval:
+                self.broken_bounds.append(
+                    (self.name.get(a.workload_id, ("?",))[0], round(t), round(held - EPOCH))
+                )
             b = self.bounds.pop(a.workload_id, None)
             if b is not None:
                 self.bounded_admissions += 1
@@ -364,6 +377,7 @@ def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dic
         "admitted_after_first_bound": watch.after_first_bound,
         "admitted_after_last_bound": watch.after_last_bound,
         "late": watch.late,
+        "broken_bounds": watch.broken_bounds,
         "min_unused_breaks": len(watch.min_unused.breaks),
         "min_unused_longest_s": max((b["seconds"] for b in watch.min_unused.breaks), default=0.0),
         "min_unused_candidate_cycles": watch.min_unused.candidate_cycles,

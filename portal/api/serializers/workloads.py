@@ -203,7 +203,10 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         "hover text; portal.eta_text)."
     )
     starts_by = serializers.SerializerMethodField(
-        help_text="Aging's bound: the latest start the engine promises (ISO 8601), or null."
+        help_text=(
+            "Aging's bound: the latest start the engine promises while the workload stays "
+            "its queue's head (ISO 8601), or null."
+        )
     )
 
     class Meta(WorkloadSerializer.Meta):
