@@ -14,7 +14,9 @@ cpu-only work runs) -- the quota invariants checked in every cycle, and aging's 
 ("starts by T at the latest"): workloads admitted after the first / the last bound
 stated for them (a cycle's slack), and of those, the *broken* bounds: admitted late
 while still stating it the cycle before (nothing joined its queue ahead of it, the
-condition the sentence names).
+condition the sentence names); and how often a bound moved later from one cycle to
+the next (the bound counts every workload holding capacity in its root's tree, so
+each admission of longer work anywhere in that tree moves it).
 
 And "min unused" (issue 11's "done when": no queue waits with its guaranteed minimum
 unused), as ``observe_demo`` defines it live: a queue and quota whose competing
@@ -282,6 +284,9 @@ class Watch:
         #: Bounds stated in the last cycle (the workload still the bounded head).
         self.bounded_now: dict[int, float] = {}
         self.broken_bounds: list[tuple[str, int, int]] = []
+        #: How far a bound moved later from one cycle to the next (the head kept).
+        self.moved_later: list[float] = []
+        self.bounded_observations = 0
 
     def before(self, snap: Snapshot) -> Snapshot:
         return snap
@@ -311,6 +316,10 @@ class Watch:
                 b = self.bounds.setdefault(wid, [e.starts_by, e.starts_by])
                 b[1] = e.starts_by
                 self.bounded_now[wid] = e.starts_by
+                self.bounded_observations += 1
+                was = stated_before.get(wid)
+                if was is not None and e.starts_by > was + self.interval:
+                    self.moved_later.append(e.starts_by - was)
         for a in result.admissions:
             held = stated_before.get(a.workload_id)
             if held is not None and snap.now > held + self.interval:
@@ -378,6 +387,9 @@ def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dic
         "admitted_after_last_bound": watch.after_last_bound,
         "late": watch.late,
         "broken_bounds": watch.broken_bounds,
+        "bound_moves_later": len(watch.moved_later),
+        "bound_moved_later_s": sorted(round(x) for x in watch.moved_later)[-5:],
+        "bounded_observations": watch.bounded_observations,
         "min_unused_breaks": len(watch.min_unused.breaks),
         "min_unused_longest_s": max((b["seconds"] for b in watch.min_unused.breaks), default=0.0),
         "min_unused_candidate_cycles": watch.min_unused.candidate_cycles,
