@@ -375,6 +375,8 @@ KQ_CYCLE_LEASE_S = _float("KQ_CYCLE_LEASE_S", 30.0, 1.0)
 KQ_DEMO_TRICKLE = _bool("KQ_DEMO_TRICKLE", False)
 KQ_METRICS_TOKEN = env.str("KQ_METRICS_TOKEN", default="")
 KQ_POOL_LABEL = env.str("KQ_POOL_LABEL", default="koord-queue/pool")
+# Backfill into the room drains hold for aged gangs (docs/eta.md); off only on purpose.
+KQ_BACKFILL = _bool("KQ_BACKFILL", True)
 # Kinds the Kubernetes adapter manages; a kind whose CRD is not installed is skipped.
 KQ_KINDS_ALL = ("Job", "JobSet", "RayJob", "PyTorchJob", "TFJob", "MPIJob", "TrainJob")
 KQ_KINDS = env.list("KQ_KINDS", default=list(KQ_KINDS_ALL))

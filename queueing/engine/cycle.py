@@ -327,6 +327,10 @@ class Cycle(CycleState):
                         and shape_of(w) not in self.yield_failed
                     ):
                         break  # it may place on drained room (place_within_min)
+                    if self.drained and self.config.backfill and self.backfill_end(w) is not None:
+                        f_end = self.backfill_failed.get(shape_of(w))
+                        if f_end is None or self.now + (w.expected_runtime_s or 0) < f_end:
+                            break  # it may backfill drained room (place_backfill)
                     if not fits:
                         fail[wid] = nodes_none
                     else:
@@ -427,6 +431,11 @@ class Cycle(CycleState):
                         failed_shapes.add(shape)
                 if not ok and self.yielding:
                     pl = self.place_within_min(w, qi)
+                    if pl is not None:
+                        self.admit(w, qi, pl.per_node, pl.placements)
+                        ok = True
+                if not ok and self.drained and self.config.backfill:
+                    pl = self.place_backfill(w)
                     if pl is not None:
                         self.admit(w, qi, pl.per_node, pl.placements)
                         ok = True
@@ -550,18 +559,23 @@ class Cycle(CycleState):
         per_pod = ps.req.get(prim, 0)
         if per_pod <= 0:
             return
-        take = {i: {prim: f} for i, f in self.reservation(ps.elig, prim, per_pod, ps.pods)}
+        held, until = self.reservation(ps.elig, prim, per_pod, ps.pods)
+        take = {i: {prim: f} for i, f in held}
         self.draining[w.id] = prim
         if take:
             self.nodes.commit(take)
             self.drained.append(take)
+            self.drain_until.append(until)
+            if until > self.backfill_until:
+                self.backfill_until = until
             if not self.within_min(qi, w._request._d):
                 self.yielding.append(take)
 
     def reservation(
         self, elig: EligKey, prim: str, per_pod: int, pods: int
-    ) -> list[tuple[int, int]]:
-        """The nodes a starving gang's drain holds, as (node index, free room now).
+    ) -> tuple[list[tuple[int, int]], float]:
+        """The nodes a starving gang's drain holds, as (node index, free room now), and
+        when the gang can start on them at the latest (``now`` when that is not known).
 
         Hold back only what the gang needs, on the nodes where it can start soonest
         (Slurm reserves the nodes a backfilled job will run on, not the whole
@@ -584,9 +598,10 @@ class Cycle(CycleState):
                 break
             fits[i] = n
             total += n
+        until = self.now
         if total < pods:
             room: dict[int, int] = {}
-            for _end, i, v in self.end_events(elig, prim):
+            for end, i, v in self.end_events(elig, prim):
                 r = room.get(i)
                 if r is None:
                     r = max(0, free[i].get(prim, 0))
@@ -596,6 +611,7 @@ class Cycle(CycleState):
                 total += n - fits.get(i, 0)
                 fits[i] = n
                 if total >= pods:
+                    until = end
                     break
         out: list[tuple[int, int]] = []
         held = 0
@@ -606,7 +622,7 @@ class Cycle(CycleState):
             f = free[i].get(prim, 0)
             if f > 0:
                 out.append((i, f))
-        return out
+        return out, until
 
     def place_within_min(self, w: WorkloadSpec, qi: int) -> Any:
         """Place ``w``, whose quota stays within its min with it, on the nodes counting
@@ -640,12 +656,19 @@ class Cycle(CycleState):
         if pl is None:
             self.yield_failed.add(shape)
             return None
-        # Give back, drain by drain, what the placement uses beyond the nodes' free room.
+        self._take_from(self.yielding, pl.per_node)
+        return pl
+
+    def _take_from(
+        self, drains: list[dict[int, dict[str, int]]], per_node: Mapping[int, Mapping[str, int]]
+    ) -> None:
+        """Give back, drain by drain, what a placement uses beyond the nodes' free room."""
+        nodes = self.nodes
         free = nodes.free
-        for i, amount in pl.per_node.items():
+        for i, amount in per_node.items():
             for k, v in amount.items():
                 over = v - max(0, free[i].get(k, 0))
-                for take in self.yielding:
+                for take in drains:
                     if over <= 0:
                         break
                     held = take.get(i)
@@ -656,6 +679,45 @@ class Cycle(CycleState):
                         held[k] -= got
                         nodes.release({i: {k: got}})
                         over -= got
+
+    def backfill_end(self, w: WorkloadSpec) -> float | None:
+        """When ``w`` would end at the latest if admitted now, for a backfill into the
+        drains: only work with a declared runtime (a limit), as Slurm backfills only
+        jobs with a time limit; None otherwise or when no drain lasts that long."""
+        rt = w.expected_runtime_s
+        if rt is None or rt <= 0:
+            return None
+        end = self.now + rt
+        return end if end <= self.backfill_until else None
+
+    def place_backfill(self, w: WorkloadSpec) -> Any:
+        """Place ``w`` counting as free the room of the drains whose head starts no
+        sooner than ``w`` ends (a backfill: it gives the room back in time), and take
+        what it uses from them. The placement, or None."""
+        end = self.backfill_end(w)
+        if end is None:
+            return None
+        shape = self.shape(w)
+        failed = self.backfill_failed.get(shape)
+        if failed is not None and end >= failed:
+            return None
+        drains = [
+            t for t, until in zip(self.drained, self.drain_until, strict=True) if until >= end
+        ]
+        extra: dict[int, dict[str, int]] = {}
+        for take in drains:
+            for i, amount in take.items():
+                e = extra.setdefault(i, {})
+                for k, v in amount.items():
+                    if v > 0:
+                        e[k] = e.get(k, 0) + v
+        if not extra:
+            return None
+        pl = self.nodes.place(self.reqs(w), extra)
+        if pl is None:
+            self.backfill_failed[shape] = end
+            return None
+        self._take_from(drains, pl.per_node)
         return pl
 
     def search_key(self, q: QueueState, w: WorkloadSpec, qi: int) -> tuple[int, int, int]:

@@ -7,6 +7,7 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -461,6 +462,14 @@ class CycleState:
         #: room of yielding drains only shrinks: a new drain moves room from one to the
         #: other).
         self.yield_failed: set[ShapeKey] = set()
+        #: When each drain's head is expected to start at the latest (parallel to
+        #: ``drained``): work that ends by then may use the drain's room (a backfill,
+        #: ``Cycle.place_backfill``). ``backfill_until``: the latest of them.
+        self.drain_until: list[float] = []
+        self.backfill_until = -math.inf
+        #: Per shape, the earliest end with which it did not place on drained room:
+        #: the room work ending later may use is a subset of it (within a cycle).
+        self.backfill_failed: dict[ShapeKey, float] = {}
         self._never_nodes: dict[ShapeKey, str | None] = {}
         self.stats["index_s"] = t1 - t0
         self.stats["runtime_quota_s"] = perf_counter() - t1

@@ -410,6 +410,10 @@ class EngineConfig:
     #: How often cycles run (s), for the forecast: work that ends between two cycles is
     #: admitted at the next one. 0: cycles run at every event (no rounding).
     cycle_interval_s: float = 0.0
+    #: Work with a declared runtime that ends before a drained gang can start may use
+    #: the drain's room (``Cycle.place_backfill``; Slurm's backfill). Off: a drain
+    #: holds its room for the rest of the cycle whatever would have ended in time.
+    backfill: bool = True
 
     def __post_init__(self) -> None:
         if self.fair_share_mode not in ("instant", "historical", "blended"):

@@ -67,6 +67,7 @@ def engine_config() -> EngineConfig:
         fair_share_mode=settings.KQ_FAIR_SHARE_MODE,
         usage_half_life_s=settings.KQ_USAGE_HALF_LIFE_S,
         pool_label=settings.KQ_POOL_LABEL,
+        backfill=settings.KQ_BACKFILL,
     )
 
 
