@@ -15,9 +15,6 @@ with an age factor; here the age raises the head's *claim*:
   takes a guaranteed minimum from anyone; it takes the borrowed share of siblings,
   who then cannot admit more and give the capacity back as their work ends (or are
   reclaimed by preemption where the queue allows it).
-  Claims of siblings that together pass what their parent has left are served whole,
-  the oldest first (:class:`.quota.Claims`); cut in proportion, two aged heads could
-  each stay short on an idle cluster for good.
 * A head that has reached its full claim and still does not place on nodes because
   smaller work keeps filling them holds back its scarcest resource for the rest of the
   cycle on just the nodes where it can start soonest (by when the work on them ends,
