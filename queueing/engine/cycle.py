@@ -600,19 +600,15 @@ class Cycle(CycleState):
             total += n
         until = self.now
         if total < pods:
-            room: dict[int, int] = {}
-            for end, i, v in self.end_events(elig, prim):
-                r = room.get(i)
-                if r is None:
-                    r = max(0, free[i].get(prim, 0))
-                r += v
-                room[i] = r
-                n = r // per_pod
-                total += n - fits.get(i, 0)
-                fits[i] = n
-                if total >= pods:
-                    until = end
-                    break
+            now_fits = dict(fits)
+            now_total = total
+            until = self._sweep(self.end_events(elig, prim), fits, total, prim, per_pod, pods)
+            # The same sweep with typical ends: backfill must not delay the start the
+            # work before it usually allows either (its ends come before the latest).
+            typ = self._sweep(
+                self.end_events(elig, prim, typical=True), now_fits, now_total, prim, per_pod, pods
+            )
+            until = min(until, typ)
         out: list[tuple[int, int]] = []
         held = 0
         for i in sorted(fits, key=lambda i: (-fits[i], -free[i].get(prim, 0), i)):
@@ -623,6 +619,32 @@ class Cycle(CycleState):
             if f > 0:
                 out.append((i, f))
         return out, until
+
+    def _sweep(
+        self,
+        events: list[tuple[float, int, int]],
+        fits: dict[int, int],
+        total: int,
+        prim: str,
+        per_pod: int,
+        pods: int,
+    ) -> float:
+        """Add ``events`` (in time order) to ``fits`` (pods of ``per_pod`` each node
+        could hold) until they hold ``pods``: when that is (``now`` if never)."""
+        free = self.nodes.free
+        room: dict[int, int] = {}
+        for end, i, v in events:
+            r = room.get(i)
+            if r is None:
+                r = max(0, free[i].get(prim, 0))
+            r += v
+            room[i] = r
+            n = r // per_pod
+            total += n - fits.get(i, 0)
+            fits[i] = n
+            if total >= pods:
+                return end
+        return self.now
 
     def place_within_min(self, w: WorkloadSpec, qi: int) -> Any:
         """Place ``w``, whose quota stays within its min with it, on the nodes counting

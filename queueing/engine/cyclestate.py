@@ -447,9 +447,9 @@ class CycleState:
         #: queue (short of quota): id -> request (``Cycle.hold_room``).
         self.holding_quota: dict[int, Mapping[str, int]] = {}
         #: ``node_ends`` per resource, read when a drain first asks.
-        self._node_ends: dict[str, dict[int, list[tuple[float, int]]]] = {}
+        self._node_ends: dict[tuple[str, bool], dict[int, list[tuple[float, int]]]] = {}
         #: ``end_events`` per (eligibility key, resource).
-        self._end_events: dict[tuple[EligKey, str], list[tuple[float, int, int]]] = {}
+        self._end_events: dict[tuple[EligKey, str, bool], list[tuple[float, int, int]]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
@@ -462,9 +462,11 @@ class CycleState:
         #: room of yielding drains only shrinks: a new drain moves room from one to the
         #: other).
         self.yield_failed: set[ShapeKey] = set()
-        #: When each drain's head is expected to start at the latest (parallel to
-        #: ``drained``): work that ends by then may use the drain's room (a backfill,
-        #: ``Cycle.place_backfill``). ``backfill_until``: the latest of them.
+        #: When each drain's head can start (parallel to ``drained``): the earlier of
+        #: at the latest and typically. Work that ends by then at the latest may use
+        #: the drain's room (a backfill, ``Cycle.place_backfill``): the head's start is
+        #: not delayed, even when the work before it ends as it typically does.
+        #: ``backfill_until``: the latest of them.
         self.drain_until: list[float] = []
         self.backfill_until = -math.inf
         #: Per shape, the earliest end with which it did not place on drained room:
@@ -672,37 +674,53 @@ class CycleState:
             return start + float(hist[1])
         return start + self.config.default_runtime_s
 
-    def node_ends(self, resource: str) -> dict[int, list[tuple[float, int]]]:
-        """Per node index, when the work on it is expected to end at the latest and how
-        much of ``resource`` each frees then (``now`` for work past that already).
-        Read once per cycle and resource, from the capacity holders' assignments."""
-        got = self._node_ends.get(resource)
+    def typical_end(self, w: WorkloadSpec) -> float:
+        """When a workload holding capacity typically ends: its declared runtime times
+        its queue's median share of it (``Snapshot.runtime_ratio``), else
+        :meth:`latest_end`."""
+        rt = w.expected_runtime_s
+        ratio = self.snapshot.runtime_ratio.get(w.queue)
+        if rt is None or rt <= 0 or ratio is None:
+            return self.latest_end(w)
+        start = w.started_at if w.started_at is not None else self.now
+        return start + rt * min(1.0, max(0.0, ratio[0]))
+
+    def node_ends(self, resource: str, typical: bool = False) -> dict[int, list[tuple[float, int]]]:
+        """Per node index, when the work on it is expected to end at the latest (or
+        ``typical``: typically) and how much of ``resource`` each frees then (``now``
+        for work past that already). Read once per cycle and resource, from the
+        capacity holders' assignments."""
+        key = (resource, typical)
+        got = self._node_ends.get(key)
         if got is not None:
             return got
         now = self.now
         index = self.nodes.index
+        end_of = self.typical_end if typical else self.latest_end
         ends: dict[int, list[tuple[float, int]]] = {}
         for ws in (*self.holding, self.orphans):
             for w in ws:
                 if not w.assignment:
                     continue
-                end = max(now, self.latest_end(w))
+                end = max(now, end_of(w))
                 for node, amount in w.assignment.items():
                     i = index.get(node)
                     v = amount.get(resource, 0)
                     if i is not None and v > 0:
                         ends.setdefault(i, []).append((end, v))
-        self._node_ends[resource] = ends
+        self._node_ends[key] = ends
         return ends
 
-    def end_events(self, elig: EligKey, resource: str) -> list[tuple[float, int, int]]:
+    def end_events(
+        self, elig: EligKey, resource: str, typical: bool = False
+    ) -> list[tuple[float, int, int]]:
         """The ends of the work on the nodes of eligibility key ``elig``, in time order:
-        (expected end at the latest, node index, ``resource`` it frees). Made once per
-        cycle and key from :meth:`node_ends`."""
-        key = (elig, resource)
+        (expected end at the latest, or ``typical``, node index, ``resource`` it frees).
+        Made once per cycle and key from :meth:`node_ends`."""
+        key = (elig, resource, typical)
         got = self._end_events.get(key)
         if got is None:
-            ends = self.node_ends(resource)
+            ends = self.node_ends(resource, typical)
             got = sorted(
                 (end, i, v) for i in self.nodes.eligible(elig) for end, v in ends.get(i, ())
             )
