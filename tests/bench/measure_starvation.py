@@ -4,7 +4,9 @@ Not a `make bench` benchmark (no ``bench_`` prefix): run it before and after an 
 change, `.venv/bin/python -m tests.bench.measure_starvation [WORLD ...]`, where a WORLD
 is ``demo``, ``demo-waves`` or ``gpu-heavy`` with options ``:minutes=45:seed=2`` (demo
 worlds) or ``:seed=12`` (gpu-heavy), ``:interval=2`` (the cycle, seconds) and ``:cycle=on-event``
-(cycles woken by events, as the live system runs them; default ``interval``). One JSON
+(cycles woken by events, as the live system runs them; default ``interval``) and
+``:history=1`` (what the live system remembers between cycles: runtime shares and the
+forecast's measured errors, ``EtaRecorder.before``; default off). One JSON
 line per world: the longest wait of a feasible workload (from arrival or eviction to
 admission; still waiting at the end counts to the end; workloads set aside as never
 fitting are left out), how many waits passed 300 and 600 s, the five longest, the
@@ -37,6 +39,7 @@ from time import perf_counter
 from typing import Any
 
 from queueing.engine.aging import order_key
+from queueing.engine.calibration import EtaRecorder
 from queueing.engine.invariants import check_cycle
 from queueing.engine.nodes import NodeIndex, elig_key, podset_reqs
 from queueing.engine.scenarios import demo_world, gpu_heavy
@@ -351,7 +354,25 @@ class Watch:
                 self.start.pop(wid, None)
 
 
-def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dict[str, Any]:
+class _WithHistory:
+    """The watch, with what the live system remembers between cycles (runtime shares
+    of declared runtimes, the forecast's measured errors: ``EtaRecorder.before``)."""
+
+    def __init__(self, sc: Scenario, watch: Watch) -> None:
+        self.watch = watch
+        self.rec = EtaRecorder({a.workload.id: a.runtime_s for a in sc.arrivals})
+
+    def before(self, snap: Snapshot) -> Snapshot:
+        return self.rec.before(snap)
+
+    def after(self, snap: Snapshot, result: CycleResult) -> None:
+        self.rec.after(snap, result)
+        self.watch.after(snap, result)
+
+
+def measure(
+    sc: Scenario, interval: float = 2.0, cycle: str = "interval", history: bool = False
+) -> dict[str, Any]:
     watch = Watch(sc, interval)
     t0 = perf_counter()
     sim = simulate(
@@ -360,7 +381,7 @@ def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dic
         cycle_interval_s=interval,
         config=EngineConfig(cycle_interval_s=interval, eta_budget_s=10.0),
         epoch=EPOCH,
-        observer=watch,
+        observer=_WithHistory(sc, watch) if history else watch,
     )
     end = sim.makespan_s
     watch.min_unused.finish()
@@ -398,22 +419,24 @@ def measure(sc: Scenario, interval: float = 2.0, cycle: str = "interval") -> dic
     }
 
 
-def world(spec: str) -> tuple[Scenario, float, str]:
+def world(spec: str) -> tuple[Scenario, float, str, bool]:
     name, *opts = spec.split(":")
     kw: dict[str, str] = dict(o.split("=", 1) for o in opts)
     interval = float(kw.pop("interval", "2"))
     cycle = kw.pop("cycle", "interval")
+    history = kw.pop("history", "0") == "1"
     seed = int(kw.pop("seed")) if "seed" in kw else None
     if name == "gpu-heavy":
-        return (gpu_heavy(seed=seed) if seed is not None else gpu_heavy()), interval, cycle
+        sc = gpu_heavy(seed=seed) if seed is not None else gpu_heavy()
+        return sc, interval, cycle, history
     minutes = float(kw.pop("minutes", "15"))
     waves = name == "demo-waves"
     if seed is not None:
-        return demo_world(minutes, seed=seed, waves=waves), interval, cycle
-    return demo_world(minutes, waves=waves), interval, cycle
+        return demo_world(minutes, seed=seed, waves=waves), interval, cycle, history
+    return demo_world(minutes, waves=waves), interval, cycle, history
 
 
 if __name__ == "__main__":
     for spec in sys.argv[1:] or ["demo", "demo-waves", "gpu-heavy"]:
-        sc, interval, cycle = world(spec)
-        print(json.dumps({"world": spec, **measure(sc, interval, cycle)}), flush=True)
+        sc, interval, cycle, history = world(spec)
+        print(json.dumps({"world": spec, **measure(sc, interval, cycle, history)}), flush=True)
