@@ -447,7 +447,7 @@ class CycleState:
         #: queue (short of quota): id -> request (``Cycle.hold_room``).
         self.holding_quota: dict[int, Mapping[str, int]] = {}
         #: ``node_ends`` per resource, read when a drain first asks.
-        self._node_ends: dict[tuple[str, bool], dict[int, list[tuple[float, int]]]] = {}
+        self._node_ends: dict[str, dict[int, list[tuple[float, float, int]]]] = {}
         #: ``end_events`` per (eligibility key, resource).
         self._end_events: dict[tuple[EligKey, str, bool], list[tuple[float, int, int]]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
@@ -674,41 +674,39 @@ class CycleState:
             return start + float(hist[1])
         return start + self.config.default_runtime_s
 
-    def typical_end(self, w: WorkloadSpec) -> float:
-        """When a workload holding capacity typically ends: its declared runtime times
-        its queue's median share of it (``Snapshot.runtime_ratio``), else
-        :meth:`latest_end`."""
-        rt = w.expected_runtime_s
-        ratio = self.snapshot.runtime_ratio.get(w.queue)
-        if rt is None or rt <= 0 or ratio is None:
-            return self.latest_end(w)
-        start = w.started_at if w.started_at is not None else self.now
-        return start + rt * min(1.0, max(0.0, ratio[0]))
-
-    def node_ends(self, resource: str, typical: bool = False) -> dict[int, list[tuple[float, int]]]:
-        """Per node index, when the work on it is expected to end at the latest (or
-        ``typical``: typically) and how much of ``resource`` each frees then (``now``
-        for work past that already). Read once per cycle and resource, from the
-        capacity holders' assignments."""
-        key = (resource, typical)
-        got = self._node_ends.get(key)
+    def node_ends(self, resource: str) -> dict[int, list[tuple[float, float, int]]]:
+        """Per node index, when the work on it is expected to end at the latest and
+        typically (its declared runtime times its queue's median share of it,
+        ``Snapshot.runtime_ratio``; else at the latest), and how much of ``resource``
+        each frees then (``now`` for work past that already). Read once per cycle and
+        resource, from the capacity holders' assignments."""
+        got = self._node_ends.get(resource)
         if got is not None:
             return got
         now = self.now
         index = self.nodes.index
-        end_of = self.typical_end if typical else self.latest_end
-        ends: dict[int, list[tuple[float, int]]] = {}
+        ratios = self.snapshot.runtime_ratio
+        ends: dict[int, list[tuple[float, float, int]]] = {}
         for ws in (*self.holding, self.orphans):
             for w in ws:
                 if not w.assignment:
                     continue
-                end = max(now, end_of(w))
+                latest = self.latest_end(w)
+                rt = w.expected_runtime_s
+                ratio = ratios.get(w.queue) if rt is not None and rt > 0 else None
+                if ratio is None:
+                    typical = latest
+                else:
+                    start = w.started_at if w.started_at is not None else now
+                    typical = start + (rt or 0.0) * min(1.0, max(0.0, ratio[0]))
+                latest = max(now, latest)
+                typical = max(now, typical)
                 for node, amount in w.assignment.items():
                     i = index.get(node)
                     v = amount.get(resource, 0)
                     if i is not None and v > 0:
-                        ends.setdefault(i, []).append((end, v))
-        self._node_ends[key] = ends
+                        ends.setdefault(i, []).append((latest, typical, v))
+        self._node_ends[resource] = ends
         return ends
 
     def end_events(
@@ -720,10 +718,12 @@ class CycleState:
         key = (elig, resource, typical)
         got = self._end_events.get(key)
         if got is None:
-            ends = self.node_ends(resource, typical)
-            got = sorted(
-                (end, i, v) for i in self.nodes.eligible(elig) for end, v in ends.get(i, ())
-            )
+            ends = self.node_ends(resource)
+            eligible = self.nodes.eligible(elig)
+            if typical:
+                got = sorted((t, i, v) for i in eligible for _, t, v in ends.get(i, ()))
+            else:
+                got = sorted((e, i, v) for i in eligible for e, _, v in ends.get(i, ()))
             self._end_events[key] = got
         return got
 
