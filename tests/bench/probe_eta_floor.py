@@ -160,7 +160,7 @@ def _best_hit(xs: list[float]) -> float:
 
 def _at_least_half(ps: list[float]) -> float:
     """P(at least half of independent Bernoulli(p_i) succeed): the chance that a median
-    error of at most 0.3 is reached when wait i is a hit with probability p_i."""
+    error of at most 0.3 is reached if wait i is a hit with probability p_i."""
     dist = [1.0]
     for p in ps:
         nxt = [0.0] * (len(dist) + 1)
@@ -241,12 +241,13 @@ def probe(
         "oracle_runtimes": _figures(oracle),
         "drawn_median": _figures(median),
         "drawn_best_hit": _figures(best),
-        # With the law's own draws: the most any p50 can expect to put within 30 %
-        # (each wait's best share of draws hit, averaged; an upper bound, since the
-        # best point is chosen on the same draws), and the chance that half or more
-        # of the waits are hits, the condition for a median error of at most 0.3.
-        "hit_share_bound_pct": round(100 * statistics.fmean(shares), 1) if shares else 0.0,
-        "p_median_err_le_0_3": round(_at_least_half(shares), 4) if shares else 0.0,
+        # Each wait's best share of draws within 30 % of one point, averaged, and the
+        # chance that half or more of the waits would be hits *if the draws were what
+        # happens*. A diagnostic, not a bound: the draws leave arrivals out and are
+        # narrower than what happens (demo, true law: 67.6 % in the draws, 39 % of the
+        # waits hit at those points).
+        "hit_share_in_draws_pct": round(100 * statistics.fmean(shares), 1) if shares else 0.0,
+        "p_half_hit_if_draws_true": round(_at_least_half(shares), 4) if shares else 0.0,
         "runtime_law": list(usage) if usage else "history",
         "benchmark": {k: rec.metrics()[k] for k in ("p50_median_rel_err", "p50_coverage_pct")},
         "wall_s": round(perf_counter() - t0, 1),
