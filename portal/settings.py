@@ -20,11 +20,22 @@ env = environ.Env()
 VAR_DIR = Path(env.str("KQ_VAR_DIR", default=str(BASE_DIR / "var")))
 
 
+_TRUE = frozenset(("true", "1", "yes", "y", "on"))
+_FALSE = frozenset(("false", "0", "no", "n", "off", ""))
+
+
 def _bool(name: str, default: bool) -> bool:
-    try:
-        return env.bool(name, default=default)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be true or false, not {env.str(name)!r}.") from exc
+    # env.bool reads anything it does not know as false: a typo ("ture") would turn a
+    # setting off without a word.
+    raw = env.str(name, default=None)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}.")
 
 
 def _int(name: str, default: int, minimum: int | None = None) -> int:

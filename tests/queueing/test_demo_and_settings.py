@@ -82,6 +82,7 @@ def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must point at PostgreSQL or SQLite."),
         ({"KQ_CYCLE_INTERVAL_S": "soon"}, "KQ_CYCLE_INTERVAL_S must be a number, not 'soon'."),
         ({"REDIS_URL": "localhost:6379"}, "REDIS_URL must start with redis://"),
+        ({"KQ_BACKFILL": "sometimes"}, "KQ_BACKFILL must be true or false, not 'sometimes'."),
         (
             {"KQ_GC_THRESHOLD": "700,ten"},
             "KQ_GC_THRESHOLD must be one to three positive integers separated by commas "
@@ -177,3 +178,11 @@ def test_the_products_postgresql_connections_compile_no_statement_unless_asked()
     asked = run_manage("shell", "--no-imports", "-c", show, KQ_DB_JIT="1")
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.strip() == server
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_backfill_reaches_the_engine_from_its_setting(settings, on):
+    from queueing.state.snapshot import engine_config
+
+    settings.KQ_BACKFILL = on
+    assert engine_config().backfill is on
