@@ -51,6 +51,7 @@ __all__ = [
     "order_key",
     "passes_hold",
     "room_under_min",
+    "runtime_of",
 ]
 
 # Failure records (why a candidate was not admitted), kept per workload id.
@@ -136,6 +137,24 @@ def passes_hold(
         if req.get(k, 0) > r:
             return False
     return True
+
+
+def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
+    """How long ``w`` typically runs (``q`` 0) or at most as the history goes (``q`` 1):
+    its declared runtime (a limit) times its queue's p50 or p90 share of it
+    (``Snapshot.runtime_ratio``), else its queue's p50 or p90 runtime, else the
+    default. The forecast's runtimes and the drains' typical ends."""
+    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
+        ratio = cy.snapshot.runtime_ratio.get(w.queue)
+        if ratio is not None:
+            return w.expected_runtime_s * min(1.0, max(0.0, ratio[q]))
+        return w.expected_runtime_s
+    hist = cy.snapshot.runtime_history.get(w.queue)
+    if hist is not None:
+        v = hist[q]
+        if v and v > 0:
+            return float(v)
+    return cy.config.default_runtime_s
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -676,31 +695,22 @@ class CycleState:
 
     def node_ends(self, resource: str) -> dict[int, list[tuple[float, float, int]]]:
         """Per node index, when the work on it is expected to end at the latest and
-        typically (its declared runtime times its queue's median share of it,
-        ``Snapshot.runtime_ratio``; else at the latest), and how much of ``resource``
-        each frees then (``now`` for work past that already). Read once per cycle and
-        resource, from the capacity holders' assignments."""
+        typically (:func:`runtime_of`, never after the latest), and how much of
+        ``resource`` each frees then (``now`` for work past that already). Read once
+        per cycle and resource, from the capacity holders' assignments."""
         got = self._node_ends.get(resource)
         if got is not None:
             return got
         now = self.now
         index = self.nodes.index
-        ratios = self.snapshot.runtime_ratio
         ends: dict[int, list[tuple[float, float, int]]] = {}
         for ws in (*self.holding, self.orphans):
             for w in ws:
                 if not w.assignment:
                     continue
-                latest = self.latest_end(w)
-                rt = w.expected_runtime_s
-                ratio = ratios.get(w.queue) if rt is not None and rt > 0 else None
-                if ratio is None:
-                    typical = latest
-                else:
-                    start = w.started_at if w.started_at is not None else now
-                    typical = start + (rt or 0.0) * min(1.0, max(0.0, ratio[0]))
-                latest = max(now, latest)
-                typical = max(now, typical)
+                start = w.started_at if w.started_at is not None else now
+                latest = max(now, self.latest_end(w))
+                typical = max(now, min(latest, start + runtime_of(self, w, 0)))
                 for node, amount in w.assignment.items():
                     i = index.get(node)
                     v = amount.get(resource, 0)

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 
 from queueing.engine.aging import aged_cutoff, claim_full_at
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, SQUARES, banded, eta_classes
-from queueing.engine.forecast_sim import runtime_of
+from queueing.engine.cyclestate import runtime_of
 from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ import heapq
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.cyclestate import F_NEVER, order_key
+from queueing.engine.cyclestate import F_NEVER, order_key, runtime_of
 from queueing.engine.eta import finish_etas
-from queueing.engine.forecast_sim import OVERDUE_FACTOR, Event, Simulation, runtime_of
+from queueing.engine.forecast_sim import OVERDUE_FACTOR, Event, Simulation
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 
 if TYPE_CHECKING:

@@ -63,6 +63,7 @@ from queueing.engine.cyclestate import (
     QueueState,
     nonpreemptible_short,
     order_key,
+    runtime_of,
 )
 from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import SPACE as _SPACE
@@ -87,22 +88,6 @@ _CLOCK_EVERY = 64
 #: (time, sequence, quota index, workload, what it holds per node index or None to
 #: read it from the workload's assignment at release).
 Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
-
-
-def runtime_of(cy: Cycle, w: WorkloadSpec, q: int) -> float:
-    if w.expected_runtime_s is not None and w.expected_runtime_s > 0:
-        # A declared runtime is a limit; the queue's history says how much of it work
-        # uses (p50, p90 of actual / declared).
-        ratio = cy.snapshot.runtime_ratio.get(w.queue)
-        if ratio is not None:
-            return w.expected_runtime_s * min(1.0, max(0.0, ratio[q]))
-        return w.expected_runtime_s
-    hist = cy.snapshot.runtime_history.get(w.queue)
-    if hist is not None:
-        v = hist[q]
-        if v and v > 0:
-            return float(v)
-    return cy.config.default_runtime_s
 
 
 class _Cand:
