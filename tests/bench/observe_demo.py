@@ -344,7 +344,7 @@ for wid, seen in first_seen.items():
 # Aging's bound against the actual start: admitted after the first / last bound stated.
 bound_admitted = bound_after_first = bound_after_last = 0
 late_bounds: list[dict[str, object]] = []  # admitted after the last bound stated
-for wid, (first_bound, last_bound, first_seen) in bounds_seen.items():
+for wid, (first_bound, last_bound, bound_seen_at) in bounds_seen.items():
     w = admitted_rows.get(wid)
     if w is None:
         continue
@@ -357,7 +357,7 @@ for wid, (first_bound, last_bound, first_seen) in bounds_seen.items():
             {
                 "workload": w["name"],
                 "queue": w["queue__name"],
-                "first_bound_seen_at": round(first_seen - started, 1),
+                "first_bound_seen_at": round(bound_seen_at - started, 1),
                 "first_bound": round(first_bound - started, 1),
                 "last_bound": round(last_bound - started, 1),
                 "admitted": round(at - started, 1),
