@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Protocol
 
-from queueing.engine.quota import QuotaTree
+from queueing.engine.quota import Claims, QuotaTree
 from queueing.engine.types import QueueSpec, WorkloadSpec
 
 __all__ = [
@@ -210,7 +210,7 @@ def aged_claims(
     own_used: Sequence[Mapping[str, int]],
     now: float,
     frozen: set[int] | None = None,
-) -> list[dict[str, int]] | None:
+) -> Claims | None:
     """Per quota, what its aged heads claim (own usage included), or None if nothing.
 
     ``queues``: each queue's spec and its competing workloads in queue order. The
@@ -247,6 +247,7 @@ def aged_claims(
     if not heads:
         return None
     claims: list[dict[str, int]] = [{} for _ in range(len(tree))]
+    since = [math.inf] * len(tree)
     chains = tree.chains
     maxes = tree.maxes
     any_claim = False
@@ -270,4 +271,5 @@ def aged_claims(
                 want = cap
             mine[k] = want
             any_claim = True
-    return claims if any_claim else None
+            since[qi] = w.queue_order_at
+    return Claims(claims, since) if any_claim else None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from queueing.engine.aging import HEAD_SCAN, aged_claims
 from queueing.engine.cyclestate import F_NEVER, hold_rooms, passes_hold
+from queueing.engine.quota import Claims
 
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation, _Cand, _SimQueue
@@ -116,7 +117,7 @@ def aged(sim: Simulation, sq: _SimQueue, li: int) -> None:
     sim._mark(c)
 
 
-def claims_at(sim: Simulation, t: float) -> list[dict[str, int]] | None:
+def claims_at(sim: Simulation, t: float) -> Claims | None:
     """What aged heads claim at virtual time ``t`` (:func:`.aging.aged_claims`).
 
     The heads are read from each queue's window, in its order at ``t`` (:func:`age`

@@ -587,7 +587,11 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             if vq != qi and not reclaim_ok(v, vq):
                 continue
             add(v, vq, 1)
-            if vq != qi and not within_min() and not fair_ok(vq):
+            # Outside the preemptor's min only fair share may take it -- and not work
+            # admitted by age ahead of the preemptor: admitted on its aged claim, it
+            # borrows beyond its quota's share without claims, and taking it sent it
+            # back to claim again (gpu-heavy: one 8-GPU job evicted 16 times).
+            if vq != qi and not within_min() and (ahead(v) or not fair_ok(vq)):
                 add(v, vq, -1)
                 continue
             chosen.append((v, vq))
@@ -606,7 +610,9 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             add(v, vq, -1)
             pl = fits() if placements_left > 0 else None
             if pl is not None and all(
-                vq2 == qi or within_min() or fair_ok(vq2) for v2, vq2 in chosen if v2 is not v
+                vq2 == qi or within_min() or (fair_ok(vq2) and not ahead(v2))
+                for v2, vq2 in chosen
+                if v2 is not v
             ):
                 chosen.remove((v, vq))
                 placed = pl
@@ -648,7 +654,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 )
             )
         else:
-            if not fair_ok(vq):
+            if ahead(v) or not fair_ok(vq):
                 return None
             mine = _share(
                 used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi), incoming[qi]), req

@@ -68,6 +68,16 @@ def hamilton(total: int, weights: Sequence[int], names: Sequence[str]) -> list[i
     return parts
 
 
+class Claims(list[dict[str, int]]):
+    """What aged heads claim, per quota (:func:`.aging.aged_claims`), and ``since``:
+    per quota, when its claiming head joined its queue (``inf``: no claim). The
+    runtime split serves colliding claims in that order, the oldest first."""
+
+    def __init__(self, claims: Sequence[dict[str, int]], since: Sequence[float]) -> None:
+        super().__init__(claims)
+        self.since = list(since)
+
+
 def waterfill(
     available: int,
     bases: Sequence[int],
@@ -75,15 +85,21 @@ def waterfill(
     weights: Sequence[int],
     names: Sequence[str],
     extras: Sequence[int] | None = None,
+    order: Sequence[float] | None = None,
 ) -> list[int]:
     """Allocate ``available`` among entries: bases, then aged claims, then by weight.
 
     Returns per-entry allocations. Each entry gets its ``base``; if the bases exceed
     ``available`` they are scaled down in proportion to themselves. Then each entry
-    gets its ``extras`` (aged claims beyond the base, see :mod:`.aging`), in proportion
-    to them when the rest does not cover them all. The remainder is shared by weight
-    among entries whose allocation is below ``cap``, iteratively (water-filling),
-    never above ``cap``.
+    gets its ``extras`` (aged claims beyond the base, see :mod:`.aging`). When the rest
+    does not cover them all and ``order`` says how old each claim is, they are served
+    whole, the oldest first, and the first that no longer fits takes what is left
+    (it holds that room until enough ends for it; younger claims wait behind it);
+    without ``order``, in proportion to them. In proportion, two aged gangs whose
+    claims together passed the room each got less than it needed and neither ever
+    started, the room idle (a 64-cpu gang and a 16-cpu job on 64 idle cpu, both short).
+    The remainder is shared by weight among entries whose allocation is below ``cap``,
+    iteratively (water-filling), never above ``cap``.
     """
     n = len(bases)
     if available <= 0:
@@ -99,7 +115,21 @@ def waterfill(
         ex = [max(0, min(e, caps[i] - alloc[i])) for i, e in enumerate(extras)]
         total_ex = sum(ex)
         if total_ex > 0:
-            give = ex if total_ex <= remaining else hamilton(remaining, ex, names)
+            if total_ex <= remaining:
+                give = ex
+            elif order is None:
+                give = hamilton(remaining, ex, names)
+            else:
+                give = [0] * n
+                left = remaining
+                for i in sorted(range(n), key=lambda i: (order[i], names[i])):
+                    if ex[i] <= 0:
+                        continue
+                    g = ex[i] if ex[i] <= left else left
+                    give[i] = g
+                    left -= g
+                    if left <= 0:
+                        break
             for i, g in enumerate(give):
                 alloc[i] += g
             remaining -= sum(give)
@@ -275,6 +305,7 @@ class QuotaTree:
         n = len(self.names)
         demand = self.demand(own_demand)
         extra = self._claim_extras(claims, demand) if claims is not None else None
+        since = self._claim_since(claims) if isinstance(claims, Claims) else None
         resources: set[str] = set(cluster)
         for i in range(n):
             resources.update(demand[i])
@@ -309,10 +340,13 @@ class QuotaTree:
                 caps: list[int] = []
                 weights: list[int] = []
                 extras: list[int] | None = None
+                order: list[float] | None = None
                 if extra is not None:
                     extras = [extra[c].get(r, 0) for c in kids]
                     if not any(extras):
                         extras = None
+                    elif since is not None:
+                        order = [since[c] for c in kids]
                 any_need = False
                 for c in kids:
                     d = demand[c].get(r, 0)
@@ -329,7 +363,7 @@ class QuotaTree:
                 if not any_need and sum(bases) <= avail:
                     alloc = bases
                 else:
-                    alloc = waterfill(avail, bases, caps, weights, kid_names, extras)
+                    alloc = waterfill(avail, bases, caps, weights, kid_names, extras, order)
                 for c, a in zip(kids, alloc, strict=True):
                     if a > 0:
                         runtime[c][r] = a
@@ -343,6 +377,16 @@ class QuotaTree:
         if not self.allow_lent[c]:
             return m
         return d if d < m else m
+
+    def _claim_since(self, claims: Claims) -> list[float]:
+        """Per quota, when the oldest claiming head in its subtree joined its queue."""
+        since = list(claims.since)
+        parent = self.parent
+        for i in range(len(since) - 1, -1, -1):
+            p = parent[i]
+            if p >= 0 and since[i] < since[p]:
+                since[p] = since[i]
+        return since
 
     def _claim_extras(
         self, claims: Sequence[Mapping[str, int]], demand: Sequence[Mapping[str, int]]
