@@ -510,14 +510,14 @@ def block_inversions(snap: Snapshot, result: CycleResult) -> int:
 
     Age reorders a queue (:func:`.aging.queue_order_key`): a workload aged by a time
     goes before every one that has not aged by then, the aged in the order they
-    queued. A later position whose p50 is earlier is an inversion unless the workload
-    has aged by that p50 and the one ahead queued after it (which then has not aged, or
-    aged after it): at that time it is ahead of that one.
+    queued (in the same second, by id). A later position whose p50 is earlier is an
+    inversion unless the workload has aged by that p50 and the one ahead queued after
+    it (which then has not aged, or aged after it): at that time it is ahead of that one.
     """
     blocking = {q.name: q.aging_bound_s for q in snap.queues if q.blocking}
     if not blocking:
         return 0
-    rows: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    rows: dict[tuple[str, str], list[tuple[int, float, float, int]]] = {}
     for w in snap.workloads:
         if w.queue not in blocking:
             continue
@@ -525,23 +525,27 @@ def block_inversions(snap: Snapshot, result: CycleResult) -> int:
         eta = result.etas.get(w.id)
         if pos is None or eta is None or eta.p50 is None:
             continue
-        rows.setdefault((w.queue, w.quota), []).append((pos.in_queue, eta.p50, w.queue_order_at))
+        rows.setdefault((w.queue, w.quota), []).append(
+            (pos.in_queue, eta.p50, w.queue_order_at, w.id)
+        )
     bad = 0
     for (queue, _), row in rows.items():
         bound = blocking[queue]
         row.sort()
         latest = -math.inf
-        seen: list[tuple[float, float]] = []  # (queue_order_at, p50) of those ahead
-        for _, p50, queued in row:
+        # (queue_order_at, id, p50) of those ahead
+        seen: list[tuple[float, int, float]] = []
+        for _, p50, queued, wid in row:
             if queued <= aged_cutoff(bound, p50):
-                # Aged by its p50: behind only those ahead that queued before it.
-                floor = max((e for t, e in seen if t <= queued), default=-math.inf)
+                # Aged by its p50: behind only those ahead that queued before it (the
+                # aged go by queue time, then id: :func:`.aging.order_key`).
+                floor = max((e for t, i, e in seen if (t, i) < (queued, wid)), default=-math.inf)
             else:
                 floor = latest
             if p50 < floor - 1e-6:
                 bad += 1
             latest = max(latest, p50)
-            seen.append((queued, p50))
+            seen.append((queued, wid, p50))
     return bad
 
 
