@@ -58,6 +58,7 @@ __all__ = [
     "banded",
     "contradictions",
     "eta_classes",
+    "pooled",
     "qbets_index",
     "wait_band",
 ]
@@ -498,6 +499,25 @@ class EtaRecorder:
             "block_inversions": self.inversions,
             "contradictions": self.contradictions,
         }
+
+
+def pooled(recorders: list[EtaRecorder]) -> EtaRecorder:
+    """One recorder holding what several independent worlds recorded, so that
+    :meth:`EtaRecorder.metrics` gives the figures over all their waits.
+
+    A 4-hour gpu-heavy world admits about 50 workloads after a wait: a p90 coverage
+    of 90 % measured on 50 is known to within about 4 points either way, as wide as
+    the margin to the 85 % target, and one seed passed or failed by a few waits.
+    """
+    out = EtaRecorder(horizon_s=recorders[0].horizon_s if recorders else 24 * 3600)
+    for r in recorders:
+        out.done.extend(r.done)
+        out.observations += r.observations
+        out.present += r.present
+        out.inversions += r.inversions
+        out.contradictions += r.contradictions
+        out.contradiction_examples.extend(r.contradiction_examples)
+    return out
 
 
 #: Bands of the actual wait the p50 error is broken down by (``p50_err_by_wait``).

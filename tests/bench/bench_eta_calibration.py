@@ -8,6 +8,13 @@ runtimes 30-100 % of their limits. Each prints one JSON line with the issue's
 figures; the quota invariants (:mod:`queueing.engine.invariants`) are checked in
 every cycle and violations counted.
 
+The demo and gpu-heavy scenarios are each measured over several independent worlds
+(seeds), their waits pooled (:func:`~queueing.engine.calibration.pooled`): one demo
+world admits about 85 workloads after a wait and one 4-hour gpu-heavy world about
+50, too few to tell a p90 coverage of 90 % from 85 % (the standard error of a share
+of 90 % over 50 is 4.2 points; the same engine passed on one seed and failed on the
+next). ``worlds`` lists each one's own figures. Kueue's baseline admits thousands.
+
 Targets (issue 11): presence >= 99, p90 coverage >= 85, p50 coverage 40-65, median
 relative p50 error <= 0.3, flips <= 2, inversions 0, contradictions 0; in the demo,
 no feasible workload waits more than 10 minutes. Nothing here asserts.
@@ -15,10 +22,11 @@ no feasible workload waits more than 10 minutes. Nothing here asserts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
-from queueing.engine.calibration import EtaRecorder
+from queueing.engine.calibration import EtaRecorder, pooled
 from queueing.engine.invariants import check_cycle
 from queueing.engine.scenarios import demo_world, gpu_heavy, kueue_baseline
 from queueing.engine.simulator import Scenario, simulate
@@ -60,9 +68,15 @@ class _Watch(EtaRecorder):
         return worst
 
 
-def _run(scenario: Scenario, interval: float) -> dict[str, Any]:
+#: The seeds each pooled scenario is measured on (the first is the scenario's default).
+DEMO_SEEDS = (7, 8, 9, 10)
+GPU_HEAVY_SEEDS = tuple(range(11, 21))
+#: Each world's own figures listed under ``worlds``.
+_PER_WORLD = ("p90_coverage_pct", "p50_coverage_pct", "p50_median_rel_err", "flips_pct")
+
+
+def _world(scenario: Scenario, interval: float) -> tuple[_Watch, Any]:
     watch = _Watch(scenario)
-    t0 = perf_counter()
     sim = simulate(
         scenario,
         cycle_interval_s=interval,
@@ -73,27 +87,45 @@ def _run(scenario: Scenario, interval: float) -> dict[str, Any]:
         epoch=1_700_000_000.0,
         observer=watch,
     )
-    out: dict[str, Any] = {"scenario": scenario.name}
-    out.update(watch.metrics())
-    out["max_feasible_wait_s"] = round(watch.longest_feasible_wait(sim.makespan_s), 1)
-    out["inadmissible"] = len(watch.never)
-    out["invariant_violations"] = watch.violations
-    out["workloads"] = len(scenario.arrivals)
-    out["cycles"] = sim.cycles
-    out["makespan_s"] = round(sim.makespan_s, 1)
+    return watch, sim
+
+
+def _run(worlds: Sequence[tuple[int | None, Scenario]], interval: float) -> dict[str, Any]:
+    """The figures of one scenario over its ``worlds`` ((seed, scenario) pairs), pooled."""
+    t0 = perf_counter()
+    runs = [(seed, *_world(scenario, interval)) for seed, scenario in worlds]
+    out: dict[str, Any] = {"scenario": worlds[0][1].name}
+    out.update(pooled([watch for _, watch, _ in runs]).metrics())
+    out["max_feasible_wait_s"] = round(
+        max(watch.longest_feasible_wait(sim.makespan_s) for _, watch, sim in runs), 1
+    )
+    out["inadmissible"] = sum(len(watch.never) for _, watch, _ in runs)
+    out["invariant_violations"] = sum(watch.violations for _, watch, _ in runs)
+    out["workloads"] = sum(len(scenario.arrivals) for _, scenario in worlds)
+    out["cycles"] = sum(sim.cycles for _, _, sim in runs)
+    out["makespan_s"] = round(max(sim.makespan_s for _, _, sim in runs), 1)
     out["wall_s"] = round(perf_counter() - t0, 1)
-    if watch.contradiction_examples:
-        out["contradiction_examples"] = watch.contradiction_examples[:2]
-    if watch.violation_examples:
-        out["violation_examples"] = watch.violation_examples
+    if len(runs) > 1:
+        out["worlds"] = []
+        for seed, watch, _ in runs:
+            own = watch.metrics()
+            row: dict[str, Any] = {"seed": seed, "admitted_tracked": own["admitted_tracked"]}
+            row.update({k: own[k] for k in _PER_WORLD})
+            out["worlds"].append(row)
+    examples = [e for _, watch, _ in runs for e in watch.contradiction_examples]
+    if examples:
+        out["contradiction_examples"] = examples[:2]
+    violations = [e for _, watch, _ in runs for e in watch.violation_examples]
+    if violations:
+        out["violation_examples"] = violations[:3]
     return out
 
 
 def eta_calibration() -> list[dict[str, Any]]:
     return [
-        _run(demo_world(), 2.0),
-        _run(kueue_baseline(), 1.0),
-        _run(gpu_heavy(), 2.0),
+        _run([(seed, demo_world(seed=seed)) for seed in DEMO_SEEDS], 2.0),
+        _run([(None, kueue_baseline())], 1.0),
+        _run([(seed, gpu_heavy(seed=seed)) for seed in GPU_HEAVY_SEEDS], 2.0),
     ]
 
 
