@@ -252,6 +252,13 @@ class Cycle(Drains):
                                 rec = policy_rec[b] = (F_POLICY, b)
                             fail[wid] = rec
                             pos += 1
+                            # Work waiting behind its quota's head gets no turn, so it
+                            # does not use the queue's look-ahead (max_depth): filled
+                            # with it, the window never reached work of another quota
+                            # whose demand held the very room the head waited for (a
+                            # livelock the liveness property test found).
+                            if limit < len(cands):
+                                limit += 1
                             continue
                 if qi != tq:
                     tq = qi
@@ -347,6 +354,7 @@ class Cycle(Drains):
                     self.hold_aged(q, w, qi, c)
                 pos += 1
             q.pos = pos
+            q.limit = limit
             if pos < limit:
                 return cands[pos]
             for w in cands[q.pos :]:

@@ -90,6 +90,26 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
     return None
 
 
+def _never_lent(cy: Cycle, c: int, k: str, v: int, short: Resources) -> str:
+    """Why a request of ``v`` of ``k`` never fits quota ``c``: siblings that lend
+    nothing keep their min (``CycleState._chain_cap``)."""
+    tree = cy.tree
+    p = tree.parent[c]
+    keep = [
+        (tree.names[s], tree.mins[s].get(k, 0))
+        for s in tree.children[p]
+        if s != c and not tree.allow_lent[s] and tree.mins[s].get(k, 0) > 0
+    ]
+    who = ", ".join(f"{name} ({fmt_amount(k, m)})" for name, m in keep[:3])
+    if len(keep) > 3:
+        who += f" and {len(keep) - 3} more"
+    room = v - short.raw.get(k, 0)
+    return (
+        f"it requests {fmt_amount(k, v)} but quota {tree.names[c]} can get at most "
+        f"{fmt_amount(k, room)}: within {tree.names[p]}, {who} keep their min and lend none of it"
+    )
+
+
 def _latest_end(cy: Cycle, root: int) -> float | None:
     """When the last workload now holding capacity in ``root``'s tree is expected to end,
     or None when one has run past that already (its end is not known: no bound)."""
@@ -607,12 +627,15 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
     def explain_rest(out: dict[int, Explanation]) -> None:
         for w, c, lim, k, short in cy.never:
             v = w._request._d[k]
-            if c >= 0:
+            if lim == "max":
                 m = maxes[c][k]
                 detail = (
                     f"it requests {fmt_amount(k, v)} but quota {names[c]} has a max of "
                     f"{fmt_amount(k, m)}"
                 )
+                to_free = EMPTY
+            elif lim == "lent":
+                detail = _never_lent(cy, c, k, v, short)
                 to_free = EMPTY
             else:
                 detail, to_free = _held_elsewhere(cy, k, v, short)

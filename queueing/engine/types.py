@@ -245,7 +245,8 @@ class QueueSpec:
     ``Block`` (strict FIFO: a head that does not fit blocks those behind it on the
     same quota), ``Intelligent`` (workloads with priority >= ``priority_threshold``
     block, lower ones may be skipped), ``FIFO`` (alias of Block). ``max_depth``
-    bounds how many candidates of the queue are looked at per cycle (0 = all).
+    bounds how many candidates of the queue get a turn per cycle (0 = all); work
+    waiting behind its quota's blocking head gets none and does not count.
 
     ``aging_bound_s``: the bounded wait against starvation (:mod:`.aging`). A head of
     this queue that fits its quota's max and the cluster claims a growing part of its

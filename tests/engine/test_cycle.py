@@ -289,9 +289,13 @@ def test_quota_chain_limits_every_ancestor() -> None:
 def test_gang_is_admitted_whole_or_not_at_all() -> None:
     snap = snapshot(
         quotas=flat(),
-        nodes=[node("a", one(4)), node("b", one(4))],
+        # 4 cpu free on each node (of 5): the pods of 3, 3 and 2 fit the empty nodes,
+        # not these (on two empty 4-cpu nodes the gang never fits and is set aside).
+        nodes=[node("a", one(5)), node("b", one(5))],
         workloads=[
-            workload(1, "q0", pod_sets=[podset(2, one(3), name="w"), podset(1, one(2), name="ps")])
+            workload(1, "q0", pod_sets=[podset(2, one(3), name="w"), podset(1, one(2), name="ps")]),
+            running(2, "q0", "a", req=one(1)),
+            running(3, "q0", "b", req=one(1)),
         ],
         # (aging off: aged, the gang would hold back the nodes' free room for itself)
         queues=[QueueSpec("q0", aging_bound_s=None)],
