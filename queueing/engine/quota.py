@@ -27,6 +27,7 @@ Reference: koordinator-sh/koordinator
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from queueing.engine.types import QuotaNode
@@ -86,6 +87,7 @@ def waterfill(
     names: Sequence[str],
     extras: Sequence[int] | None = None,
     order: Sequence[float] | None = None,
+    within: Sequence[int] | None = None,
 ) -> list[int]:
     """Allocate ``available`` among entries: bases, then aged claims, then by weight.
 
@@ -100,6 +102,13 @@ def waterfill(
     started, the room idle (a 64-cpu gang and a 16-cpu job on 64 idle cpu, both short).
     The remainder is shared by weight among entries whose allocation is below ``cap``,
     iteratively (water-filling), never above ``cap``.
+
+    When the bases pass ``available`` (the mins oversubscribed: nodes lost, say) and
+    ``within`` says what aged claims ask within their entry's base, those are served
+    first, whole and the oldest first, and the rest of the bases share what is left in
+    proportion. Cut in proportion with the rest, every quota could get less than its
+    smallest workload and the cluster stayed idle (the liveness property test: three
+    mins of 6, 4 and 6 cpu on a 5-cpu node, each cut to 1-2 cpu, every head 2-4 cpu).
     """
     n = len(bases)
     if available <= 0:
@@ -108,7 +117,13 @@ def waterfill(
     if total_base >= available:
         if total_base == available:
             return list(bases)
-        return hamilton(available, bases, names)
+        if within is None or order is None or not any(within):
+            return hamilton(available, bases, names)
+        wants = [min(w, b) for w, b in zip(within, bases, strict=True)]
+        given = _oldest_whole(available, wants, order, names)
+        left = available - sum(given)
+        rest = hamilton(left, [b - g for b, g in zip(bases, given, strict=True)], names)
+        return [g + r for g, r in zip(given, rest, strict=True)]
     alloc = list(bases)
     remaining = available - total_base
     if extras is not None:
@@ -120,16 +135,7 @@ def waterfill(
             elif order is None:
                 give = hamilton(remaining, ex, names)
             else:
-                give = [0] * n
-                left = remaining
-                for i in sorted(range(n), key=lambda i: (order[i], names[i])):
-                    if ex[i] <= 0:
-                        continue
-                    g = ex[i] if ex[i] <= left else left
-                    give[i] = g
-                    left -= g
-                    if left <= 0:
-                        break
+                give = _oldest_whole(remaining, ex, order, names)
             for i, g in enumerate(give):
                 alloc[i] += g
             remaining -= sum(give)
@@ -153,6 +159,33 @@ def waterfill(
             break
         need = still
     return alloc
+
+
+def _oldest_whole(
+    total: int, wants: Sequence[int], order: Sequence[float], names: Sequence[str]
+) -> list[int]:
+    """Split ``total`` among claims that together pass it: whole, the oldest first.
+
+    The first that no longer fits takes what is left (it holds that room until enough
+    ends for it; younger claims wait behind it) -- unless it asks more than ``total``
+    itself: at this level it cannot be met whatever the others get (a sibling's min
+    holds the rest), so it goes last and younger claims that can be met go first. It
+    held what was left, the claims that fitted waited behind it, and nothing started
+    on an idle cluster (the liveness property test).
+    """
+    n = len(wants)
+    give = [0] * n
+    left = total
+    ranked = sorted(range(n), key=lambda i: (wants[i] > total, order[i], names[i]))
+    for i in ranked:
+        if wants[i] <= 0:
+            continue
+        g = wants[i] if wants[i] <= left else left
+        give[i] = g
+        left -= g
+        if left <= 0:
+            break
+    return give
 
 
 class QuotaTree:
@@ -304,7 +337,10 @@ class QuotaTree:
         """
         n = len(self.names)
         demand = self.demand(own_demand)
-        extra = self._claim_extras(claims, demand) if claims is not None else None
+        extra: list[dict[str, int]] | None = None
+        claimed: list[dict[str, int]] | None = None
+        if claims is not None:
+            extra, claimed = self._claim_extras(claims, demand)
         since = self._claim_since(claims) if isinstance(claims, Claims) else None
         resources: set[str] = set(cluster)
         for i in range(n):
@@ -332,6 +368,9 @@ class QuotaTree:
             own_p = own_demand[p]
             rt_p = runtime[p]
             kid_names = [names[c] for c in kids]
+            kid_since: list[float] | None = None
+            if since is not None and extra is not None and claimed is not None:
+                kid_since = self._claim_order(kids, since, extra, claimed, demand, rt_p, own_p)
             for r in resources:
                 avail = rt_p.get(r, 0) - own_p.get(r, 0)
                 if avail <= 0:
@@ -341,12 +380,15 @@ class QuotaTree:
                 weights: list[int] = []
                 extras: list[int] | None = None
                 order: list[float] | None = None
-                if extra is not None:
+                within: list[int] | None = None
+                if extra is not None and claimed is not None:
                     extras = [extra[c].get(r, 0) for c in kids]
+                    if since is not None:
+                        within = [claimed[c].get(r, 0) for c in kids]
+                        if any(extras) or any(within):
+                            order = kid_since
                     if not any(extras):
                         extras = None
-                    elif since is not None:
-                        order = [since[c] for c in kids]
                 any_need = False
                 for c in kids:
                     d = demand[c].get(r, 0)
@@ -363,11 +405,48 @@ class QuotaTree:
                 if not any_need and sum(bases) <= avail:
                     alloc = bases
                 else:
-                    alloc = waterfill(avail, bases, caps, weights, kid_names, extras, order)
+                    alloc = waterfill(avail, bases, caps, weights, kid_names, extras, order, within)
                 for c, a in zip(kids, alloc, strict=True):
                     if a > 0:
                         runtime[c][r] = a
         return runtime, demand
+
+    def _claim_order(
+        self,
+        kids: Sequence[int],
+        since: Sequence[float],
+        extra: Sequence[Mapping[str, int]],
+        claimed: Sequence[Mapping[str, int]],
+        demand: Sequence[Mapping[str, int]],
+        rt_p: Mapping[str, int],
+        own_p: Mapping[str, int],
+    ) -> list[float]:
+        """The age order of ``kids``' claims in their parent's split: oldest first, but
+        a claim that cannot be met here in some resource whatever the others get (the
+        siblings' bases hold the rest) goes last in every resource.
+
+        Resource by resource, the oldest claim took the memory it asked while a
+        sibling's min held the cpu it also needed, and that sibling's claim was short
+        of the memory: neither started, on an idle cluster (the liveness property
+        test).
+        """
+        order = [since[c] for c in kids]
+        res: set[str] = set()
+        for c in kids:
+            res.update(extra[c])
+            res.update(claimed[c])
+        for r in res:
+            avail = rt_p.get(r, 0) - own_p.get(r, 0)
+            bases = [self._base(c, r, demand[c].get(r, 0)) for c in kids]
+            room = avail - sum(bases)
+            for j, c in enumerate(kids):
+                if order[j] == math.inf:
+                    continue
+                ex = min(extra[c].get(r, 0), demand[c].get(r, 0) - bases[j])
+                inside = min(claimed[c].get(r, 0), bases[j])
+                if ex > max(room, 0) or (room < 0 and inside > avail):
+                    order[j] = math.inf
+        return order
 
     def _base(self, c: int, r: str, d: int) -> int:
         m = self.mins[c].get(r, 0)
@@ -390,15 +469,19 @@ class QuotaTree:
 
     def _claim_extras(
         self, claims: Sequence[Mapping[str, int]], demand: Sequence[Mapping[str, int]]
-    ) -> list[dict[str, int]]:
-        """Per quota, how far its subtree's aged claims go beyond its base, within demand.
+    ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        """Per quota, how far its subtree's aged claims go beyond its base, within demand;
+        and what its subtree claims in all (within demand), where something claims.
 
         A subtree claims its own claim plus, per child, the larger of the child's base
         and the child's claim; what that exceeds the quota's own base by (capped by its
-        demand) is served in its parent's split before the weights.
+        demand) is served in its parent's split before the weights. What it claims
+        within its base is served first when the bases pass the parent's room
+        (:func:`waterfill`'s ``within``).
         """
         n = len(self.names)
         extra: list[dict[str, int]] = [{} for _ in range(n)]
+        claimed: list[dict[str, int]] = [{} for _ in range(n)]
         # Effective claim of each subtree, per resource (only where something claims).
         eff: list[dict[str, int]] = [{} for _ in range(n)]
         for i in range(n - 1, -1, -1):
@@ -424,4 +507,6 @@ class QuotaTree:
                 if v > base:
                     e[r] = v - base
                 out[r] = max(v, base)
-        return extra
+                if own.get(r, 0) or any(r in eff[c] for c in kids):
+                    claimed[i][r] = v
+        return extra, claimed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from queueing.engine import run_cycle
 from queueing.engine.quota import waterfill
-from queueing.engine.types import QueueSpec, Snapshot
+from queueing.engine.types import QueueSpec, Snapshot, WorkloadSpec
 
 from .builders import node, quota, running, snapshot, workload
 
@@ -106,3 +106,45 @@ def test_fair_share_spares_work_admitted_by_age() -> None:
     # order they queued).
     older = run_cycle(fair_share_world(50.0, {"ts": 10.0}), forecast=False)
     assert [(p.victim_id, p.reason) for p in older.preemptions] == [(1, "FairShare")]
+
+
+def test_claims_within_oversubscribed_mins_are_served_whole_oldest_first() -> None:
+    # Three mins of 5, 4 and 6 on 5 (a node lost): in proportion each got 1-2, less
+    # than any head asked. Aged claims within their min go first, whole, oldest first.
+    names = ["q0", "q1", "q2"]
+    got = waterfill(
+        5, [5, 4, 6], [5, 9, 9], [1, 1, 1], names, order=[3.0, 1.0, 2.0], within=[3, 0, 2]
+    )
+    assert got == [3, 0, 2]
+    # Without claims: in proportion, as before.
+    assert waterfill(5, [5, 4, 6], [5, 9, 9], [1, 1, 1], names) == [2, 1, 2]
+
+
+def test_a_claim_that_cannot_be_met_here_goes_last() -> None:
+    # 2 left after the bases; the older claim asks 6 of it, the younger 2: the older
+    # cannot be met whatever the other gets, so the younger is served.
+    assert waterfill(
+        2, [0, 0], [6, 2], [1, 1], ["old", "young"], extras=[6, 2], order=[1.0, 2.0]
+    ) == [0, 2]
+
+
+def test_a_claim_short_in_one_resource_goes_last_in_every_resource() -> None:
+    # 8 cpu, 16 memory. a (min 2 cpu) and b (min 6 cpu) each have an aged head of 6 cpu
+    # and 12 memory. b's min holds the cpu a's head needs; resource by resource, a's
+    # older claim took 12 of the memory and b's head was short of it: neither started.
+    def job(wid: int, q: str, ts: float) -> WorkloadSpec:
+        return workload(wid, q, req={"cpu": 6000, "memory": 12}, ts=ts)
+
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("a", "root", min={"cpu": 2000}),
+            quota("b", "root", min={"cpu": 6000}),
+        ],
+        nodes=[node("n", {"cpu": 8000, "memory": 16})],
+        workloads=[job(1, "a", 1.0), job(2, "b", 2.0)],
+        queues=[QueueSpec("a", aging_bound_s=60.0), QueueSpec("b", aging_bound_s=60.0)],
+        now=1000.0,
+    )
+    result = run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == [2]
