@@ -32,6 +32,7 @@ import dataclasses
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter, process_time
 from typing import Any, Protocol
@@ -57,6 +58,7 @@ __all__ = [
     "InvariantBroken",
     "Scenario",
     "SimResult",
+    "Unfinished",
     "next_cycle_at",
     "simulate",
 ]
@@ -64,6 +66,28 @@ __all__ = [
 
 class InvariantBroken(AssertionError):
     """A simulated cycle broke a quota invariant (``simulate(invariants=True)``)."""
+
+
+class Unfinished(RuntimeError):
+    """A simulated run passed ``max_virtual_s`` with work still to do; ``waiting``: the
+    workloads not running then (pending or evicted), ``running``: those still running,
+    ``last``: the last cycle's snapshot and result."""
+
+    def __init__(
+        self,
+        scenario: str,
+        waiting: Sequence[WorkloadSpec],
+        running: Sequence[WorkloadSpec],
+        last: tuple[Snapshot, CycleResult] | None = None,
+    ) -> None:
+        names = ", ".join(w.name for w in waiting[:5]) + (" ..." if len(waiting) > 5 else "")
+        super().__init__(
+            f"simulation of {scenario!r} did not finish in virtual time"
+            + (f" ({len(waiting)} waiting: {names})" if waiting else "")
+        )
+        self.waiting = tuple(waiting)
+        self.running = tuple(running)
+        self.last = last
 
 
 #: When cycles run: on beat's timer, or woken by events (debounced).
@@ -268,6 +292,7 @@ def simulate(
         return min(times) if times else None
 
     t = 0.0
+    last: tuple[Snapshot, CycleResult] | None = None
     while True:
         if cycle == "interval":
             # Completions are seen only at a tick: the timer runs while anything runs.
@@ -293,7 +318,12 @@ def simulate(
             break
         t = t_next
         if t > max_virtual_s:
-            raise RuntimeError(f"simulation of {scenario.name!r} did not finish in virtual time")
+            raise Unfinished(
+                scenario.name,
+                [*pending.values(), *preempted.values()],
+                list(running.values()),
+                last,
+            )
         # Completions up to t, in time order.
         while finish_heap and finish_heap[0][0] <= t:
             at, wid, ser = heapq.heappop(finish_heap)
@@ -350,6 +380,7 @@ def simulate(
             snap = observer.before(snap)
         c0, p0 = perf_counter(), process_time()
         result = run_cycle(snap, forecast=observer is not None)
+        last = (snap, result)
         engine_times.append(perf_counter() - c0)
         engine_cpu += process_time() - p0
         if observer is not None:
