@@ -167,20 +167,21 @@ def _oldest_whole(
     """Split ``total`` among claims that together pass it: whole, the oldest first.
 
     The first that no longer fits takes what is left (it holds that room until enough
-    ends for it; younger claims wait behind it) -- unless it asks more than ``total``
-    itself: at this level it cannot be met whatever the others get (a sibling's min
-    holds the rest), so it goes last and younger claims that can be met go first. It
-    held what was left, the claims that fitted waited behind it, and nothing started
-    on an idle cluster (the liveness property test).
+    ends for it; younger claims wait behind it). A claim that cannot be met here
+    whatever the others get -- it asks more than ``total``, or its ``order`` is
+    infinite (:meth:`QuotaTree._claim_order`: it cannot be met in another resource)
+    -- takes nothing: what it held, nobody could use (the liveness property test: the
+    oldest such claim held what was left while younger work that fitted waited).
+    What it leaves goes by weight, with everyone else's demand.
     """
     n = len(wants)
     give = [0] * n
     left = total
-    ranked = sorted(range(n), key=lambda i: (wants[i] > total, order[i], names[i]))
-    for i in ranked:
-        if wants[i] <= 0:
+    for i in sorted(range(n), key=lambda i: (order[i], names[i])):
+        want = wants[i]
+        if want <= 0 or want > total or order[i] == math.inf:
             continue
-        g = wants[i] if wants[i] <= left else left
+        g = want if want <= left else left
         give[i] = g
         left -= g
         if left <= 0:

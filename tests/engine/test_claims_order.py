@@ -120,12 +120,23 @@ def test_claims_within_oversubscribed_mins_are_served_whole_oldest_first() -> No
     assert waterfill(5, [5, 4, 6], [5, 9, 9], [1, 1, 1], names) == [2, 1, 2]
 
 
-def test_a_claim_that_cannot_be_met_here_goes_last() -> None:
+def test_a_claim_that_cannot_be_met_here_lets_the_next_one_in() -> None:
     # 2 left after the bases; the older claim asks 6 of it, the younger 2: the older
     # cannot be met whatever the other gets, so the younger is served.
     assert waterfill(
         2, [0, 0], [6, 2], [1, 1], ["old", "young"], extras=[6, 2], order=[1.0, 2.0]
     ) == [0, 2]
+
+
+def test_what_a_claim_that_cannot_be_met_leaves_goes_by_weight() -> None:
+    # 3 left: the young claim takes its 2; the old one (6) cannot be met and takes
+    # nothing -- held for it, the last unit would sit idle. It goes by weight, here to
+    # a sibling without a claim ("a" wins the tie by name).
+    names = ["old", "young", "a"]
+    got = waterfill(
+        3, [0, 0, 0], [6, 2, 4], [1, 1, 1], names, extras=[6, 2, 0], order=[1.0, 2.0, 9.0]
+    )
+    assert got == [0, 2, 1]
 
 
 def test_a_claim_short_in_one_resource_goes_last_in_every_resource() -> None:
