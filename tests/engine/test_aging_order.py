@@ -218,11 +218,37 @@ def test_a_job_that_passes_the_backlog_by_age_is_forecast_at_its_bound_not_behin
     assert inversions == 0
 
 
-def test_an_inversion_is_an_earlier_eta_behind_one_still_ahead_at_that_time() -> None:
+def inversions_in(q: QueueSpec, ws: tuple[WorkloadSpec, ...], p50s: dict[int, float]) -> int:
+    """``block_inversions`` of queue ``q`` holding ``ws`` in that order, with these p50s
+    (seconds from now; the p90 twice each)."""
     from queueing.engine.calibration import block_inversions
     from queueing.engine.types import CycleResult, Eta, Position
 
     now = EPOCH + 1000.0
+    snap = Snapshot(
+        now=now,
+        quotas=(QuotaNode("root"), QuotaNode(ws[0].quota, "root")),
+        queues=(q,),
+        workloads=ws,
+        nodes=(NodeSpec("n", Resources({"cpu": 8000})),),
+    )
+    result = CycleResult(
+        admissions=(),
+        preemptions=(),
+        requeues=(),
+        explanations={},
+        positions={w.id: Position(i + 1, i + 1) for i, w in enumerate(ws)},
+        etas={w: Eta(now + d, now + 2 * d) for w, d in p50s.items()},
+        runtime_quota={},
+        used={},
+        demand={},
+        shares={},
+        stats={},
+    )
+    return block_inversions(snap, result)
+
+
+def test_an_inversion_is_an_earlier_eta_behind_one_still_ahead_at_that_time() -> None:
     q = QueueSpec("dev", policy="Block", aging_bound_s=100.0)
     ws = (
         spec(1, 9000, 990.0),  # ahead by priority, fresh
@@ -231,27 +257,7 @@ def test_an_inversion_is_an_earlier_eta_behind_one_still_ahead_at_that_time() ->
     )
 
     def inversions(p50s: dict[int, float]) -> int:
-        snap = Snapshot(
-            now=now,
-            quotas=(QuotaNode("root"), QuotaNode("dev", "root")),
-            queues=(q,),
-            workloads=ws,
-            nodes=(NodeSpec("n", Resources({"cpu": 8000})),),
-        )
-        result = CycleResult(
-            admissions=(),
-            preemptions=(),
-            requeues=(),
-            explanations={},
-            positions={w.id: Position(i + 1, i + 1) for i, w in enumerate(ws)},
-            etas={w: Eta(now + d, now + 2 * d) for w, d in p50s.items()},
-            runtime_quota={},
-            used={},
-            demand={},
-            shares={},
-            stats={},
-        )
-        return block_inversions(snap, result)
+        return inversions_in(q, ws, p50s)
 
     # 2 starts at +10, aged by then and queued before 1: ahead of 1, not an inversion.
     assert inversions({1: 500.0, 2: 10.0, 3: 600.0}) == 0
@@ -271,35 +277,11 @@ def test_aged_workloads_queued_together_go_in_id_order_and_that_is_no_inversion(
     # second; the large one heads the queue by priority, the small one (the lower id)
     # goes first once both have aged -- the aged go by queue time, then id. Its earlier
     # ETA was counted as an inversion.
-    from queueing.engine.calibration import block_inversions
-    from queueing.engine.types import CycleResult, Eta, Position
-
-    now = EPOCH + 1000.0
     q = QueueSpec("etl", policy="Block", aging_bound_s=100.0)
     ws = (spec(2, 7000, 950.0, quota="etl"), spec(1, 5000, 950.0, quota="etl"))  # age at +50
 
     def inversions(p50s: dict[int, float]) -> int:
-        snap = Snapshot(
-            now=now,
-            quotas=(QuotaNode("root"), QuotaNode("etl", "root")),
-            queues=(q,),
-            workloads=ws,
-            nodes=(NodeSpec("n", Resources({"cpu": 8000})),),
-        )
-        result = CycleResult(
-            admissions=(),
-            preemptions=(),
-            requeues=(),
-            explanations={},
-            positions={w.id: Position(i + 1, i + 1) for i, w in enumerate(ws)},
-            etas={w: Eta(now + d, now + 2 * d) for w, d in p50s.items()},
-            runtime_quota={},
-            used={},
-            demand={},
-            shares={},
-            stats={},
-        )
-        return block_inversions(snap, result)
+        return inversions_in(q, ws, p50s)
 
     assert inversions({2: 90.0, 1: 80.0}) == 0  # both aged by then: 1 goes first
     assert inversions({2: 90.0, 1: 30.0}) == 1  # not aged at +30: 2 is still ahead
