@@ -424,7 +424,8 @@ class QuotaTree:
     ) -> list[float]:
         """The age order of ``kids``' claims in their parent's split: oldest first, but
         a claim that cannot be met here in some resource whatever the others get (the
-        siblings' bases hold the rest) goes last in every resource.
+        siblings' bases hold the rest) is ``inf`` -- it takes nothing in the claims'
+        turn in any resource (:func:`_oldest_whole`).
 
         Resource by resource, the oldest claim took the memory it asked while a
         sibling's min held the cpu it also needed, and that sibling's claim was short
