@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
-from queueing.engine.quota import QuotaTree, hamilton
+from queueing.engine.quota import QuotaTree
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     BACKOFF,
@@ -267,8 +267,6 @@ class CycleState:
         queue_specs = self.queue_specs
         quota_of = self.quota_of
         caps: list[dict[str, int] | None] = [None] * nq
-        #: Per parent quota, what its children that lend nothing keep of their min.
-        self._unlent: dict[int, dict[str, int]] = {}
         capacity = nodes.capacity
         holding = self.holding
         nominated_in = self.nominated_in
@@ -288,7 +286,7 @@ class CycleState:
                     continue
                 ccap = caps[qi]
                 if ccap is None:
-                    ccap = self._chain_cap(qi, capacity, caps)
+                    ccap = tree.ceiling(qi, capacity, caps)
                 # The chain-cap check and the quota's pending sum in one pass; a
                 # workload set aside (rare) has its part taken back out again.
                 req = w._request._d
@@ -499,84 +497,9 @@ class CycleState:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _chain_cap(
-        self, qi: int, capacity: Mapping[str, int], caps: list[dict[str, int] | None]
-    ) -> dict[str, int]:
-        """The most any workload of quota ``qi`` could ever get, per resource (memoised
-        in ``caps``, per quota).
-
-        The schedulable cluster, every ``max`` on its chain, and at each level what the
-        siblings that lend nothing keep: a quota with ``allow_lent`` off holds its whole
-        ``min`` in the runtime split though it is idle (Koordinator's
-        allowLentResource), and aging's claims never take a min either. A head larger
-        than that waited for ever and blocked its strict-order queue (found by the
-        liveness property test: 7 of a parent's 11 cpu asked by a quota whose two
-        siblings kept 6 of them unlent).
-        """
-        got = caps[qi]
-        if got is not None:
-            return got
-        tree = self.tree
-        p = tree.parent[qi]
-        if p < 0:
-            cap = dict(capacity)
-        else:
-            above = self._chain_cap(p, capacity, caps)
-            cap = dict(above)
-            unlent = self._unlent.get(p)
-            if unlent is None:
-                unlent = self._unlent[p] = {}
-                for c in tree.children[p]:
-                    if not tree.allow_lent[c]:
-                        for k, m in tree.mins[c].items():
-                            mx = tree.maxes[c].get(k)
-                            if mx is not None and mx < m:
-                                m = mx
-                            if m > 0:
-                                unlent[k] = unlent.get(k, 0) + m
-            if unlent:
-                mine = tree.mins[qi]
-                maxes_q = tree.maxes[qi]
-                for k, held in unlent.items():
-                    have = cap.get(k, 0)
-                    m = mine.get(k, 0)
-                    mx = maxes_q.get(k)
-                    if mx is not None and mx < m:
-                        m = mx
-                    if not tree.allow_lent[qi]:
-                        held -= m  # its own min is among them
-                    if held <= 0:
-                        continue
-                    room = have - held
-                    if room < m:
-                        # The mins together pass the parent's room: the split scales
-                        # them in proportion, as ``QuotaTree.runtime`` does.
-                        room = self._min_share(p, qi, k, have)
-                    if room < have:
-                        cap[k] = max(0, room)
-        for k, m in tree.maxes[qi].items():
-            if m < cap.get(k, 0):
-                cap[k] = m
-        caps[qi] = cap
-        return cap
-
-    def _min_share(self, p: int, qi: int, k: str, have: int) -> int:
-        """Quota ``qi``'s part of ``have`` of ``k`` when its parent ``p``'s children's
-        bases pass it -- each child that lends nothing at its min, ``qi`` at its own."""
-        tree = self.tree
-        kids = tree.children[p]
-        bases = []
-        for c in kids:
-            m = tree.mins[c].get(k, 0) if c == qi or not tree.allow_lent[c] else 0
-            mx = tree.maxes[c].get(k)
-            bases.append(m if mx is None or m <= mx else mx)
-        if sum(bases) <= have:
-            return have - sum(bases) + bases[kids.index(qi)]
-        return hamilton(have, bases, [tree.names[c] for c in kids])[kids.index(qi)]
-
     def _set_aside(self, w: WorkloadSpec, qi: int, k: str, capacity: Mapping[str, int]) -> None:
         """Record ``w`` as inadmissible: it asks more ``k`` than its chain, the room its
-        siblings leave it (see :meth:`_chain_cap`) or the cluster."""
+        siblings leave it (:meth:`.QuotaTree.ceiling`) or the cluster."""
         v = w._request._d[k]
         tree = self.tree
         for c in tree.chains[qi]:
@@ -587,7 +510,7 @@ class CycleState:
         if v <= capacity.get(k, 0):
             caps: list[dict[str, int] | None] = [None] * len(tree.names)
             for c in reversed(tree.chains[qi]):  # from the root down: where the room ends
-                room = self._chain_cap(c, capacity, caps).get(k, 0)
+                room = tree.ceiling(c, capacity, caps).get(k, 0)
                 if v > room:
                     self.never.append((w, c, "lent", k, Resources.from_raw({k: v - room})))
                     return

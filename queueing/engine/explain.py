@@ -92,7 +92,7 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
 
 def _never_lent(cy: Cycle, c: int, k: str, v: int, short: Resources) -> str:
     """Why a request of ``v`` of ``k`` never fits quota ``c``: siblings that lend
-    nothing keep their min (``CycleState._chain_cap``)."""
+    nothing keep their min (``QuotaTree.ceiling``)."""
     tree = cy.tree
     p = tree.parent[c]
     keep = [

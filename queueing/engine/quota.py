@@ -189,6 +189,10 @@ def _oldest_whole(
     return give
 
 
+#: A demand no quota reaches: its base is its whole ``min`` (:meth:`QuotaTree._base`).
+_ANY = 1 << 62
+
+
 class QuotaTree:
     """An index over the quota forest of one snapshot.
 
@@ -197,6 +201,7 @@ class QuotaTree:
     """
 
     __slots__ = (
+        "_unlent",
         "allow_lent",
         "chains",
         "children",
@@ -259,6 +264,9 @@ class QuotaTree:
             {k: int(v) for k, v in n.max.items()} for n in self.nodes
         ]
         self.allow_lent: list[bool] = [n.allow_lent for n in self.nodes]
+        #: Per parent: per resource, what its children keep whatever their demand
+        #: (:meth:`ceiling`).
+        self._unlent: dict[int, dict[str, int]] = {}
         self.fair_weight: list[float] = [n.fair_weight for n in self.nodes]
 
     def __len__(self) -> int:
@@ -449,6 +457,54 @@ class QuotaTree:
                 if ex > max(room, 0) or (room < 0 and inside > avail):
                     order[j] = math.inf
         return order
+
+    def ceiling(
+        self, i: int, capacity: Mapping[str, int], memo: list[dict[str, int] | None]
+    ) -> dict[str, int]:
+        """The most quota ``i`` could ever get, per resource (memoised in ``memo``, one
+        slot per quota): the cluster's ``capacity``, every ``max`` on its chain, and at
+        each level what its siblings keep whatever their demand -- a quota with
+        ``allow_lent`` off holds its whole ``min`` in the split (:meth:`_base`) though
+        idle, and aging's claims never take a min. A workload asking more can never
+        start (the cycle sets it aside): a head of 7 cpu whose two siblings kept 6 of
+        their parent's 11 unlent waited for ever and blocked its strict-order queue
+        (the liveness property test).
+        """
+        got = memo[i]
+        if got is not None:
+            return got
+        p = self.parent[i]
+        cap = dict(capacity) if p < 0 else dict(self.ceiling(p, capacity, memo))
+        if p >= 0:
+            kept = self._unlent.get(p)
+            if kept is None:
+                kept = self._unlent[p] = {}
+                for c in self.children[p]:
+                    for r in self.mins[c]:
+                        b = self._base(c, r, 0)
+                        if b > 0:
+                            kept[r] = kept.get(r, 0) + b
+            for r, total in kept.items():
+                others = total - self._base(i, r, 0)
+                if others <= 0:
+                    continue
+                have = cap.get(r, 0)
+                mine = self._base(i, r, _ANY)
+                if others + mine <= have:
+                    room = have - others
+                else:
+                    # The bases pass the parent's room: scaled in proportion, as the
+                    # split does (:func:`waterfill`).
+                    kids = self.children[p]
+                    bases = [self._base(c, r, _ANY if c == i else 0) for c in kids]
+                    room = hamilton(have, bases, [self.names[c] for c in kids])[kids.index(i)]
+                if room < have:
+                    cap[r] = max(0, room)
+        for r, m in self.maxes[i].items():
+            if m < cap.get(r, 0):
+                cap[r] = m
+        memo[i] = cap
+        return cap
 
     def _base(self, c: int, r: str, d: int) -> int:
         m = self.mins[c].get(r, 0)
