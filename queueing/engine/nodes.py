@@ -91,12 +91,15 @@ class NodeIndex:
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self.pool_label = pool_label
         self.free: list[dict[str, int]] = []
+        #: Per node, its room when nothing runs there (allocatable - reserved).
+        self.empty_room: list[dict[str, int]] = []
         capacity: dict[str, int] = {}
         for n in ordered:
             f: dict[str, int] = dict(n.allocatable.raw)
             for k, v in n.reserved.raw.items():
                 f[k] = f.get(k, 0) - v
             self.free.append(f)
+            self.empty_room.append(dict(f))
             if not n.unschedulable:
                 for k, v in f.items():
                     if v > 0:
@@ -122,6 +125,7 @@ class NodeIndex:
         other.pool_label = self.pool_label
         other.capacity = self.capacity
         other.free = [dict(f) for f in self.free]
+        other.empty_room = self.empty_room
         other._elig = self._elig
         other._max_alloc = self._max_alloc
         other._joint = self._joint
@@ -426,10 +430,7 @@ class NodeIndex:
                 return f"no schedulable node matches pod set {ps.name!r}"
             pods = 0
             for i in elig:
-                spec = self.specs[i]
-                room = dict(spec.allocatable.raw)
-                for k, v in spec.reserved.raw.items():
-                    room[k] = room.get(k, 0) - v
+                room = self.empty_room[i]
                 if _fits(ps.req, room):
                     pods += min(
                         (room.get(r, 0) // v for r, v in ps.req.items() if v > 0),
@@ -458,9 +459,8 @@ class NodeIndex:
                 union = sorted({i for ps in pod_sets for i in self.eligible(ps.elig)})
                 whole: dict[str, int] = {}
                 for i in union:
-                    spec = self.specs[i]
-                    for k, v in spec.allocatable.raw.items():
-                        whole[k] = whole.get(k, 0) + v - spec.reserved.raw.get(k, 0)
+                    for k, v in self.empty_room[i].items():
+                        whole[k] = whole.get(k, 0) + v
                 got = self._joint[keys] = (union, whole)
             union, whole = got
             asked: dict[str, int] = {}
@@ -477,11 +477,10 @@ class NodeIndex:
             if len(union) <= JOINT_PLACE_NODES:
                 empty: dict[int, dict[str, int]] = {}
                 for i in union:
-                    spec = self.specs[i]
                     free = self.free[i]
                     held = {}
-                    for k, v in spec.allocatable.raw.items():
-                        h = v - spec.reserved.raw.get(k, 0) - free.get(k, 0)
+                    for k, v in self.empty_room[i].items():
+                        h = v - free.get(k, 0)
                         if h > 0:
                             held[k] = h
                     empty[i] = held
