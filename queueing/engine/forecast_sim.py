@@ -29,6 +29,8 @@ Simplifications, on purpose:
 * a running workload past its estimate is assumed to need a quarter (p50) or half
   (p90) of the estimate more; past the typical share of a declared limit, it ends
   between now and the limit (half way at the median);
+* every workload runs its p50 or p90 runtime (``q``), or, in the p50's draws
+  (:func:`.forecast.forecast`), the runtime it drew -- one run sees one draw;
 * with ``cycle_interval_s``, what ends between two cycles is admitted at the next;
 * completions within 2 % of their lead time are released together (an ETA two
   hours out is good to about two minutes).
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -149,9 +151,19 @@ class Simulation:
 
     cand_type = _Cand
 
-    def __init__(self, cy: Cycle, q: int, events: list[Event], deadline: float) -> None:
+    def __init__(
+        self,
+        cy: Cycle,
+        q: int,
+        events: list[Event],
+        deadline: float,
+        draw: Callable[[WorkloadSpec], float] | None = None,
+    ) -> None:
         self.cy = cy
         self.q = q
+        #: How long a workload started in virtual time runs: its p50 or p90 runtime
+        #: (``q``), or one draw of it (:func:`.forecast.forecast`'s Monte Carlo).
+        self.runtime_fn = draw
         self.deadline = deadline
         cfg = cy.config
         self.now = cy.now
@@ -666,7 +678,8 @@ class Simulation:
         self, t: float, qi: int, w: WorkloadSpec, per_node: dict[int, dict[str, int]]
     ) -> None:
         """``w`` starts at ``t`` holding ``per_node``: its end is an event."""
-        end = t + runtime_of(self.cy, w, self.q)
+        fn = self.runtime_fn
+        end = t + (runtime_of(self.cy, w, self.q) if fn is None else fn(w))
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
         if qi >= 0 and w.preemptible:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
 
-from queueing.engine import run_cycle
+from queueing.engine import forecast, run_cycle
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
 
 from .builders import node, podset, quota, running, snapshot, workload
@@ -55,7 +56,11 @@ def test_eta_waits_for_the_running_workload_then_the_one_ahead() -> None:
 
 def test_p50_and_p90_use_the_queue_runtime_history() -> None:
     # No declared runtime: the queue's history says p50 60 s, p90 120 s; it started
-    # 30 s ago, so it frees the node at t+30 (p50) or t+90 (p90).
+    # 30 s ago. The p90 run frees the node at t+90 (120 - 30). The p50 is the median
+    # end of the runtime law (median 60, p90 120: quantiles linear from 0 to 60 over
+    # the lower half, 60 to 135 over the upper) given that it has already run 30 s: 30 s
+    # is its quantile 1/4, the median of what is left is quantile 5/8, 78.75 s -- t+48.75,
+    # not t+30 (the median runtime less what it has run ignores that it has not ended).
     snap = world(
         quotas=[quota("root"), quota("q", "root")],
         nodes=[node("n", one(4))],
@@ -65,7 +70,7 @@ def test_p50_and_p90_use_the_queue_runtime_history() -> None:
         ],
         runtime_history={"q": (60.0, 120.0)},
     )
-    assert times(run_cycle(snap).etas[2]) == times_of(NOW + 30, NOW + 90)
+    assert times(run_cycle(snap).etas[2]) == times_of(NOW + 48.75, NOW + 90)
 
 
 def test_overdue_workloads_get_a_fraction_of_their_estimate_more() -> None:
@@ -440,3 +445,72 @@ def test_the_forecast_ends_whatever_the_rounding_of_aging_times() -> None:
     snap = with_random_aging(world_from_seed(14), random.Random(14 * 7 + 1))
     result = run_cycle(snap)
     assert result.etas  # it finished, with a forecast
+
+
+def _two_holders(**kw: object) -> Snapshot:
+    """Two 2-cpu jobs started now on a 4-cpu node, each declaring 100 s and using
+    uniformly 0-100 % of it (p50 50 %, p90 90 %); a 4-cpu job waits for both."""
+    kw.setdefault("runtime_ratio", {"q": (0.5, 0.9)})
+    return world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(2), started_at=NOW, expected_runtime_s=100.0),
+            running(2, "q", "n", req=one(2), started_at=NOW, expected_runtime_s=100.0),
+            workload(3, "q", req=one(4), expected_runtime_s=100.0),
+        ],
+        **kw,
+    )
+
+
+def test_a_wait_on_several_ends_is_the_median_of_the_last_of_them() -> None:
+    # The waiting job starts when the later of two independent uniform ends comes: its
+    # median is 100 * sqrt(1/2) = 70.7 s, not 50 s (both at their median). The p50 is
+    # the median start over the runtime draws.
+    got = run_cycle(_two_holders())
+    assert got.stats["eta_draws"] == forecast.DRAWS
+    assert got.etas[3].p50 is not None
+    assert 64.0 <= got.etas[3].p50 - NOW <= 78.0
+    # The p90 is still the p90 run's (both ends at 90 %).
+    assert got.etas[3].p90 == pytest.approx(NOW + 90)
+    # The draws are each workload's own and the same at every cycle: the same world
+    # gives the same p50.
+    assert run_cycle(_two_holders()).etas[3].p50 == got.etas[3].p50
+
+
+def test_without_runtime_spread_or_budget_the_single_simulation_stands() -> None:
+    # Runtimes that always use their whole limit: nothing to draw.
+    exact = run_cycle(_two_holders(runtime_ratio={"q": (1.0, 1.0)}))
+    assert exact.stats["eta_draws"] == 0
+    assert times(exact.etas[3]) == times_of(NOW + 100, NOW + 100)
+    # No time for the draws (a budget of 0): the p50 run with median runtimes.
+    broke = run_cycle(
+        _two_holders(config=EngineConfig(fair_share_mode="instant", eta_budget_s=0.0))
+    )
+    assert broke.stats["eta_draws"] == 0
+    assert broke.etas[3].p50 == pytest.approx(NOW + 50)
+
+
+def test_each_workloads_draws_cover_every_stratum_once() -> None:
+    us = forecast._uniforms(42)
+    assert sorted(us) == [(k + 0.5) / forecast.DRAWS for k in range(forecast.DRAWS)]
+    assert us == forecast._uniforms(42)
+    assert us != forecast._uniforms(43)
+    assert statistics.median(us) == 0.5
+
+
+def test_the_runtime_law_keeps_the_median_and_the_p90_under_the_limit() -> None:
+    law = forecast._Law(50.0, 90.0, 100.0)
+    assert (law.lo, law.m, law.hi) == (0.0, 50.0, 100.0)
+    assert law.at(0.5) == 50.0
+    assert law.at(0.9) == pytest.approx(90.0)
+    # Capped at its limit: the top is the limit.
+    capped = forecast._Law(70.0, 99.0, 100.0)
+    assert capped.hi == 100.0
+    assert capped.lo == pytest.approx(40.0)
+    # Having run 75 s of a uniform 0-100 s law, the median end is at 87.5 s.
+    assert law.left(75.0, 0.5) == pytest.approx(12.5)
+    # Past the law's top but not its limit: it ends before the limit.
+    assert capped.left(100.0, 0.5) == 0.0
+    tight = forecast._Law(40.0, 40.0, 100.0)
+    assert tight.left(60.0, 0.5) == pytest.approx(20.0)
