@@ -95,6 +95,8 @@ def aged(sim: Simulation, sq: _SimQueue, li: int) -> None:
         return
     old = li << SPACE
     c = sq.cands.pop(old, None)
+    if c is not None:
+        sim.unpark(sq, c)  # aged, it goes before the head it waited behind
     if c is None:
         if li < sq.nxt:
             return  # set aside, or looked at and gone
@@ -202,6 +204,7 @@ def wake_behind(sim: Simulation, fell: set[int]) -> None:
                 if c is None:
                     continue  # gone, or moved by age (and looked at then)
                 if passes_hold(c.req, under_min, under_max):
+                    sim.unpark(sq, c)
                     heapq.heappush(sq.dirty, j)
                     woke = True
                 else:

@@ -12,7 +12,9 @@ Simplifications, on purpose:
   sparing work due to end within ``preempt_grace_s``; it starts a cycle after its
   queue's next victim search (one per queue and quota per cycle). Victims release at
   once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
-* each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``);
+* each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``), not
+  counting work that waits behind its quota's blocked head (it gets no turn, as in
+  the cycle: filled with it, the look-ahead never reached another quota's work);
 * runtime quota is recomputed every so many completions, not at each one, and when
   an aged head's claim becomes whole (:mod:`.forecast_aging`), with the claims of that
   time as the cycle splits it: a head whose claim is whole may start on capacity
@@ -85,6 +87,12 @@ OVERDUE_FACTOR = (0.25, 0.5)
 RESOLUTION = 0.02
 #: How many candidates the simulation examines between two looks at the clock.
 _CLOCK_EVERY = 64
+#: Work parked behind a blocked head does not count toward a queue's look-ahead (as in
+#: the cycle); one fill parks at most ``_PARK_SCAN`` workloads and one run at most
+#: ``_PARK_BUDGET`` (its cost: scanning past parked work cost the 60k world's forecast
+#: 50 ms unbounded), the rest counts toward the look-ahead as before.
+_PARK_SCAN = 32
+_PARK_BUDGET = 1024
 
 
 #: (time, sequence, quota index, workload, what it holds per node index or None to
@@ -95,7 +103,7 @@ Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
 class _Cand:
     """A waiting workload inside the simulation's window of its queue."""
 
-    __slots__ = ("filed", "first", "idx", "qi", "queue", "req", "w")
+    __slots__ = ("filed", "first", "idx", "parked", "qi", "queue", "req", "w")
 
     def __init__(self, w: WorkloadSpec, qi: int, queue: int, idx: int, first: bool) -> None:
         self.w = w
@@ -105,6 +113,9 @@ class _Cand:
         self.first = first  # a waiting preemptor: goes before everyone
         self.req: Mapping[str, int] = w._request._d
         self.filed = False
+        #: Waiting behind its quota's blocked head (``_SimQueue.behind``): it does not
+        #: use the queue's look-ahead, as in the cycle.
+        self.parked = False
 
 
 class _SimQueue:
@@ -197,6 +208,7 @@ class Simulation:
         self.queues: list[_SimQueue] = []
         self.examined = 0
         self.out_of_time = False
+        self.park_left = _PARK_BUDGET
         # Preemption in virtual time: what runs, per quota (id -> (workload, what it
         # holds per node or None, end time)); evicted ids whose end events are void.
         self.running: dict[
@@ -286,7 +298,8 @@ class Simulation:
         admitted = cy.admitted_ids
         ws = sq.ws
         n = len(ws)
-        while sq.window < depth and sq.nxt < n:
+        parked = 0
+        while sq.window < depth and sq.nxt < n and parked < _PARK_SCAN:
             li = sq.nxt
             w = ws[li]
             sq.nxt += 1
@@ -305,7 +318,8 @@ class Simulation:
             if initial and not c.first:
                 b = sq.block_at.get(qi)
                 if b is not None and not passes_hold_at(self, sq, qi, b, c):
-                    sq.behind.setdefault(qi, []).append(i)
+                    self._park(sq, c, qi, i)
+                    parked += 1
                     continue
                 f = fail.get(w.id)
                 if f is not None and f[0] == F_NODES:
@@ -604,7 +618,8 @@ class Simulation:
             qi = c.qi
             b = sq.block_at.get(qi)
             if b is not None and b < i and not passes_hold_at(self, sq, qi, b, c):
-                sq.behind.setdefault(qi, []).append(i)
+                self._park(sq, c, qi, i)
+                self._fill(sq)
                 self._schedule(sq)
                 continue
             req = c.req
@@ -650,8 +665,27 @@ class Simulation:
         if sq.block_at.get(qi) == i:
             del sq.block_at[qi]
             for j in sq.behind.pop(qi, []):
+                behind = sq.cands.get(j)
+                if behind is not None:
+                    self.unpark(sq, behind)
                 heapq.heappush(sq.dirty, j)
         self._fill(sq)
+
+    def _park(self, sq: _SimQueue, c: _Cand, qi: int, i: int) -> None:
+        """``c`` waits behind its quota's blocked head: out of the look-ahead (while
+        the run's allowance lasts, see ``_PARK_SCAN``)."""
+        sq.behind.setdefault(qi, []).append(i)
+        if not c.parked and self.park_left > 0:
+            self.park_left -= 1
+            c.parked = True
+            sq.window -= 1
+
+    @staticmethod
+    def unpark(sq: _SimQueue, c: _Cand) -> None:
+        """``c`` is looked at again: back in the look-ahead."""
+        if c.parked:
+            c.parked = False
+            sq.window += 1
 
     def _take(
         self,

@@ -514,3 +514,35 @@ def test_the_runtime_law_keeps_the_median_and_the_p90_under_the_limit() -> None:
     assert capped.left(100.0, 0.5) == 0.0
     tight = forecast._Law(40.0, 40.0, 100.0)
     assert tight.left(60.0, 0.5) == pytest.approx(20.0)
+
+
+def test_work_behind_a_blocked_head_leaves_the_look_ahead_to_other_quotas() -> None:
+    # One strict-order queue feeds quotas a and b (as the demo's nlp-shared feeds
+    # nlp-prod and nlp-research). a's head needs a's whole max, held until +100 s;
+    # four small a workloads wait behind it. b's workload, sixth in the queue, needs
+    # b's room, free at +10 s. The cycle gives work behind a blocked head no turn and
+    # no place in the look-ahead; the forecast did, and with a look-ahead of 4 it
+    # never reached b's workload before +100 s.
+    snap = world(
+        quotas=[
+            quota("root"),
+            quota("a", "root", min=one(4), max=one(4)),
+            quota("b", "root", min=one(4), max=one(4)),
+        ],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "a", "n", req=one(4), started_at=NOW, expected_runtime_s=100.0),
+            running(2, "b", "n", req=one(2), started_at=NOW, expected_runtime_s=10.0),
+            workload(3, "a", "shared", req=one(4), expected_runtime_s=50.0, ts=1.0),
+            *(
+                workload(i, "a", "shared", req=one(1), expected_runtime_s=50.0, ts=float(i))
+                for i in range(4, 8)
+            ),
+            workload(8, "b", "shared", req=one(4), expected_runtime_s=50.0, ts=8.0),
+        ],
+        queues=[QueueSpec("shared", policy="Block")],
+        config=EngineConfig(fair_share_mode="instant", eta_max_depth=4),
+    )
+    got = run_cycle(snap)
+    assert got.etas[3].p50 == pytest.approx(NOW + 100)
+    assert got.etas[8].p50 == pytest.approx(NOW + 10)
