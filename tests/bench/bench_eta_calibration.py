@@ -19,7 +19,7 @@ Targets (issue 11): presence >= 99, p90 coverage >= 85, p50 coverage 40-65, medi
 relative p50 error <= 0.3, flips <= 2, inversions 0, contradictions 0; in the demo,
 no feasible workload waits more than 10 minutes. Nothing here asserts.
 
-It takes about 20 minutes of CPU, 15 of them gpu-heavy's 50,000 cycles: the
+It takes about 20 minutes of CPU (12 on 2 cores), 15 of them gpu-heavy's 50,000 cycles: the
 forecast's budget is raised here, so every cycle's p50 runs its 16 simulations (the
 first and 15 runtime draws, :mod:`queueing.engine.forecast`). A scenario's worlds run
 side by side, one process per core (``KQ_BENCH_WORKERS`` to change it; 1: one after
