@@ -113,6 +113,8 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     out_of_time = sim50.out_of_time
     drawn = 0
     spent = perf_counter() - t1
+    # The draws cost about DRAWS more of the run just made; the p90's run (when it is
+    # made) keeps the budget's last fifth.
     if not out_of_time and spent * (DRAWS + 2) <= budget:
         mc = _median_starts(cy, deadline=t1 + budget * 0.8)
         if mc is not None:
@@ -157,13 +159,7 @@ def _median_starts(cy: Cycle, deadline: float) -> dict[int, float] | None:
         return us[j]
 
     now = cy.now
-    released = cy.victim_ids | {r.workload_id for r in cy.requeues}
-    holding = [
-        (qi, w)
-        for qi, ws in enumerate(cy.holding)
-        for w in ws
-        if w.phase != PREEMPTED and w.id not in released
-    ]
+    holding = _holders(cy)
     for _, w in holding:
         law(w)
     for w in cy.orphans:
@@ -261,31 +257,39 @@ def _uniforms(wid: int) -> list[float]:
     return [(k + 0.5) / DRAWS for k in order]
 
 
+def _holders(cy: Cycle) -> list[tuple[int, WorkloadSpec]]:
+    """(quota index, workload) of what holds capacity and ends in its own time: not
+    the preempted, victims or requeued (released at once, see Simulation.setup)."""
+    released = cy.victim_ids | {r.workload_id for r in cy.requeues}
+    return [
+        (qi, w)
+        for qi, ws in enumerate(cy.holding)
+        for w in ws
+        if w.phase != PREEMPTED and w.id not in released
+    ]
+
+
 def _holding_events(cy: Cycle) -> tuple[list[Event], list[Event]]:
     """When each holding workload ends, in the p50 and the p90 view (heapified)."""
     now = cy.now
-    released = cy.victim_ids | {r.workload_id for r in cy.requeues}
     ev50: list[Event] = []
     ev90: list[Event] = []
     seq = 0
-    for qi, ws in enumerate(cy.holding):
-        for w in ws:
-            if w.phase == PREEMPTED or w.id in released:
-                continue  # released at once, see Simulation.setup
-            seq += 1
-            start = w.started_at if w.started_at is not None else now
-            declared = w.expected_runtime_s is not None and w.expected_runtime_s > 0
-            for q, out in ((0, ev50), (1, ev90)):
-                left = start + runtime_of(cy, w, q) - now
-                if left <= 0:
-                    if declared:
-                        # Past its typical runtime but not its limit: it ends between
-                        # now and the limit (half way at the median).
-                        limit_left = start + (w.expected_runtime_s or 0.0) - now
-                        left = max(0.0, limit_left) * (0.5 if q == 0 else 1.0)
-                    else:
-                        left = runtime_of(cy, w, q) * OVERDUE_FACTOR[q]
-                out.append((now + left, seq, qi, w, None))
+    for qi, w in _holders(cy):
+        seq += 1
+        start = w.started_at if w.started_at is not None else now
+        declared = w.expected_runtime_s is not None and w.expected_runtime_s > 0
+        for q, out in ((0, ev50), (1, ev90)):
+            left = start + runtime_of(cy, w, q) - now
+            if left <= 0:
+                if declared:
+                    # Past its typical runtime but not its limit: it ends between
+                    # now and the limit (half way at the median).
+                    limit_left = start + (w.expected_runtime_s or 0.0) - now
+                    left = max(0.0, limit_left) * (0.5 if q == 0 else 1.0)
+                else:
+                    left = runtime_of(cy, w, q) * OVERDUE_FACTOR[q]
+            out.append((now + left, seq, qi, w, None))
     for w in cy.orphans:
         seq += 1
         ev50.append((now + runtime_of(cy, w, 0), seq, -1, w, None))

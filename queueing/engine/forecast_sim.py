@@ -174,7 +174,7 @@ class Simulation:
         self.q = q
         #: How long a workload started in virtual time runs: its p50 or p90 runtime
         #: (``q``), or one draw of it (:func:`.forecast.forecast`'s Monte Carlo).
-        self.runtime_fn = draw
+        self.draw = draw
         self.deadline = deadline
         cfg = cy.config
         self.now = cy.now
@@ -712,8 +712,8 @@ class Simulation:
         self, t: float, qi: int, w: WorkloadSpec, per_node: dict[int, dict[str, int]]
     ) -> None:
         """``w`` starts at ``t`` holding ``per_node``: its end is an event."""
-        fn = self.runtime_fn
-        end = t + (runtime_of(self.cy, w, self.q) if fn is None else fn(w))
+        draw = self.draw
+        end = t + (runtime_of(self.cy, w, self.q) if draw is None else draw(w))
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
         if qi >= 0 and w.preemptible:
