@@ -8,7 +8,7 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +155,54 @@ def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
         if v and v > 0:
             return float(v)
     return cy.config.default_runtime_s
+
+
+def unusable_demand(
+    tree: QuotaTree,
+    own_demand: Sequence[Mapping[str, int]],
+    own_pend: Sequence[Mapping[str, int]],
+    ceilings: Sequence[Mapping[str, int] | None],
+    capacity: Mapping[str, int],
+    queues: Iterable[Sequence[WorkloadSpec]],
+    quota_of: Mapping[int, int],
+) -> tuple[dict[int, dict[str, int]] | None, frozenset[int]]:
+    """Per quota, the summed requests of its competing workloads that ask more than
+    it can get now (``QuotaTree.room``: its siblings keep their mins for their present
+    demand), and their ids. Only quotas whose room now is below their ceiling (what
+    they could ever get; ``ceilings[i]``, computed for every quota with competing
+    work) can have any, so a world without such a quota costs one pass over the
+    quotas, not over the workloads.
+    """
+    full = tree.demand(own_demand)
+    memo: list[dict[str, int] | None] = [None] * len(tree)
+    tight: dict[int, dict[str, int]] = {}
+    for qi, pend in enumerate(own_pend):
+        cc = ceilings[qi]
+        if not pend or cc is None:
+            continue
+        now = tree.room(qi, capacity, full, memo)
+        t = {k: now.get(k, 0) for k, v in cc.items() if now.get(k, 0) < v}
+        if t:
+            tight[qi] = t
+    if not tight:
+        return None, frozenset()
+    out: dict[int, dict[str, int]] = {}
+    ids: set[int] = set()
+    for ws in queues:
+        for w in ws:
+            qi = quota_of[w.id]
+            room = tight.get(qi)
+            if room is None:
+                continue
+            req = w._request._d
+            for k, v in room.items():
+                if req.get(k, 0) > v:
+                    d = out.setdefault(qi, {})
+                    for k2, v2 in req.items():
+                        d[k2] = d.get(k2, 0) + v2
+                    ids.add(w.id)
+                    break
+    return out or None, frozenset(ids)
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -358,6 +406,13 @@ class CycleState:
                     d[k] = d.get(k, 0) + v
         #: Per quota, usage plus competing requests of workloads attached directly to it.
         self.own_demand = own_demand
+        #: Per quota, the competing requests of its workloads that ask more than it can
+        #: get while its siblings' present demand holds their mins (``QuotaTree.room``):
+        #: they keep their quota's min but take no share of the weights. Their ids in
+        #: ``unusable_ids``.
+        self.unusable, self.unusable_ids = unusable_demand(
+            tree, own_demand, own_pend, caps, capacity, per_queue.values(), quota_of
+        )
         #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
         # While victims release, the preemptor's siblings claim nothing by age (a claim
         # would move the runtime quota the preemption was decided on). Once they are
@@ -388,14 +443,18 @@ class CycleState:
         #: Runtime quota without aged claims. Preemption judges borrowing by it: aging
         #: takes back what siblings borrow as their work ends, it never evicts (a claim
         #: lapses once its head is admitted, and eviction by it would ping-pong).
-        self.runtime_base, self.demand = tree.runtime(own_demand, nodes.capacity)
+        self.runtime_base, self.demand = tree.runtime(
+            own_demand, nodes.capacity, unusable=self.unusable
+        )
         self.runtime = self.runtime_base
         claims = self.claims
         if claims is not None and any(
             v > self.runtime_base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
         ):
             # Some aged claim is not met by water-filling alone: split again with claims.
-            self.runtime, _ = tree.runtime(own_demand, nodes.capacity, claims)
+            self.runtime, _ = tree.runtime(
+                own_demand, nodes.capacity, claims, unusable=self.unusable
+            )
         else:
             self.claims = None
         #: Subtree usage of holding workloads plus this cycle's admissions.

@@ -90,6 +90,58 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
     return None
 
 
+def _held_by_siblings(
+    cy: Cycle, qi: int, req: Mapping[str, int], memo: list[dict[str, int] | None]
+) -> Explanation:
+    """Why a workload of quota ``qi`` asking ``req`` cannot start while its siblings'
+    demand lasts (``CycleState.unusable_ids``): at the lowest level of its chain where
+    its request passes what the quota can get now (``QuotaTree.room``), the siblings
+    that keep their min for their own demand, named with what they keep."""
+    tree = cy.tree
+    demand = cy.demand
+    capacity = cy.nodes.capacity
+    for c in tree.chains[qi]:
+        p = tree.parent[c]
+        if p < 0:
+            break
+        room = tree.room(c, capacity, demand, memo)
+        above = tree.room(p, capacity, demand, memo)
+        short = {
+            k: v - room.get(k, 0)
+            for k, v in req.items()
+            if v > room.get(k, 0) and room.get(k, 0) < above.get(k, 0)
+        }
+        if not short:
+            continue
+        k = min(short)
+        keep = []
+        for s in tree.children[p]:
+            b = tree._base(s, k, demand[s].get(k, 0)) if s != c else 0
+            if b > 0:
+                keep.append(f"{tree.names[s]} ({fmt_amount(k, b)})")
+        who = ", ".join(keep[:3]) + (f" and {len(keep) - 3} more" if len(keep) > 3 else "")
+        name = tree.names[c]
+        detail = (
+            f"it requests {fmt_amount(k, req[k])} but {name} can get at most "
+            f"{fmt_amount(k, room.get(k, 0))} while, within {tree.names[p]}, {who} keep "
+            f"their guaranteed minimum for their own demand; it can start when that "
+            f"demand falls, and meanwhile {name}'s share goes to work that can use it"
+        )
+        shortfall = Resources.from_raw(short)
+        return Explanation(
+            0,
+            EXPLAIN_QUOTA,
+            quota=name,
+            shortfall=shortfall,
+            limit="guarantees",
+            to_free=shortfall,
+            detail=detail,
+        )
+    # Not cut by a sibling's min at any level (capacity changed within the cycle):
+    # short of the quota's runtime, as the cycle found it.
+    return Explanation(0, EXPLAIN_QUOTA, quota=tree.names[qi], limit="runtime")
+
+
 def _never_lent(cy: Cycle, c: int, k: str, v: int, short: Resources) -> str:
     """Why a request of ``v`` of ``k`` never fits quota ``c``: siblings that lend
     nothing keep their min (``QuotaTree.ceiling``)."""
@@ -209,6 +261,12 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
     never_bound: dict[int, dict[str, int]] = {}
     # Per (quota, the request's resources): ``borrowable`` depends on nothing else.
     borrow_cache: dict[tuple[int, tuple[str, ...]], Resources] = {}
+
+    # Workloads that ask more than their quota can get while its siblings' demand
+    # holds their mins (``CycleState.unusable_ids``): why, per (quota, request).
+    unusable_ids = cy.unusable_ids
+    held_cache: dict[tuple[int, Resources], _Parts] = {}
+    room_memo: list[dict[str, int] | None] = [None] * len(tree)
 
     def quota_expl(qi: int, c: int, request: Resources) -> tuple[Explanation, _Parts]:
         key = (qi, request)
@@ -482,7 +540,9 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
         """What the blocking head waits for, as a clause."""
         if e is None:
             return ""
-        if e.kind == EXPLAIN_QUOTA:
+        if e.kind == EXPLAIN_QUOTA and e.limit == "guarantees":
+            text = f"it waits for quota {e.quota}: {e.detail}"
+        elif e.kind == EXPLAIN_QUOTA:
             what = {"max": "max", "cluster": "share of the cluster"}.get(
                 e.limit or "", "runtime quota"
             )
@@ -570,6 +630,17 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
                 if is_head and aging and e.kind == EXPLAIN_NODES and q.holds(w, qi):
                     e = e._replace(starts_by=starts_by(w, qi))
                 out[wid] = e
+                head_names[wid] = w.name
+            elif kind == F_QUOTA and wid in unusable_ids:
+                key = (qi, w._request)
+                hp = held_cache.get(key)
+                if hp is None:
+                    tmpl = _held_by_siblings(cy, qi, w._request._d, room_memo)
+                    if tmpl.limit != "guarantees":
+                        tmpl = quota_expl(qi, arg, w._request)[0]
+                    hp = held_cache[key] = _parts(tmpl)
+                pre, mid, post = hp
+                out[wid] = new(Explanation, (wid, *pre, cur, *mid, i, *post))
                 head_names[wid] = w.name
             elif kind == F_QUOTA:
                 tmpl, (pre, mid, post) = quota_expl(qi, arg, w._request)

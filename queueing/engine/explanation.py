@@ -72,8 +72,10 @@ class Explanation(NamedTuple):
     kind: str
     quota: str | None = None
     shortfall: Resources = EMPTY
-    limit: str | None = None  # quota: "runtime" | "max" | "cluster" | "min"; preempting: see
+    # quota: "runtime" | "max" | "cluster" | "min" | "guarantees" (siblings keep their min
+    # for their own demand: it asks more than its quota can get now); preempting: see
     # above; policy-blocked: "aged" when the head blocks only because it has aged
+    limit: str | None = None
     largest_free_slot: Resources | None = None
     eligible_nodes: int | None = None
     ahead: tuple[int, ...] = ()
@@ -135,6 +137,11 @@ class Explanation(NamedTuple):
         kind = self.kind
         if kind == EXPLAIN_QUOTA and self.limit == "min":
             return f"Waiting for quota: {self.detail}." + ahead + bound
+        if kind == EXPLAIN_QUOTA and self.limit == "guarantees":
+            return (
+                f"Waiting for quota: {self.quota} is short by {fmt(self.shortfall)} "
+                f"and cannot borrow it: {self.detail}." + ahead + bound
+            )
         if kind == EXPLAIN_QUOTA:
             what = {"max": "max", "cluster": "share of the cluster"}.get(
                 self.limit or "", "runtime quota"

@@ -198,6 +198,15 @@ class Simulation:
         self.events = events
         self.seq = len(events) + 1
         self.eta: dict[int, float] = {}
+        #: Waiting workloads that asked more than their quota could get at the cycle
+        #: while its siblings' demand held their mins (``CycleState.unusable_ids``):
+        #: they take no share of the weights until that demand falls (``_requota``).
+        self.unusable_ws: list[tuple[int, WorkloadSpec]] = []
+        if cy.unusable_ids:
+            ids = cy.unusable_ids
+            self.unusable_ws = [
+                (cy.quota_of[w.id], w) for q in cy.queues for w in q.cands if w.id in ids
+            ]
         self.fair = self._fair()
         self.qheap: list[tuple[tuple[int, int, float, int, float, int], int]] = []
         self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
@@ -495,9 +504,11 @@ class Simulation:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
-            if since >= recompute_every:
+            if since >= recompute_every or (self.unusable_ws and self._any_usable()):
                 # Every so many completions, with the claims of that time (they grow
-                # with their heads' waits and lapse as the heads start).
+                # with their heads' waits and lapse as the heads start); and when
+                # demand that could not use its share can now (a sibling's demand
+                # fell below its min): the split moves then, as the cycle's would.
                 since = 0
                 self._requota(t)
                 touched_q = set(self.quota_files)
@@ -516,7 +527,8 @@ class Simulation:
         """
         tree = self.tree
         cap = self.nodes.capacity
-        self.runtime, _ = tree.runtime(self.own_demand, cap)
+        unusable = self._unusable(cap)
+        self.runtime, _ = tree.runtime(self.own_demand, cap, unusable=unusable)
         self.limit = self.limit_base = self._limits()
         if self.claims_mode:
             claims = claims_at(self, t)
@@ -525,9 +537,49 @@ class Simulation:
                 v > base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
             ):
                 # Some claim is not met by water-filling alone: split again with them.
-                self.runtime, _ = tree.runtime(self.own_demand, cap, claims)
+                self.runtime, _ = tree.runtime(self.own_demand, cap, claims, unusable=unusable)
                 self.limit = self._limits()
         self.fair = self._fair()
+
+    def _any_usable(self) -> bool:
+        """Whether one of the unusable workloads still waiting fits what its quota can
+        get now."""
+        tree = self.tree
+        cap = self.nodes.capacity
+        full = tree.demand(self.own_demand)
+        memo: list[dict[str, int] | None] = [None] * len(tree)
+        for qi, w in self.unusable_ws:
+            if w.id in self.eta:
+                continue
+            room = tree.room(qi, cap, full, memo)
+            if all(v <= room.get(k, 0) for k, v in w._request._d.items()):
+                return True
+        return False
+
+    def _unusable(self, cap: Mapping[str, int]) -> dict[int, dict[str, int]] | None:
+        """Per quota, the requests of the cycle's unusable workloads that still ask more
+        than their quota can get now (as ``CycleState.unusable_demand``). In virtual
+        time demand falls as work ends (only evicted victims come back), so one that
+        fits is not looked at again."""
+        if not self.unusable_ws:
+            return None
+        tree = self.tree
+        full = tree.demand(self.own_demand)
+        memo: list[dict[str, int] | None] = [None] * len(tree)
+        out: dict[int, dict[str, int]] = {}
+        keep: list[tuple[int, WorkloadSpec]] = []
+        for qi, w in self.unusable_ws:
+            if w.id in self.eta:
+                continue
+            room = tree.room(qi, cap, full, memo)
+            req = w._request._d
+            if any(v > room.get(k, 0) for k, v in req.items()):
+                keep.append((qi, w))
+                d = out.setdefault(qi, {})
+                for k, v in req.items():
+                    d[k] = d.get(k, 0) + v
+        self.unusable_ws = keep
+        return out or None
 
     def _limits(self) -> list[dict[str, int]]:
         maxes = self.tree.maxes

@@ -300,13 +300,19 @@ class QuotaTree:
                     dst[k] = dst.get(k, 0) + v
         return out
 
-    def demand(self, own: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
+    def demand(
+        self,
+        own: Sequence[Mapping[str, int]],
+        held: Sequence[Mapping[str, int]] | None = None,
+    ) -> list[dict[str, int]]:
         """Subtree demand per quota, each level capped by that quota's ``max``.
 
         A quota that does not lend (``allow_lent=False``) keeps its whole ``min``, so
         its parent sees at least that much of it (as Koordinator counts its request
         as ``max(request, min)``): otherwise the parent's runtime quota would not
         cover the reserved min and the siblings' guaranteed minimums would pay for it.
+        With ``held`` (another demand per quota), each quota's demand is at least the
+        base that one holds (:meth:`_base`): its min for that demand.
         """
         out = [dict(o) for o in own]
         parent = self.parent
@@ -319,6 +325,11 @@ class QuotaTree:
                 for k, m in mins[i].items():
                     if d.get(k, 0) < m:
                         d[k] = m
+            elif held is not None:
+                for k in mins[i]:
+                    b = self._base(i, k, held[i].get(k, 0))
+                    if d.get(k, 0) < b:
+                        d[k] = b
             mx = maxes[i]
             if mx:
                 for k, cap in mx.items():
@@ -336,6 +347,7 @@ class QuotaTree:
         own_demand: Sequence[Mapping[str, int]],
         cluster: Mapping[str, int],
         claims: Sequence[Mapping[str, int]] | None = None,
+        unusable: Mapping[int, Mapping[str, int]] | None = None,
     ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
         """Runtime quota per quota; returns ``(runtime, demand)``.
 
@@ -343,9 +355,21 @@ class QuotaTree:
         directly to quota ``i``; ``cluster`` is the schedulable cluster capacity.
         ``claims[i]`` (optional) is what aged heads of quota ``i`` claim, its usage
         included (:mod:`.aging`); served after the mins, before the weights.
+        ``unusable[i]`` (optional) is the part of quota ``i``'s own demand that asks
+        more than it can get now (:meth:`room`): it still holds the quota's ``min``
+        but takes no share of the weights, which go to demand that can use them.
         """
         n = len(self.names)
         demand = self.demand(own_demand)
+        shared = demand
+        if unusable:
+            less = [dict(d) for d in own_demand]
+            for i, u in unusable.items():
+                dl = less[i]
+                for k, v in u.items():
+                    dl[k] = dl.get(k, 0) - v
+            # Each quota still holds its min for its whole demand: so does its parent.
+            shared = self.demand(less, held=demand)
         extra: list[dict[str, int]] | None = None
         claimed: list[dict[str, int]] | None = None
         if claims is not None:
@@ -407,6 +431,10 @@ class QuotaTree:
                         m = mx_c  # a min above max cannot be honoured
                     base = (d if d < m else m) if lent[c] else m
                     bases.append(base)
+                    if shared is not demand:
+                        # Beyond its base, only demand it can use takes a share.
+                        s_c = shared[c].get(r, 0)
+                        d = s_c if s_c > base else base
                     caps.append(d)
                     if d > base:
                         any_need = True
@@ -497,6 +525,52 @@ class QuotaTree:
                     # split does (:func:`waterfill`).
                     kids = self.children[p]
                     bases = [self._base(c, r, _ANY if c == i else 0) for c in kids]
+                    room = hamilton(have, bases, [self.names[c] for c in kids])[kids.index(i)]
+                if room < have:
+                    cap[r] = max(0, room)
+        for r, m in self.maxes[i].items():
+            if m < cap.get(r, 0):
+                cap[r] = m
+        memo[i] = cap
+        return cap
+
+    def room(
+        self,
+        i: int,
+        capacity: Mapping[str, int],
+        demand: Sequence[Mapping[str, int]],
+        memo: list[dict[str, int] | None],
+    ) -> dict[str, int]:
+        """The most quota ``i`` can get *now*, per resource (memoised in ``memo``): as
+        :meth:`ceiling`, but at each level its siblings keep their base for their
+        present ``demand`` (a min is held for the demand it covers, and aging's claims
+        never take it). A workload asking more than this cannot start while that
+        demand lasts, whatever else ends: its quota's share of the weights would sit
+        idle (the liveness scan, seed 1293: a GPU given to a quota whose head needed
+        two while a sibling's 1-GPU jobs waited on an idle cluster).
+        """
+        got = memo[i]
+        if got is not None:
+            return got
+        p = self.parent[i]
+        cap = dict(capacity) if p < 0 else dict(self.room(p, capacity, demand, memo))
+        if p >= 0:
+            kids = self.children[p]
+            res: set[str] = set()
+            for c in kids:
+                res.update(self.mins[c])
+            for r in res:
+                others = sum(self._base(c, r, demand[c].get(r, 0)) for c in kids if c != i)
+                if others <= 0:
+                    continue
+                have = cap.get(r, 0)
+                mine = self._base(i, r, _ANY)
+                if others + mine <= have:
+                    room = have - others
+                else:
+                    bases = [
+                        self._base(c, r, _ANY if c == i else demand[c].get(r, 0)) for c in kids
+                    ]
                     room = hamilton(have, bases, [self.names[c] for c in kids])[kids.index(i)]
                 if room < have:
                     cap[r] = max(0, room)
