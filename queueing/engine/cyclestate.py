@@ -8,14 +8,14 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
-from queueing.engine.quota import QuotaTree
+from queueing.engine.quota import QuotaTree, Rooms
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     BACKOFF,
@@ -163,45 +163,49 @@ def unusable_demand(
     own_pend: Sequence[Mapping[str, int]],
     ceilings: Sequence[Mapping[str, int] | None],
     capacity: Mapping[str, int],
-    queues: Iterable[Sequence[WorkloadSpec]],
-    quota_of: Mapping[int, int],
+    in_quota: Sequence[Sequence[WorkloadSpec]],
 ) -> tuple[dict[int, dict[str, int]] | None, frozenset[int]]:
     """Per quota, the summed requests of its competing workloads that ask more than
-    it can get now (``QuotaTree.room``: its siblings keep their mins for their present
-    demand), and their ids. Only quotas whose room now is below their ceiling (what
-    they could ever get; ``ceilings[i]``, computed for every quota with competing
-    work) can have any, so a world without such a quota costs one pass over the
-    quotas, not over the workloads.
+    it can get now (``quota.Rooms``: its siblings keep their mins for their present
+    demand), and their ids; ``in_quota[i]``: quota ``i``'s competing workloads. Only a
+    quota whose room now is below its ceiling (what it could ever get; ``ceilings[i]``,
+    computed for every quota with competing work) and below its demand can have any:
+    only its workloads are looked at (at 60k pending, 522 of 1,000 quotas, 892
+    workloads found, 35 ms).
     """
     full = tree.demand(own_demand)
-    memo: list[dict[str, int] | None] = [None] * len(tree)
+    rooms = Rooms(tree, capacity, full)
     tight: dict[int, dict[str, int]] = {}
     for qi, pend in enumerate(own_pend):
         cc = ceilings[qi]
         if not pend or cc is None:
             continue
-        now = tree.room(qi, capacity, full, memo)
-        t = {k: now.get(k, 0) for k, v in cc.items() if now.get(k, 0) < v}
+        now = rooms.of(qi)
+        dq = full[qi]
+        # A request passes the room only where the quota's whole demand does.
+        t = {
+            k: now.get(k, 0)
+            for k, v in cc.items()
+            if now.get(k, 0) < v and dq.get(k, 0) > now.get(k, 0)
+        }
         if t:
             tight[qi] = t
     if not tight:
         return None, frozenset()
     out: dict[int, dict[str, int]] = {}
     ids: set[int] = set()
-    for ws in queues:
-        for w in ws:
-            qi = quota_of[w.id]
-            room = tight.get(qi)
-            if room is None:
-                continue
+    for qi, room in tight.items():
+        d = out.setdefault(qi, {})
+        for w in in_quota[qi]:
             req = w._request._d
             for k, v in room.items():
                 if req.get(k, 0) > v:
-                    d = out.setdefault(qi, {})
                     for k2, v2 in req.items():
                         d[k2] = d.get(k2, 0) + v2
                     ids.add(w.id)
                     break
+        if not d:
+            del out[qi]
     return out or None, frozenset(ids)
 
 
@@ -308,6 +312,8 @@ class CycleState:
         #: neither compete, nor count as demand, nor block a strict-order queue.
         self.never: list[tuple[WorkloadSpec, int, str, str, Resources]] = []
         per_queue: dict[str, list[WorkloadSpec]] = {}
+        #: Competing workloads per quota index.
+        in_quota: list[list[WorkloadSpec]] = [[] for _ in range(nq)]
         self.quota_of: dict[int, int] = {}
         self.nominated_in: set[int] = set()
         #: Of those, the ones that await work ending within the grace period.
@@ -354,6 +360,7 @@ class CycleState:
                     d[k] = d.get(k, 0) + v
                 else:
                     quota_of[w.id] = qi
+                    in_quota[qi].append(w)
                     lst = per_queue.get(w.queue)
                     if lst is None:
                         per_queue[w.queue] = [w]
@@ -407,11 +414,11 @@ class CycleState:
         #: Per quota, usage plus competing requests of workloads attached directly to it.
         self.own_demand = own_demand
         #: Per quota, the competing requests of its workloads that ask more than it can
-        #: get while its siblings' present demand holds their mins (``QuotaTree.room``):
+        #: get while its siblings' present demand holds their mins (``quota.Rooms``):
         #: they keep their quota's min but take no share of the weights. Their ids in
         #: ``unusable_ids``.
         self.unusable, self.unusable_ids = unusable_demand(
-            tree, own_demand, own_pend, caps, capacity, per_queue.values(), quota_of
+            tree, own_demand, own_pend, caps, capacity, in_quota
         )
         #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
         # While victims release, the preemptor's siblings claim nothing by age (a claim

@@ -44,6 +44,7 @@ from queueing.engine.cyclestate import (
 )
 from queueing.engine.guarded import guarded_victims
 from queueing.engine.nodes import PodSetReq
+from queueing.engine.quota import Rooms
 from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
     EXPLAIN_BACKOFF,
@@ -90,22 +91,19 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
     return None
 
 
-def _held_by_siblings(
-    cy: Cycle, qi: int, req: Mapping[str, int], memo: list[dict[str, int] | None]
-) -> Explanation:
+def _held_by_siblings(cy: Cycle, qi: int, req: Mapping[str, int], rooms: Rooms) -> Explanation:
     """Why a workload of quota ``qi`` asking ``req`` cannot start while its siblings'
     demand lasts (``CycleState.unusable_ids``): at the lowest level of its chain where
-    its request passes what the quota can get now (``QuotaTree.room``), the siblings
+    its request passes what the quota can get now (:class:`.quota.Rooms`), the siblings
     that keep their min for their own demand, named with what they keep."""
     tree = cy.tree
     demand = cy.demand
-    capacity = cy.nodes.capacity
     for c in tree.chains[qi]:
         p = tree.parent[c]
         if p < 0:
             break
-        room = tree.room(c, capacity, demand, memo)
-        above = tree.room(p, capacity, demand, memo)
+        room = rooms.of(c)
+        above = rooms.of(p)
         short = {
             k: v - room.get(k, 0)
             for k, v in req.items()
@@ -266,7 +264,7 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
     # holds their mins (``CycleState.unusable_ids``): why, per (quota, request).
     unusable_ids = cy.unusable_ids
     held_cache: dict[tuple[int, Resources], _Parts] = {}
-    room_memo: list[dict[str, int] | None] = [None] * len(tree)
+    rooms = Rooms(tree, nodes.capacity, cy.demand)
 
     def quota_expl(qi: int, c: int, request: Resources) -> tuple[Explanation, _Parts]:
         key = (qi, request)
@@ -635,7 +633,7 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
                 key = (qi, w._request)
                 hp = held_cache.get(key)
                 if hp is None:
-                    tmpl = _held_by_siblings(cy, qi, w._request._d, room_memo)
+                    tmpl = _held_by_siblings(cy, qi, w._request._d, rooms)
                     if tmpl.limit != "guarantees":
                         tmpl = quota_expl(qi, arg, w._request)[0]
                     hp = held_cache[key] = _parts(tmpl)

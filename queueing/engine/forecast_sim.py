@@ -74,6 +74,7 @@ from queueing.engine.forecast_aging import SPACE as _SPACE
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
+from queueing.engine.quota import Rooms
 from queueing.engine.types import PREEMPTED, WorkloadSpec
 
 if TYPE_CHECKING:
@@ -546,12 +547,11 @@ class Simulation:
         get now."""
         tree = self.tree
         cap = self.nodes.capacity
-        full = tree.demand(self.own_demand)
-        memo: list[dict[str, int] | None] = [None] * len(tree)
+        rooms = Rooms(tree, cap, tree.demand(self.own_demand))
         for qi, w in self.unusable_ws:
             if w.id in self.eta:
                 continue
-            room = tree.room(qi, cap, full, memo)
+            room = rooms.of(qi)
             if all(v <= room.get(k, 0) for k, v in w._request._d.items()):
                 return True
         return False
@@ -564,14 +564,13 @@ class Simulation:
         if not self.unusable_ws:
             return None
         tree = self.tree
-        full = tree.demand(self.own_demand)
-        memo: list[dict[str, int] | None] = [None] * len(tree)
+        rooms = Rooms(tree, cap, tree.demand(self.own_demand))
         out: dict[int, dict[str, int]] = {}
         keep: list[tuple[int, WorkloadSpec]] = []
         for qi, w in self.unusable_ws:
             if w.id in self.eta:
                 continue
-            room = tree.room(qi, cap, full, memo)
+            room = rooms.of(qi)
             req = w._request._d
             if any(v > room.get(k, 0) for k, v in req.items()):
                 keep.append((qi, w))

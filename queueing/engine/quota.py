@@ -356,7 +356,7 @@ class QuotaTree:
         ``claims[i]`` (optional) is what aged heads of quota ``i`` claim, its usage
         included (:mod:`.aging`); served after the mins, before the weights.
         ``unusable[i]`` (optional) is the part of quota ``i``'s own demand that asks
-        more than it can get now (:meth:`room`): it still holds the quota's ``min``
+        more than it can get now (:class:`Rooms`): it still holds the quota's ``min``
         but takes no share of the weights, which go to demand that can use them.
         """
         n = len(self.names)
@@ -534,52 +534,6 @@ class QuotaTree:
         memo[i] = cap
         return cap
 
-    def room(
-        self,
-        i: int,
-        capacity: Mapping[str, int],
-        demand: Sequence[Mapping[str, int]],
-        memo: list[dict[str, int] | None],
-    ) -> dict[str, int]:
-        """The most quota ``i`` can get *now*, per resource (memoised in ``memo``): as
-        :meth:`ceiling`, but at each level its siblings keep their base for their
-        present ``demand`` (a min is held for the demand it covers, and aging's claims
-        never take it). A workload asking more than this cannot start while that
-        demand lasts, whatever else ends: its quota's share of the weights would sit
-        idle (the liveness scan, seed 1293: a GPU given to a quota whose head needed
-        two while a sibling's 1-GPU jobs waited on an idle cluster).
-        """
-        got = memo[i]
-        if got is not None:
-            return got
-        p = self.parent[i]
-        cap = dict(capacity) if p < 0 else dict(self.room(p, capacity, demand, memo))
-        if p >= 0:
-            kids = self.children[p]
-            res: set[str] = set()
-            for c in kids:
-                res.update(self.mins[c])
-            for r in res:
-                others = sum(self._base(c, r, demand[c].get(r, 0)) for c in kids if c != i)
-                if others <= 0:
-                    continue
-                have = cap.get(r, 0)
-                mine = self._base(i, r, _ANY)
-                if others + mine <= have:
-                    room = have - others
-                else:
-                    bases = [
-                        self._base(c, r, _ANY if c == i else demand[c].get(r, 0)) for c in kids
-                    ]
-                    room = hamilton(have, bases, [self.names[c] for c in kids])[kids.index(i)]
-                if room < have:
-                    cap[r] = max(0, room)
-        for r, m in self.maxes[i].items():
-            if m < cap.get(r, 0):
-                cap[r] = m
-        memo[i] = cap
-        return cap
-
     def _base(self, c: int, r: str, d: int) -> int:
         m = self.mins[c].get(r, 0)
         mx = self.maxes[c].get(r)
@@ -642,3 +596,68 @@ class QuotaTree:
                 if own.get(r, 0) or any(r in eff[c] for c in kids):
                     claimed[i][r] = v
         return extra, claimed
+
+
+class Rooms:
+    """The most each quota can get *now*, per resource, memoised over one state: as
+    :meth:`QuotaTree.ceiling`, but at each level its siblings keep their base for
+    their present ``demand`` (a min is held for the demand it covers, and aging's
+    claims never take it). A workload asking more cannot start while that demand
+    lasts, whatever else ends: its quota's share of the weights would sit idle (the
+    liveness scan, seed 1293: a GPU given to a quota whose head needed two while a
+    sibling's 1-GPU jobs waited on an idle cluster).
+    """
+
+    __slots__ = ("_caps", "_kept", "capacity", "demand", "tree")
+
+    def __init__(
+        self, tree: QuotaTree, capacity: Mapping[str, int], demand: Sequence[Mapping[str, int]]
+    ) -> None:
+        self.tree = tree
+        self.capacity = capacity
+        self.demand = demand
+        self._caps: list[dict[str, int] | None] = [None] * len(tree)
+        #: Per parent: per resource, what its children keep for their demand.
+        self._kept: dict[int, dict[str, int]] = {}
+
+    def of(self, i: int) -> dict[str, int]:
+        got = self._caps[i]
+        if got is not None:
+            return got
+        tree = self.tree
+        p = tree.parent[i]
+        cap = dict(self.capacity) if p < 0 else dict(self.of(p))
+        if p >= 0:
+            kept = self._kept.get(p)
+            if kept is None:
+                kept = self._kept[p] = {}
+                for c in tree.children[p]:
+                    dc = self.demand[c]
+                    for r in tree.mins[c]:
+                        b = tree._base(c, r, dc.get(r, 0))
+                        if b > 0:
+                            kept[r] = kept.get(r, 0) + b
+            di = self.demand[i]
+            for r, total in kept.items():
+                others = total - tree._base(i, r, di.get(r, 0))
+                if others <= 0:
+                    continue
+                have = cap.get(r, 0)
+                mine = tree._base(i, r, _ANY)
+                if others + mine <= have:
+                    room = have - others
+                else:
+                    # The bases pass the parent's room: scaled in proportion, as the
+                    # split does (:func:`waterfill`).
+                    kids = tree.children[p]
+                    bases = [
+                        tree._base(c, r, _ANY if c == i else self.demand[c].get(r, 0)) for c in kids
+                    ]
+                    room = hamilton(have, bases, [tree.names[c] for c in kids])[kids.index(i)]
+                if room < have:
+                    cap[r] = max(0, room)
+        for r, m in tree.maxes[i].items():
+            if m < cap.get(r, 0):
+                cap[r] = m
+        self._caps[i] = cap
+        return cap
