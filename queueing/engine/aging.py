@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from operator import attrgetter
 from typing import Protocol
 
@@ -210,6 +211,7 @@ def aged_claims(
     own_used: Sequence[Mapping[str, int]],
     now: float,
     frozen: set[int] | None = None,
+    unusable: AbstractSet[int] = frozenset(),
 ) -> Claims | None:
     """Per quota, what its aged heads claim (own usage included), or None if nothing.
 
@@ -222,6 +224,12 @@ def aged_claims(
     for a waiting preemptor). Their heads claim nothing until it completes: a claim
     there would move the runtime quota the preemption was decided on, the preemptor
     would no longer fit, and its victims would come back (ping-pong).
+
+    ``unusable``: workloads that ask more than their quota can get while its
+    siblings' demand holds their mins (``CycleState.unusable_ids``). Such a head
+    claims nothing for its quota in its queue: its claim could not be met, and served
+    within the quota's min (bases passing the parent's room) it took room a sibling's
+    head could use (the liveness scan, seed 260).
     """
     # One head per quota: the first in queue order of the quota's most urgent queue
     # head (aged first, then highest priority, then longest waiting). A lower-priority head of another
@@ -239,6 +247,8 @@ def aged_claims(
                 continue
             seen.add(qi)
             if frozen and qi in frozen:
+                continue
+            if w.id in unusable:
                 continue
             key = order(w)
             best = heads.get(qi)

@@ -176,6 +176,7 @@ class Cycle(Drains):
         preemption_on = self.config.preemption
         # Nominated workloads that were admitted or are waiting are out of the race.
         skip = admitted_ids | set(waiting)
+        unusable = self.unusable_ids
 
         preempt_tried = self.preempt_tried
         shape_of = self.shape
@@ -319,6 +320,12 @@ class Cycle(Drains):
                         if rec is None:
                             rec = quota_rec[c] = (F_QUOTA, c)
                         fail[wid] = rec
+                        if wid in unusable and limit < len(cands):
+                            # It cannot start while its siblings' demand holds their
+                            # mins (CycleState.unusable_ids): like work parked behind
+                            # a head, it does not use the look-ahead (filled with such
+                            # work, the window never reached a job that fitted).
+                            limit += 1
                 else:
                     pod_sets = w.pod_sets
                     if len(pod_sets) == 1:
@@ -352,6 +359,12 @@ class Cycle(Drains):
                     self.starving(q, w, qi, c)
                 elif aged:
                     self.hold_aged(q, w, qi, c)
+                if (blocks or aged) and limit < len(cands):
+                    # The head that holds its quota does not use the look-ahead either:
+                    # heads of as many quotas as the depth, each short of a claim
+                    # served to an older head beyond them, left that head untried and
+                    # its room idle (the liveness scan, seed 2447).
+                    limit += 1
                 pos += 1
             q.pos = pos
             q.limit = limit
@@ -455,6 +468,8 @@ class Cycle(Drains):
                 if rec is None:
                     rec = quota_rec[c] = (F_QUOTA, c)
                 fail[wid] = rec
+                if wid in unusable and q.limit < len(q.cands):
+                    q.limit += 1  # no look-ahead for it (see advance)
             aged = not ok and not q.blocks(w) and q.aged(w) and qi not in q.aged_heads
             if not ok and c < 0 and (q.blocks(w) or aged) and self.set_aside_on_nodes(w):
                 ok = True  # inadmissible: neither preempts nor blocks
@@ -475,6 +490,8 @@ class Cycle(Drains):
                         q.aged_heads[qi] = wid  # its victims' room is reserved for it
                     else:
                         self.hold_aged(q, w, qi, c)
+                if (q.blocks(w) or aged) and q.limit < len(q.cands):
+                    q.limit += 1  # no look-ahead for a head that holds its quota (advance)
             q.pos += 1
             # The queue's next candidate goes straight on when it still leads.
             nxt = entry_for(q)

@@ -445,7 +445,13 @@ class CycleState:
             else:
                 frozen.update(tree.subtree(tree.root_of(pq)))
         self.claims = aged_claims(
-            tree, [(q.spec, q.cands) for q in self.queues], quota_of, own_used, now, frozen
+            tree,
+            [(q.spec, q.cands) for q in self.queues],
+            quota_of,
+            own_used,
+            now,
+            frozen,
+            self.unusable_ids,
         )
         #: Runtime quota without aged claims. Preemption judges borrowing by it: aging
         #: takes back what siblings borrow as their work ends, it never evicts (a claim

@@ -160,7 +160,8 @@ def claims_at(sim: Simulation, t: float) -> Claims | None:
         for c in kids:
             for k, v in used[c].items():
                 o[k] = o.get(k, 0) - v
-    return aged_claims(tree, queues, cy.quota_of, own_used, t)
+    unusable = {w.id for _, w in sim.unusable_ws}  # (those that still ask too much)
+    return aged_claims(tree, queues, cy.quota_of, own_used, t, unusable=unusable)
 
 
 def passes_hold_at(sim: Simulation, sq: _SimQueue, qi: int, b: int, c: _Cand) -> bool:

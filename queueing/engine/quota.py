@@ -372,9 +372,10 @@ class QuotaTree:
             shared = self.demand(less, held=demand)
         extra: list[dict[str, int]] | None = None
         claimed: list[dict[str, int]] | None = None
-        if claims is not None:
-            extra, claimed = self._claim_extras(claims, demand)
+        first: list[dict[str, int]] | None = None
         since = self._claim_since(claims) if isinstance(claims, Claims) else None
+        if claims is not None:
+            extra, claimed, first = self._claim_extras(claims, demand, since)
         resources: set[str] = set(cluster)
         for i in range(n):
             resources.update(demand[i])
@@ -402,8 +403,11 @@ class QuotaTree:
             rt_p = runtime[p]
             kid_names = [names[c] for c in kids]
             kid_since: list[float] | None = None
+            alone: list[bool] | None = None
             if since is not None and extra is not None and claimed is not None:
-                kid_since = self._claim_order(kids, since, extra, claimed, demand, rt_p, own_p)
+                kid_since, alone = self._claim_order(
+                    kids, since, extra, claimed, demand, rt_p, own_p, first
+                )
             for r in resources:
                 avail = rt_p.get(r, 0) - own_p.get(r, 0)
                 if avail <= 0:
@@ -415,7 +419,13 @@ class QuotaTree:
                 order: list[float] | None = None
                 within: list[int] | None = None
                 if extra is not None and claimed is not None:
-                    extras = [extra[c].get(r, 0) for c in kids]
+                    if alone is not None and first is not None and any(alone):
+                        extras = [
+                            (first if a else extra)[c].get(r, 0)
+                            for c, a in zip(kids, alone, strict=True)
+                        ]
+                    else:
+                        extras = [extra[c].get(r, 0) for c in kids]
                     if since is not None:
                         within = [claimed[c].get(r, 0) for c in kids]
                         if any(extras) or any(within):
@@ -457,18 +467,25 @@ class QuotaTree:
         demand: Sequence[Mapping[str, int]],
         rt_p: Mapping[str, int],
         own_p: Mapping[str, int],
-    ) -> list[float]:
+        first: Sequence[Mapping[str, int]] | None = None,
+    ) -> tuple[list[float], list[bool]]:
         """The age order of ``kids``' claims in their parent's split: oldest first, but
         a claim that cannot be met here in some resource whatever the others get (the
         siblings' bases hold the rest) is ``inf`` -- it takes nothing in the claims'
-        turn in any resource (:func:`_oldest_whole`).
+        turn in any resource (:func:`_oldest_whole`). And per kid, whether it claims
+        here only for the oldest claim of its subtree (``first``, see
+        :meth:`_claim_extras`): all of its subtree's claims together cannot be met, but
+        that one can.
 
         Resource by resource, the oldest claim took the memory it asked while a
         sibling's min held the cpu it also needed, and that sibling's claim was short
         of the memory: neither started, on an idle cluster (the liveness property
-        test).
+        test). And a parent whose children's claims together passed what it could get
+        claimed nothing, though its oldest claim alone fitted: its room went by weight,
+        each claim stayed short and the cluster idle (the liveness scan, seed 1647).
         """
         order = [since[c] for c in kids]
+        alone = [False] * len(kids)
         res: set[str] = set()
         for c in kids:
             res.update(extra[c])
@@ -480,11 +497,20 @@ class QuotaTree:
             for j, c in enumerate(kids):
                 if order[j] == math.inf:
                     continue
-                ex = min(extra[c].get(r, 0), demand[c].get(r, 0) - bases[j])
                 inside = min(claimed[c].get(r, 0), bases[j])
-                if ex > max(room, 0) or (room < 0 and inside > avail):
+                if room < 0 and inside > avail:
                     order[j] = math.inf
-        return order
+                    continue
+                ex = min(extra[c].get(r, 0), demand[c].get(r, 0) - bases[j])
+                if ex <= max(room, 0):
+                    continue
+                if first is not None:
+                    fx = min(first[c].get(r, 0), demand[c].get(r, 0) - bases[j])
+                    if fx <= max(room, 0):
+                        alone[j] = True
+                        continue
+                order[j] = math.inf
+        return order, [a and o != math.inf for a, o in zip(alone, order, strict=True)]
 
     def ceiling(
         self, i: int, capacity: Mapping[str, int], memo: list[dict[str, int] | None]
@@ -554,22 +580,37 @@ class QuotaTree:
         return since
 
     def _claim_extras(
-        self, claims: Sequence[Mapping[str, int]], demand: Sequence[Mapping[str, int]]
-    ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        self,
+        claims: Sequence[Mapping[str, int]],
+        demand: Sequence[Mapping[str, int]],
+        since: Sequence[float] | None = None,
+    ) -> tuple[list[dict[str, int]], list[dict[str, int]], list[dict[str, int]] | None]:
         """Per quota, how far its subtree's aged claims go beyond its base, within demand;
-        and what its subtree claims in all (within demand), where something claims.
+        what its subtree claims in all (within demand), where something claims; and
+        with ``since`` (per quota, its subtree's oldest claim: :meth:`_claim_since`),
+        how far beyond its base the oldest claim of its subtree alone goes.
 
         A subtree claims its own claim plus, per child, the larger of the child's base
         and the child's claim; what that exceeds the quota's own base by (capped by its
         demand) is served in its parent's split before the weights. What it claims
         within its base is served first when the bases pass the parent's room
-        (:func:`waterfill`'s ``within``).
+        (:func:`waterfill`'s ``within``). Its oldest claim alone is that claim along
+        its chain, each level's other children at their base: what the parent's split
+        serves when the whole does not fit (:meth:`_claim_order`), as each level serves
+        colliding claims whole, the oldest first.
         """
         n = len(self.names)
         extra: list[dict[str, int]] = [{} for _ in range(n)]
         claimed: list[dict[str, int]] = [{} for _ in range(n)]
-        # Effective claim of each subtree, per resource (only where something claims).
+        # Effective claim of each subtree, per resource (only where something claims);
+        # and that of its oldest claim alone.
         eff: list[dict[str, int]] = [{} for _ in range(n)]
+        first: list[dict[str, int]] | None = None
+        first_eff: list[dict[str, int]] = [{} for _ in range(n)]
+        own_since: Sequence[float] | None = None
+        if since is not None and isinstance(claims, Claims):
+            first = [{} for _ in range(n)]
+            own_since = claims.since
         for i in range(n - 1, -1, -1):
             own = claims[i]
             kids = self.children[i]
@@ -581,12 +622,22 @@ class QuotaTree:
             d = demand[i]
             e = extra[i]
             out = eff[i]
+            oldest = -1  # the child whose subtree holds the oldest claim (-1: its own)
+            if first is not None and since is not None and own_since is not None:
+                t = own_since[i] if own else math.inf
+                for c in kids:
+                    if eff[c] and since[c] < t:
+                        t = since[c]
+                        oldest = c
             for r in res:
                 v = own.get(r, 0)
+                fv = v if oldest < 0 else 0
                 for c in kids:
                     dc = demand[c].get(r, 0)
                     # A child without a claim still needs its base within this subtree.
-                    v += eff[c].get(r, self._base(c, r, dc))
+                    b = self._base(c, r, dc)
+                    v += eff[c].get(r, b)
+                    fv += first_eff[c].get(r, b) if c == oldest else b
                 dr = d.get(r, 0)
                 v = min(v, dr)
                 base = self._base(i, r, dr)
@@ -595,7 +646,12 @@ class QuotaTree:
                 out[r] = max(v, base)
                 if own.get(r, 0) or any(r in eff[c] for c in kids):
                     claimed[i][r] = v
-        return extra, claimed
+                if first is not None:
+                    fv = min(fv, dr)
+                    if fv > base:
+                        first[i][r] = fv - base
+                    first_eff[i][r] = max(fv, base)
+        return extra, claimed, first
 
 
 class Rooms:

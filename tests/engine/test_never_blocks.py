@@ -19,7 +19,7 @@ from queueing.engine import run_cycle
 from queueing.engine.resources import Resources
 from queueing.engine.types import PodSet, QueueSpec
 
-from .builders import node, quota, snapshot, workload
+from .builders import node, quota, running, snapshot, workload
 
 
 def cpu(n: int) -> dict[str, int]:
@@ -132,3 +132,59 @@ def test_a_gang_that_packs_on_no_empty_nodes_is_set_aside() -> None:
     e = run_cycle(snap).explanations[1]
     assert e.kind == "never-fits"
     assert "do not hold its pod sets 'w', 'ps' at once" in e.sentence()
+
+
+def test_work_that_cannot_start_while_siblings_hold_their_mins_does_not_use_the_look_ahead() -> (
+    None
+):
+    # 8 cpu; a and b keep mins of 4 each for their demand (a runs 2 and waits with 2).
+    # b's head asks 6 and c's 6: neither can start while a's demand holds a's min. Queue
+    # Q (Priority, look-ahead 2, no aging) lists them before a's 2-cpu job, which fits:
+    # counted in the look-ahead, the two heads left it untried for as long as a's
+    # demand lasted -- for ever.
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("a", "root", min=cpu(4)),
+            quota("b", "root", min=cpu(4)),
+            quota("c", "root"),
+        ],
+        nodes=[node("n", cpu(8))],
+        workloads=[
+            running(4, "a", "n", req=cpu(2), queue="Q"),
+            workload(1, "b", "Q", req=cpu(6), ts=1.0),
+            workload(2, "c", "Q", req=cpu(6), ts=2.0),
+            workload(3, "a", "Q", req=cpu(2), ts=3.0),
+        ],
+        queues=[QueueSpec("Q", policy="Priority", max_depth=2, aging_bound_s=None)],
+    )
+    result = run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == [3]
+    assert result.explanations[1].limit == "guarantees"
+
+
+def test_a_parent_claims_for_its_oldest_head_when_all_its_claims_do_not_fit() -> None:
+    # 6 cpu. d0 (min 4) holds q0 (min 2) and q1; d1 holds q2, which lends none of its
+    # min of 2. Aged heads: q1's 4-cpu job (the oldest) and q0's 6-cpu job -- together
+    # 2 + 4 + 6 - 2 = 10 beyond what d0 could get, so d0 claimed nothing and the weights
+    # left it 5: neither head fitted, for ever. q1's head alone needs d0 = 2 + 4 = 6.
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("d0", "root", min=cpu(4), max=cpu(8)),
+            quota("q0", "d0", min=cpu(2)),
+            quota("q1", "d0", lend=False),
+            quota("d1", "root", max=cpu(8)),
+            quota("q2", "d1", min=cpu(2), lend=False),
+        ],
+        nodes=[node("n", cpu(6))],
+        workloads=[
+            workload(1, "q1", "Q", req=cpu(4), ts=1.0),
+            workload(2, "q0", "Q", req=cpu(6), ts=2.0),
+            workload(3, "q2", "Q", req=cpu(4), ts=3.0),
+        ],
+        queues=[QueueSpec("Q", policy="Block", aging_bound_s=20.0)],
+    )
+    result = run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == [1]
+    assert result.runtime_quota["q1"].get("cpu", 0) >= 4000
