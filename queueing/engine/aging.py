@@ -212,6 +212,7 @@ def aged_claims(
     now: float,
     frozen: set[int] | None = None,
     unusable: AbstractSet[int] = frozenset(),
+    quotas_in: Sequence[int] | None = None,
 ) -> Claims | None:
     """Per quota, what its aged heads claim (own usage included), or None if nothing.
 
@@ -230,30 +231,35 @@ def aged_claims(
     claims nothing for its quota in its queue: its claim could not be met, and served
     within the quota's min (bases passing the parent's room) it took room a sibling's
     head could use (the liveness scan, seed 260).
+
+    ``quotas_in`` (per queue, how many quotas its candidates belong to): each queue is
+    read until the head of every one of them is found, however deep. Without it, the
+    first ``HEAD_SCAN`` candidates: a quota whose head waited behind nine of another
+    quota's in a shared queue never claimed (the liveness scan, seed 7790).
     """
     # One head per quota: the first in queue order of the quota's most urgent queue
     # head (aged first, then highest priority, then longest waiting). A lower-priority head of another
     # queue claiming for the same quota would let it in ahead of the urgent one -- and
     # a victim evicted for that one would come straight back (ping-pong).
     heads: dict[int, tuple[OrderKey, QueueSpec, WorkloadSpec]] = {}
-    for spec, cands in queues:
+    for n, (spec, cands) in enumerate(queues):
         if spec.aging_bound_s is None or not cands:
             continue
         order = queue_order_key(spec, now)
         seen: set[int] = set()
-        for w in cands[:HEAD_SCAN]:
+        wanted = quotas_in[n] if quotas_in is not None else 0
+        for w in cands if wanted else cands[:HEAD_SCAN]:
             qi = quota_of.get(w.id)
             if qi is None or qi in seen:
                 continue
             seen.add(qi)
-            if frozen and qi in frozen:
-                continue
-            if w.id in unusable:
-                continue
-            key = order(w)
-            best = heads.get(qi)
-            if best is None or key < best[0]:
-                heads[qi] = (key, spec, w)
+            if not (frozen and qi in frozen) and w.id not in unusable:
+                key = order(w)
+                best = heads.get(qi)
+                if best is None or key < best[0]:
+                    heads[qi] = (key, spec, w)
+            if len(seen) == wanted:
+                break  # every quota of the queue has its head
     if not heads:
         return None
     claims: list[dict[str, int]] = [{} for _ in range(len(tree))]

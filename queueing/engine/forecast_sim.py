@@ -203,6 +203,8 @@ class Simulation:
         #: while its siblings' demand held their mins (``CycleState.unusable_ids``):
         #: they take no share of the weights until that demand falls (``_requota``).
         self.unusable_ws: list[tuple[int, WorkloadSpec]] = []
+        #: What waits behind those of them that block their quota in their queue.
+        self.unusable_behind = cy.unusable_behind
         if cy.unusable_ids:
             ids = cy.unusable_ids
             self.unusable_ws = [
@@ -577,6 +579,11 @@ class Simulation:
                 d = out.setdefault(qi, {})
                 for k, v in req.items():
                     d[k] = d.get(k, 0) + v
+                behind = self.unusable_behind.get(w.id)
+                if behind is not None:
+                    # (Less what has started behind it meanwhile: nothing can.)
+                    for k, v in behind[1].items():
+                        d[k] = d.get(k, 0) + v
         self.unusable_ws = keep
         return out or None
 

@@ -27,7 +27,10 @@ more found ten: that; a queue's look-ahead filled with heads that could not star
 claims together passed what it could get claiming nothing, though its oldest claim
 alone fitted. The first version of those rules left three more stuck: the claim of
 work that could not start, served within its quota's min, took room a sibling's head
-could use. None of the 8,000 ends stuck now.
+could use. A scan of 12,000 further worlds found two more (a quota's head deeper than
+the first eight candidates of a shared queue never claimed; work behind a strict-order
+head that cannot start took a share of the weights), and none of 20,000 fresh ones
+ends stuck (``docs/BENCHMARKS.md``).
 """
 
 from __future__ import annotations
@@ -181,6 +184,12 @@ FOUND = (
     (2953, "on-event"),
     (3125, "on-event"),
     (3565, "on-event"),
+    # And 12,000 more (4,000-6,999 on a timer, 7,000-9,999 by events): a quota whose
+    # head waited behind nine of another's in a shared queue never claimed, and work
+    # behind a strict-order head that cannot start took a share (4643; 7790 after the
+    # first version of the rule for it).
+    (4643, "interval"),
+    (7790, "on-event"),
 )
 #: And 50 more, the cycle and fair-share modes taken in turn.
 CASES = tuple(
