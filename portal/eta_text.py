@@ -50,6 +50,10 @@ def no_eta(
     if kind == "unknown-queue":
         return "not considered", sentence
     why = (eta_reason or "").strip()
+    if kind == "quota" and limit == "guarantees":
+        # It asks more than its quota can get while siblings keep their mins for their
+        # own demand: the sentence names them, and what would let it start.
+        return "held by others' minimums", (f"No ETA: {why}. " if why else "") + sentence
     if why:
         short = "beyond the horizon" if "horizon" in why else why
         if "time budget" in why:

@@ -39,6 +39,14 @@ def _held_elsewhere_explanation() -> dict:
     return run_cycle(snap).explanations[1].to_dict()
 
 
+def _held_by_guarantees_explanation() -> dict:
+    """What the engine says of a 2-GPU job whose quota can get 1 GPU while a sibling keeps
+    its min of 1 for its own demand (``tests/engine/test_unusable_demand.py``)."""
+    from tests.engine.test_unusable_demand import world
+
+    return run_cycle(world()).explanations[2].to_dict()
+
+
 def _store(w: Workload, **fields) -> None:
     explanation = fields.get("explanation")
     if explanation is not None:
@@ -66,7 +74,7 @@ def _shown(cell: str) -> tuple[str, str]:
 
 
 def test_every_waiting_row_shows_its_eta_or_why_not_everywhere_alike(site):
-    w = {name: submit(site.world, name) for name in ("horizon", "never", "elsewhere", "backoff", "new", "bounded")}  # fmt: skip
+    w = {name: submit(site.world, name) for name in ("horizon", "never", "elsewhere", "backoff", "new", "bounded", "held")}  # fmt: skip
     _store(w["horizon"], position=1, reason="Waiting for quota: team-a runtime quota is short by 1 cpu.",
            eta={"p50": None, "p90": None, "reason": HORIZON, "moved": "", "last_move": None},
            explanation={"kind": "quota", "limit": "runtime", "sentence": "x"})  # fmt: skip
@@ -83,6 +91,10 @@ def test_every_waiting_row_shows_its_eta_or_why_not_everywhere_alike(site):
            eta={"p50": None, "p90": None, "reason": HORIZON, "moved": "", "last_move": None},
            explanation={"kind": "quota", "limit": "runtime", "starts_by": bound, "sentence": "x"})  # fmt: skip
 
+    _store(w["held"], position=3,
+           eta={"p50": None, "p90": None, "reason": HORIZON, "moved": "", "last_move": None},
+           explanation=_held_by_guarantees_explanation())  # fmt: skip
+
     vic = site.client("vic")
     response = vic.get(f"/tenants/{site.tenant.name}/queues/{site.queue.name}/")
     page = response.content.decode()
@@ -95,6 +107,7 @@ def test_every_waiting_row_shows_its_eta_or_why_not_everywhere_alike(site):
         "backoff": "backing off",
         "new": "next cycle",
         "bounded": "beyond the horizon",
+        "held": "held by others' minimums",
     }
     state = json.loads(
         re.search(r'<script id="queue-state" type="application/json">(.*?)</script>', page, re.S).group(1)
@@ -125,6 +138,13 @@ def test_every_waiting_row_shows_its_eta_or_why_not_everywhere_alike(site):
     )
     assert wire["never"]["eta_why"].startswith("Can never be admitted as specified")
     assert wire["new"]["eta_why"].startswith("Not ranked yet: the next admission cycle")
+    assert wire["held"]["eta_why"] == (
+        f"No ETA: {HORIZON}. Waiting for quota: b is short by 1 nvidia.com/gpu and cannot "
+        "borrow it: it requests 2 nvidia.com/gpu but b can get at most 1 nvidia.com/gpu "
+        "while, within root, a (1 nvidia.com/gpu) keep their guaranteed minimum for their "
+        "own demand; it can start when that demand falls, and meanwhile b's share goes to "
+        "work that can use it."
+    )
     # The live stream's reads go through the same wire form (portal.stream_queries).
     streamed = {
         r["name"]: r
