@@ -165,10 +165,10 @@ def unusable_demand(
     ceilings: Sequence[Mapping[str, int] | None],
     capacity: Mapping[str, int],
     in_quota: Sequence[Sequence[WorkloadSpec]],
-) -> tuple[dict[int, dict[str, int]] | None, frozenset[int], set[str]]:
+) -> tuple[dict[int, dict[str, int]] | None, list[tuple[int, WorkloadSpec]]]:
     """Per quota, the summed requests of its competing workloads that ask more than
     it can get now (``quota.Rooms``: its siblings keep their mins for their present
-    demand), their ids and their queues; ``in_quota[i]``: quota ``i``'s competing
+    demand), and those workloads with their quota's index; ``in_quota[i]``: quota ``i``'s competing
     workloads. Only a quota whose room now is below its ceiling (what it could ever
     get; ``ceilings[i]``, computed for every quota with competing work) and below its
     demand can have any: only its workloads are looked at (at 60k pending, those of
@@ -192,10 +192,9 @@ def unusable_demand(
         if t:
             tight[qi] = t
     if not tight:
-        return None, frozenset(), set()
+        return None, []
     out: dict[int, dict[str, int]] = {}
-    ids: set[int] = set()
-    queues: set[str] = set()
+    pairs: list[tuple[int, WorkloadSpec]] = []
     for qi, room in tight.items():
         if len(room) == 1:
             ((k1, v1),) = room.items()
@@ -210,9 +209,8 @@ def unusable_demand(
         for w in found:
             for k, v in w._request._d.items():
                 d[k] = d.get(k, 0) + v
-            ids.add(w.id)
-            queues.add(w.queue)
-    return out or None, frozenset(ids), queues
+            pairs.append((qi, w))
+    return out or None, pairs
 
 
 def blocked_behind(
@@ -457,16 +455,18 @@ class CycleState:
         self.own_demand = own_demand
         #: Per quota, the competing requests of its workloads that ask more than it can
         #: get while its siblings' present demand holds their mins (``quota.Rooms``):
-        #: they keep their quota's min but take no share of the weights. Their ids in
-        #: ``unusable_ids``.
-        self.unusable, self.unusable_ids, in_queues = unusable_demand(
+        #: they keep their quota's min but take no share of the weights. The workloads
+        #: (with their quota's index) in ``unusable_ws``, their ids in ``unusable_ids``.
+        self.unusable, self.unusable_ws = unusable_demand(
             tree, own_demand, own_pend, caps, capacity, in_quota
         )
+        self.unusable_ids = frozenset(w.id for _, w in self.unusable_ws)
         #: Per unusable head that blocks its quota in its queue: (quota index, the
         #: requests of the work behind it there). That work cannot start before the
         #: head either: it takes no share of the weights while the head cannot start.
         self.unusable_behind: dict[int, tuple[int, dict[str, int]]] = {}
         if self.unusable_ids:
+            in_queues = {w.queue for _, w in self.unusable_ws}
             self.unusable_behind = blocked_behind(
                 self.queues, quota_of, self.unusable_ids, in_queues
             )

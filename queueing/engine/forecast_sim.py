@@ -202,14 +202,18 @@ class Simulation:
         #: Waiting workloads that asked more than their quota could get at the cycle
         #: while its siblings' demand held their mins (``CycleState.unusable_ids``):
         #: they take no share of the weights until that demand falls (``_requota``).
-        self.unusable_ws: list[tuple[int, WorkloadSpec]] = []
+        self.unusable_ws: list[tuple[int, WorkloadSpec]] = list(cy.unusable_ws)
         #: What waits behind those of them that block their quota in their queue.
         self.unusable_behind = cy.unusable_behind
-        if cy.unusable_ids:
-            ids = cy.unusable_ids
-            self.unusable_ws = [
-                (cy.quota_of[w.id], w) for q in cy.queues for w in q.cands if w.id in ids
-            ]
+        #: The quotas whose demand falling may let one of them fit: its chain's
+        #: siblings (each level's mins are held for their demand).
+        self.unusable_near: set[int] = set()
+        tree = cy.tree
+        for qi in {qi for qi, _ in self.unusable_ws}:
+            for c in tree.chains[qi]:
+                p = tree.parent[c]
+                if p >= 0:
+                    self.unusable_near.update(tree.children[p])
         self.fair = self._fair()
         self.qheap: list[tuple[tuple[int, int, float, int, float, int], int]] = []
         self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
@@ -507,7 +511,9 @@ class Simulation:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
-            if since >= recompute_every or (self.unusable_ws and self._any_usable()):
+            if since >= recompute_every or (
+                self.unusable_ws and not fell.isdisjoint(self.unusable_near) and self._any_usable()
+            ):
                 # Every so many completions, with the claims of that time (they grow
                 # with their heads' waits and lapse as the heads start); and when
                 # demand that could not use its share can now (a sibling's demand
