@@ -182,12 +182,11 @@ def unusable_demand(
         if not pend or cc is None:
             continue
         now = rooms.of(qi)
-        dq = full[qi]
-        # A request passes the room only where the quota's whole demand does.
+        # A request passes the room only where the sum of the waiting ones does.
         t = {
             k: now.get(k, 0)
             for k, v in cc.items()
-            if now.get(k, 0) < v and dq.get(k, 0) > now.get(k, 0)
+            if now.get(k, 0) < v and pend.get(k, 0) > now.get(k, 0)
         }
         if t:
             tight[qi] = t
