@@ -21,15 +21,15 @@ The worlds are fixed (:data:`CASES`): the ones found stuck while the rules were
 written, and 50 more. Seed 1293 (a scan of 1,200 worlds) was a GPU given by the weights
 to a quota whose every workload asked more than it could get while its siblings held
 their mins, as a sibling's 1-GPU jobs waited on an idle cluster: demand that cannot be
-met at its level now takes no share of the weights (``quota.Rooms``). A scan of 8,000
+met at its level now takes no share of the weights (``quota.Rooms``). A scan of 4,000
 more found ten: that; a queue's look-ahead filled with heads that could not start
 (each holding its quota) while work beyond it fitted; and a parent whose children's
 claims together passed what it could get claiming nothing, though its oldest claim
 alone fitted. The first version of those rules left three more stuck: the claim of
 work that could not start, served within its quota's min, took room a sibling's head
-could use. A scan of 12,000 further worlds found two more (a quota's head deeper than
+could use. A scan of 6,000 further worlds found two more (a quota's head deeper than
 the first eight candidates of a shared queue never claimed; work behind a strict-order
-head that cannot start took a share of the weights), and none of 20,000 fresh ones
+head that cannot start took a share of the weights), and none of 10,000 fresh ones
 ends stuck (``docs/BENCHMARKS.md``).
 """
 
@@ -166,7 +166,7 @@ FOUND = (
     (1545, "on-event"),
     (1566, "on-event"),
     (1293, "on-event"),
-    # A scan of 8,000 more worlds (seeds 0-1,999 on a timer, 2,000-3,999 woken by
+    # A scan of 4,000 more worlds (seeds 0-1,999 on a timer, 2,000-3,999 woken by
     # events): work that cannot use a share, look-ahead filled with heads that cannot
     # start, a parent's claims summed past what it could get (docs/eta.md); and three
     # that the first version of those rules left stuck (260, 279, 1409: a claim of
@@ -184,7 +184,7 @@ FOUND = (
     (2953, "on-event"),
     (3125, "on-event"),
     (3565, "on-event"),
-    # And 12,000 more (4,000-6,999 on a timer, 7,000-9,999 by events): a quota whose
+    # And 6,000 more (4,000-6,999 on a timer, 7,000-9,999 by events): a quota whose
     # head waited behind nine of another's in a shared queue never claimed, and work
     # behind a strict-order head that cannot start took a share (4643; 7790 after the
     # first version of the rule for it).
