@@ -201,6 +201,7 @@ class QuotaTree:
     """
 
     __slots__ = (
+        "_no_demand",
         "_unlent",
         "allow_lent",
         "chains",
@@ -267,6 +268,7 @@ class QuotaTree:
         #: Per parent: per resource, what its children keep whatever their demand
         #: (:meth:`ceiling`).
         self._unlent: dict[int, dict[str, int]] = {}
+        self._no_demand: list[dict[str, int]] = [{} for _ in order]
         self.fair_weight: list[float] = [n.fair_weight for n in self.nodes]
 
     def __len__(self) -> int:
@@ -525,40 +527,10 @@ class QuotaTree:
         (the liveness property test).
         """
         got = memo[i]
-        if got is not None:
-            return got
-        p = self.parent[i]
-        cap = dict(capacity) if p < 0 else dict(self.ceiling(p, capacity, memo))
-        if p >= 0:
-            kept = self._unlent.get(p)
-            if kept is None:
-                kept = self._unlent[p] = {}
-                for c in self.children[p]:
-                    for r in self.mins[c]:
-                        b = self._base(c, r, 0)
-                        if b > 0:
-                            kept[r] = kept.get(r, 0) + b
-            for r, total in kept.items():
-                others = total - self._base(i, r, 0)
-                if others <= 0:
-                    continue
-                have = cap.get(r, 0)
-                mine = self._base(i, r, _ANY)
-                if others + mine <= have:
-                    room = have - others
-                else:
-                    # The bases pass the parent's room: scaled in proportion, as the
-                    # split does (:func:`waterfill`).
-                    kids = self.children[p]
-                    bases = [self._base(c, r, _ANY if c == i else 0) for c in kids]
-                    room = hamilton(have, bases, [self.names[c] for c in kids])[kids.index(i)]
-                if room < have:
-                    cap[r] = max(0, room)
-        for r, m in self.maxes[i].items():
-            if m < cap.get(r, 0):
-                cap[r] = m
-        memo[i] = cap
-        return cap
+        if got is None:
+            # What it can get now (:class:`Rooms`) were no quota to demand anything.
+            got = Rooms(self, capacity, self._no_demand, caps=memo, kept=self._unlent).of(i)
+        return got
 
     def _base(self, c: int, r: str, d: int) -> int:
         m = self.mins[c].get(r, 0)
@@ -667,14 +639,21 @@ class Rooms:
     __slots__ = ("_caps", "_kept", "capacity", "demand", "tree")
 
     def __init__(
-        self, tree: QuotaTree, capacity: Mapping[str, int], demand: Sequence[Mapping[str, int]]
+        self,
+        tree: QuotaTree,
+        capacity: Mapping[str, int],
+        demand: Sequence[Mapping[str, int]],
+        *,
+        caps: list[dict[str, int] | None] | None = None,
+        kept: dict[int, dict[str, int]] | None = None,
     ) -> None:
         self.tree = tree
         self.capacity = capacity
         self.demand = demand
-        self._caps: list[dict[str, int] | None] = [None] * len(tree)
+        #: Per quota, its room once worked out (``caps``: a memo the caller keeps).
+        self._caps: list[dict[str, int] | None] = caps if caps is not None else [None] * len(tree)
         #: Per parent: per resource, what its children keep for their demand.
-        self._kept: dict[int, dict[str, int]] = {}
+        self._kept: dict[int, dict[str, int]] = kept if kept is not None else {}
 
     def of(self, i: int) -> dict[str, int]:
         got = self._caps[i]
