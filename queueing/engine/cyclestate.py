@@ -8,15 +8,14 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
 from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
-from queueing.engine.quota import QuotaTree, Rooms
+from queueing.engine.quota import QuotaTree
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     BACKOFF,
@@ -31,6 +30,7 @@ from queueing.engine.types import (
     Snapshot,
     WorkloadSpec,
 )
+from queueing.engine.unusable import blocked_behind, unusable_demand
 
 if TYPE_CHECKING:
     from queueing.engine.preemption import Preemptor
@@ -156,96 +156,6 @@ def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
         if v and v > 0:
             return float(v)
     return cy.config.default_runtime_s
-
-
-def unusable_demand(
-    tree: QuotaTree,
-    own_demand: Sequence[Mapping[str, int]],
-    own_pend: Sequence[Mapping[str, int]],
-    ceilings: Sequence[Mapping[str, int] | None],
-    capacity: Mapping[str, int],
-    in_quota: Sequence[Sequence[WorkloadSpec]],
-) -> tuple[dict[int, dict[str, int]] | None, list[tuple[int, WorkloadSpec]]]:
-    """Per quota, the summed requests of its competing workloads that ask more than
-    it can get now (``quota.Rooms``: its siblings keep their mins for their present
-    demand), and those workloads with their quota's index; ``in_quota[i]``: quota ``i``'s competing
-    workloads. Only a quota whose room now is below its ceiling (what it could ever
-    get; ``ceilings[i]``, computed for every quota with competing work) and below its
-    demand can have any: only its workloads are looked at (at 60k pending, those of
-    522 of 1,000 quotas; 892 workloads found).
-    """
-    full = tree.demand(own_demand)
-    rooms = Rooms(tree, capacity, full)
-    tight: dict[int, dict[str, int]] = {}
-    for qi, pend in enumerate(own_pend):
-        cc = ceilings[qi]
-        if not pend or cc is None:
-            continue
-        now = rooms.of(qi)
-        # A request passes the room only where the sum of the waiting ones does.
-        t = {
-            k: now.get(k, 0)
-            for k, v in cc.items()
-            if now.get(k, 0) < v and pend.get(k, 0) > now.get(k, 0)
-        }
-        if t:
-            tight[qi] = t
-    if not tight:
-        return None, []
-    out: dict[int, dict[str, int]] = {}
-    pairs: list[tuple[int, WorkloadSpec]] = []
-    for qi, room in tight.items():
-        if len(room) == 1:
-            ((k1, v1),) = room.items()
-            found = [w for w in in_quota[qi] if w._request._d.get(k1, 0) > v1]
-        else:
-            found = [
-                w for w in in_quota[qi] if any(w._request._d.get(k, 0) > v for k, v in room.items())
-            ]
-        if not found:
-            continue
-        d = out[qi] = {}
-        for w in found:
-            for k, v in w._request._d.items():
-                d[k] = d.get(k, 0) + v
-            pairs.append((qi, w))
-    return out or None, pairs
-
-
-def blocked_behind(
-    queues: Sequence[QueueState],
-    quota_of: Mapping[int, int],
-    unusable: AbstractSet[int],
-    in_queues: AbstractSet[str],
-) -> dict[int, tuple[int, dict[str, int]]]:
-    """Per unusable workload that blocks its quota in its queue (it fails first there:
-    a strict-order head), its quota and the summed requests of the work of that quota
-    behind it in that queue. Only the queues that hold such a workload (``in_queues``)
-    are read."""
-    out: dict[int, tuple[int, dict[str, int]]] = {}
-    for q in queues:
-        if not (q.block_all or q.intelligent) or q.spec.name not in in_queues:
-            continue
-        cands = q.cands
-        seen: set[int] = set()
-        held: dict[int, dict[str, int]] = {}  # quota -> behind its blocking head
-        for w in cands:
-            qi = quota_of.get(w.id)
-            if qi is None:
-                continue
-            d = held.get(qi)
-            if d is not None:
-                if w.id not in unusable:  # (those are counted already)
-                    for k, v in w._request._d.items():
-                        d[k] = d.get(k, 0) + v
-                continue
-            if qi in seen:
-                continue
-            seen.add(qi)
-            if w.id in unusable and q.blocks(w):
-                held[qi] = d = {}
-                out[w.id] = (qi, d)
-    return {wid: got for wid, got in out.items() if got[1]}
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:

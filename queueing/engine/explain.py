@@ -63,6 +63,7 @@ from queueing.engine.types import (
     fmt_amount,
     fmt_time,
 )
+from queueing.engine.unusable import held_by_siblings
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -89,55 +90,6 @@ def _never_quota(cy: Cycle, qi: int, req: Mapping[str, int]) -> str | None:
                 f"{fmt_amount(k, cap.get(k, 0))}"
             )
     return None
-
-
-def _held_by_siblings(cy: Cycle, qi: int, req: Mapping[str, int], rooms: Rooms) -> Explanation:
-    """Why a workload of quota ``qi`` asking ``req`` cannot start while its siblings'
-    demand lasts (``CycleState.unusable_ids``): at the lowest level of its chain where
-    its request passes what the quota can get now (:class:`.quota.Rooms`), the siblings
-    that keep their min for their own demand, named with what they keep."""
-    tree = cy.tree
-    demand = cy.demand
-    for c in tree.chains[qi]:
-        p = tree.parent[c]
-        if p < 0:
-            break
-        room = rooms.of(c)
-        above = rooms.of(p)
-        short = {
-            k: v - room.get(k, 0)
-            for k, v in req.items()
-            if v > room.get(k, 0) and room.get(k, 0) < above.get(k, 0)
-        }
-        if not short:
-            continue
-        k = min(short)
-        keep = []
-        for s in tree.children[p]:
-            b = tree._base(s, k, demand[s].get(k, 0)) if s != c else 0
-            if b > 0:
-                keep.append(f"{tree.names[s]} ({fmt_amount(k, b)})")
-        who = ", ".join(keep[:3]) + (f" and {len(keep) - 3} more" if len(keep) > 3 else "")
-        name = tree.names[c]
-        detail = (
-            f"it requests {fmt_amount(k, req[k])} but {name} can get at most "
-            f"{fmt_amount(k, room.get(k, 0))} while, within {tree.names[p]}, {who} keep "
-            f"their guaranteed minimum for their own demand; it can start when that "
-            f"demand falls, and meanwhile {name}'s share goes to work that can use it"
-        )
-        shortfall = Resources.from_raw(short)
-        return Explanation(
-            0,
-            EXPLAIN_QUOTA,
-            quota=name,
-            shortfall=shortfall,
-            limit="guarantees",
-            to_free=shortfall,
-            detail=detail,
-        )
-    # Not cut by a sibling's min at any level (capacity changed within the cycle):
-    # short of the quota's runtime, as the cycle found it.
-    return Explanation(0, EXPLAIN_QUOTA, quota=tree.names[qi], limit="runtime")
 
 
 def _never_lent(cy: Cycle, c: int, k: str, v: int, short: Resources) -> str:
@@ -633,7 +585,7 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
                 key = (qi, w._request)
                 hp = held_cache.get(key)
                 if hp is None:
-                    tmpl = _held_by_siblings(cy, qi, w._request._d, rooms)
+                    tmpl = held_by_siblings(cy, qi, w._request._d, rooms)
                     if tmpl.limit != "guarantees":
                         tmpl = quota_expl(qi, arg, w._request)[0]
                     hp = held_cache[key] = _parts(tmpl)

@@ -74,8 +74,8 @@ from queueing.engine.forecast_aging import SPACE as _SPACE
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
-from queueing.engine.quota import Rooms
 from queueing.engine.types import PREEMPTED, WorkloadSpec
+from queueing.engine.unusable import still_unusable
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -553,44 +553,30 @@ class Simulation:
     def _any_usable(self) -> bool:
         """Whether one of the unusable workloads still waiting fits what its quota can
         get now."""
-        tree = self.tree
-        cap = self.nodes.capacity
-        rooms = Rooms(tree, cap, tree.demand(self.own_demand))
-        for qi, w in self.unusable_ws:
-            if w.id in self.eta:
-                continue
-            room = rooms.of(qi)
-            if all(v <= room.get(k, 0) for k, v in w._request._d.items()):
-                return True
-        return False
+        live = [(qi, w) for qi, w in self.unusable_ws if w.id not in self.eta]
+        still = still_unusable(self.tree, self.nodes.capacity, self.own_demand, live, self.eta)
+        return len(still) < len(live)
 
     def _unusable(self, cap: Mapping[str, int]) -> dict[int, dict[str, int]] | None:
         """Per quota, the requests of the cycle's unusable workloads that still ask more
-        than their quota can get now (as ``CycleState.unusable_demand``). In virtual
-        time demand falls as work ends (only evicted victims come back), so one that
-        fits is not looked at again."""
+        than their quota can get now (as ``CycleState.unusable_demand``), and of the work
+        behind those that block their queue. In virtual time demand falls as work ends
+        (only evicted victims come back), so one that fits is not looked at again."""
         if not self.unusable_ws:
             return None
-        tree = self.tree
-        rooms = Rooms(tree, cap, tree.demand(self.own_demand))
+        self.unusable_ws = still_unusable(
+            self.tree, cap, self.own_demand, self.unusable_ws, self.eta
+        )
         out: dict[int, dict[str, int]] = {}
-        keep: list[tuple[int, WorkloadSpec]] = []
         for qi, w in self.unusable_ws:
-            if w.id in self.eta:
-                continue
-            room = rooms.of(qi)
-            req = w._request._d
-            if any(v > room.get(k, 0) for k, v in req.items()):
-                keep.append((qi, w))
-                d = out.setdefault(qi, {})
-                for k, v in req.items():
+            d = out.setdefault(qi, {})
+            for k, v in w._request._d.items():
+                d[k] = d.get(k, 0) + v
+            behind = self.unusable_behind.get(w.id)
+            if behind is not None:
+                # (Less what has started behind it meanwhile: nothing can.)
+                for k, v in behind[1].items():
                     d[k] = d.get(k, 0) + v
-                behind = self.unusable_behind.get(w.id)
-                if behind is not None:
-                    # (Less what has started behind it meanwhile: nothing can.)
-                    for k, v in behind[1].items():
-                        d[k] = d.get(k, 0) + v
-        self.unusable_ws = keep
         return out or None
 
     def _limits(self) -> list[dict[str, int]]:
