@@ -44,6 +44,7 @@ from queueing.engine.types import (
     Eta,
     Explanation,
     Snapshot,
+    WorkloadSpec,
     covers,
     fmt,
     fmt_time,
@@ -213,6 +214,8 @@ class ArrivalLoad:
         self.window_s = window_s
         self.seen: set[int] = set()
         self.recent: deque[tuple[float, str, int, dict[str, float]]] = deque()
+        #: The workloads themselves, as they arrived (``Snapshot.recent_arrivals``).
+        self.arrived: deque[tuple[float, WorkloadSpec]] = deque()
         self.start: float | None = None
 
     def update(self, snap: Snapshot, ratio: Mapping[str, tuple[float, float]]) -> None:
@@ -238,6 +241,7 @@ class ArrivalLoad:
             if w.id in self.seen or w.quota not in parent:
                 continue
             self.seen.add(w.id)
+            self.arrived.append((now, w))
             # Where capacity is shared: the root of its tree (its max, and the cluster).
             root = roots.get(w.quota)
             if root is None:
@@ -266,6 +270,14 @@ class ArrivalLoad:
                 self.recent.append((now, w.queue, w.priority, work))
         while self.recent and self.recent[0][0] < now - self.window_s:
             self.recent.popleft()
+        while self.arrived and self.arrived[0][0] < now - self.window_s:
+            self.arrived.popleft()
+
+    def history(self, now: float) -> tuple[tuple[WorkloadSpec, ...], float]:
+        """The workloads that arrived in the window, and the span they arrived over
+        (``Snapshot.recent_arrivals``, ``Snapshot.arrival_span_s``)."""
+        span = min(self.window_s, max(now - (self.start or now), 0.0))
+        return tuple(w for _, w in self.arrived), span
 
     def load(self, now: float) -> dict[str, dict[int, dict[str, float]]]:
         span = min(self.window_s, max(now - (self.start or now), 1.0))
@@ -357,12 +369,15 @@ class EtaRecorder:
                 e = (waited - predicted) / max(predicted, FLOOR_S)
                 for key in banded(tr.classes, predicted):
                     overdue.setdefault(key, []).append(e)
+        arrived, span = self.arrivals.history(now)
         return dataclasses.replace(
             snap,
             previous_etas=self.previous,
             eta_residuals=self.residuals.quantiles(overdue),
             runtime_ratio=ratio,
             arrival_load=self.arrivals.load(now),
+            recent_arrivals=arrived,
+            arrival_span_s=span,
         )
 
     def after(self, snap: Snapshot, result: CycleResult) -> None:

@@ -88,8 +88,12 @@ def finish_etas(
     p90: Mapping[int, float],
     *,
     out_of_time: bool,
+    with_arrivals: frozenset[int] = frozenset(),
 ) -> dict[int, Eta]:
-    """Calibrated, steady, order-respecting ETAs for every positioned workload."""
+    """Calibrated, steady, order-respecting ETAs for every positioned workload.
+
+    ``with_arrivals``: workloads whose ``p50`` already counts drawn arrivals
+    (:mod:`.forecast_arrivals`); their p50 is not stretched again."""
     now = cy.now
     snap = cy.snapshot
     res = snap.eta_residuals
@@ -157,8 +161,11 @@ def finish_etas(
         a = p50.get(wid)
         if a is None:
             continue
-        # Higher-priority arrivals during the wait stretch it (a busy period).
-        if stretched is not None:
+        # Higher-priority arrivals during the wait stretch it (a busy period), unless
+        # the draws had arrivals in them.
+        if wid in with_arrivals:
+            d = max(0.0, a - now)
+        elif stretched is not None:
             d = stretched.get(wid, max(0.0, a - now) * stretch.get(wid, 1.0))
         else:
             d = max(0.0, a - now)

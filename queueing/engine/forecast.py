@@ -38,12 +38,14 @@ fits in the forecast's budget; a large world keeps the single simulation.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from time import perf_counter
 from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NEVER, order_key, runtime_of
 from queueing.engine.eta import finish_etas
+from queueing.engine.forecast_arrivals import Arrival, draw_arrivals, history
 from queueing.engine.forecast_sim import OVERDUE_FACTOR, Event, Simulation
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 
@@ -113,30 +115,39 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     out_of_time = sim50.out_of_time
     drawn = 0
     spent = perf_counter() - t1
-    # The draws cost about DRAWS more of the run just made; the p90's run (when it is
-    # made) keeps the budget's last fifth.
+    # Each waiting workload whose p50 is a median over draws with arrivals in them:
+    # arrivals are in its p50 already (no busy-period stretch, see .eta).
+    with_arrivals: frozenset[int] = frozenset()
+    # The draws cost about DRAWS more of the run just made (more with arrivals in
+    # them); the p90's run (when it is made) keeps the budget's last fifth.
     if not out_of_time and spent * (DRAWS + 2) <= budget:
-        mc = _median_starts(cy, deadline=t1 + budget * 0.8)
-        if mc is not None:
+        got = _median_starts(cy, deadline=t1 + budget * 0.8)
+        if got is not None:
+            mc, covered = got
             p50 = {**p50, **mc}
             drawn = DRAWS
+            with_arrivals = frozenset(wid for wid, t in mc.items() if t <= covered)
     p90: dict[int, float] = {}
     if not calibrated:
         sim90 = Simulation(cy, 1, p90_events, deadline=t1 + budget)
         p90 = sim90.run()
         out_of_time = out_of_time or sim90.out_of_time
-    etas = finish_etas(cy, pos, p50, p90, out_of_time=out_of_time)
+    etas = finish_etas(cy, pos, p50, p90, out_of_time=out_of_time, with_arrivals=with_arrivals)
     cy.stats["positions_s"] = t1 - t0
     cy.stats["eta_s"] = perf_counter() - t1
     cy.stats["eta_p50_known"] = sum(1 for e in etas.values() if e.p50 is not None)
     cy.stats["eta_p90_known"] = sum(1 for e in etas.values() if e.p90 is not None)
     cy.stats["eta_draws"] = drawn
+    cy.stats["eta_with_arrivals"] = len(with_arrivals)
     return pos, etas
 
 
-def _median_starts(cy: Cycle, deadline: float) -> dict[int, float] | None:
+def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float] | None:
     """Each waiting workload's median start over ``DRAWS`` simulations with drawn
-    runtimes; None when no runtime varies, or when a draw ran out of time."""
+    runtimes and, where there is a history of them, drawn arrivals
+    (:mod:`.forecast_arrivals`), and until when every draw replayed all that arrives
+    (-inf without arrivals); None when nothing varies, or when a draw ran out of
+    time."""
     laws: dict[int, _Law] = {}
     varies = False
 
@@ -167,9 +178,11 @@ def _median_starts(cy: Cycle, deadline: float) -> dict[int, float] | None:
     for q in cy.queues:
         for w in q.cands:
             law(w)
-    if not varies:
+    past = history(cy)
+    if not varies and not past:
         return None
     starts: dict[int, list[float]] = {}
+    covered = math.inf if past else -math.inf
     for j in range(DRAWS):
         events: list[Event] = []
         seq = 0
@@ -183,22 +196,30 @@ def _median_starts(cy: Cycle, deadline: float) -> dict[int, float] | None:
             events.append((now + law(w).at(u_of(w, j)), seq, -1, w, None))
         heapq.heapify(events)
 
-        def draw(w: WorkloadSpec, j: int = j) -> float:
-            return law(w).at(u_of(w, j))
+        arrivals: list[Arrival] = []
+        if past:
+            arrivals, until = draw_arrivals(cy, past, j, lambda w, u: law(w).at(u))
+            covered = min(covered, until)
+        drawn = {w.id: r for _, w, r in arrivals}
 
-        sim = Simulation(cy, 0, events, deadline=deadline, draw=draw)
+        def draw(w: WorkloadSpec, j: int = j, drawn: dict[int, float] = drawn) -> float:
+            r = drawn.get(w.id)
+            return law(w).at(u_of(w, j)) if r is None else r
+
+        sim = Simulation(cy, 0, events, deadline=deadline, draw=draw, arrivals=arrivals)
         got = sim.run()
         if sim.out_of_time:
             return None
         for wid, t in got.items():
-            starts.setdefault(wid, []).append(t)
+            if wid >= 0:  # not an arrival of the draw's own
+                starts.setdefault(wid, []).append(t)
     out: dict[int, float] = {}
     half = DRAWS // 2
     for wid, xs in starts.items():
         if len(xs) > half:  # else beyond the horizon in most draws
             xs.sort()
             out[wid] = xs[half]
-    return out
+    return out, covered
 
 
 class _Law:

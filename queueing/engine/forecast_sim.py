@@ -61,6 +61,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from queueing.engine.aging import OrderKey
 from queueing.engine.cyclestate import (
     F_NEVER,
     F_NODES,
@@ -72,6 +73,7 @@ from queueing.engine.cyclestate import (
 from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import SPACE as _SPACE
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
+from queueing.engine.forecast_arrivals import Arrival, arrive
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
@@ -125,12 +127,14 @@ class _SimQueue:
         "aged_heads",
         "aged_n",
         "ages",
+        "arrived",
         "behind",
         "block_at",
         "cands",
         "dirty",
         "in_heap",
         "index",
+        "keys",
         "moved",
         "nxt",
         "state",
@@ -156,12 +160,17 @@ class _SimQueue:
         #: quota -> id of its aged head that failed (``QueueState.aged_heads``): the
         #: one workload of the quota in this queue that holds room for itself.
         self.aged_heads: dict[int, int] = dict(state.aged_heads)
+        #: Arrivals in virtual time (:mod:`.forecast_arrivals`): how many entered, and
+        #: the order keys of ``ws`` they are placed by (made at the first).
+        self.arrived = 0
+        self.keys: list[OrderKey] | None = None
 
 
 class Simulation:
     """One forward run (p50 or p90) of the cycle in virtual time."""
 
     cand_type = _Cand
+    queue_type = _SimQueue
 
     def __init__(
         self,
@@ -170,12 +179,17 @@ class Simulation:
         events: list[Event],
         deadline: float,
         draw: Callable[[WorkloadSpec], float] | None = None,
+        arrivals: list[Arrival] | None = None,
     ) -> None:
         self.cy = cy
         self.q = q
         #: How long a workload started in virtual time runs: its p50 or p90 runtime
         #: (``q``), or one draw of it (:func:`.forecast.forecast`'s Monte Carlo).
         self.draw = draw
+        #: Work that arrives in virtual time, in time order (:mod:`.forecast_arrivals`),
+        #: and how many of them have come.
+        self.arrivals: list[Arrival] = arrivals or []
+        self.arrived = 0
         self.deadline = deadline
         cfg = cy.config
         self.now = cy.now
@@ -222,6 +236,7 @@ class Simulation:
         self.failed_shapes: set[object] = set()
         self.node_how: dict[object, tuple[tuple[object, str], int] | None] = {}
         self.queues: list[_SimQueue] = []
+        self.by_name: dict[str, _SimQueue] = {}
         self.examined = 0
         self.out_of_time = False
         self.park_left = _PARK_BUDGET
@@ -291,6 +306,7 @@ class Simulation:
             if name in back:
                 ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(_SimQueue(len(self.queues), state, ws))
+            self.by_name[name] = self.queues[-1]
 
     def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:
         """Bring candidates into the queue's window, filed or dirty.
@@ -456,6 +472,20 @@ class Simulation:
                 # Stopped by its budget, not its horizon: the reason must say which.
                 self.out_of_time = True
                 break
+            if self.arrived < len(self.arrivals):
+                # Work arrives before anything ends or a claim becomes whole: the next
+                # cycle sees it (beyond the horizon, it never comes).
+                ta = self._tick(self.arrivals[self.arrived][0])
+                if ta > self.end:
+                    self.arrived = len(self.arrivals)
+                elif ta < min(
+                    self._tick(self.events[0][0]) if self.events else math.inf,
+                    self._tick(self.claim_times[0]) if self.claim_times else math.inf,
+                ):
+                    t = ta
+                    self._arrive_until(t)
+                    age(self, t)
+                    continue
             if self.claim_times and (not self.events or self.claim_times[0] < self.events[0][0]):
                 # No work ends before an aged head's claim becomes whole: the runtime
                 # quota moves then, and the head may start on capacity already idle.
@@ -473,6 +503,7 @@ class Simulation:
                 age(self, t)
                 self._requota(t)
                 self._wake_quota(set(self.quota_files))
+                self._arrive_until(t)
                 continue
             t = self.events[0][0]
             if t > self.end:
@@ -524,8 +555,23 @@ class Simulation:
             self._wake_quota(touched_q)
             self._wake_nodes(touched_n)
             wake_behind(self, fell)
+            self._arrive_until(window)
             age(self, t)
         return self.eta
+
+    def _tick(self, t: float) -> float:
+        """When the cycle that sees what happens at ``t`` runs."""
+        tick = self.cy.config.cycle_interval_s
+        if tick > 0:
+            return self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
+        return t
+
+    def _arrive_until(self, t: float) -> None:
+        """What arrives by ``t`` enters its queue (:func:`.forecast_arrivals.arrive`)."""
+        arrivals = self.arrivals
+        while self.arrived < len(arrivals) and arrivals[self.arrived][0] <= t:
+            arrive(self, arrivals[self.arrived][1])
+            self.arrived += 1
 
     def _requota(self, t: float) -> None:
         """Runtime quota (and fair share) for the simulation's state at ``t``.

@@ -460,6 +460,12 @@ class Snapshot:
     #: :class:`.calibration.ArrivalLoad`). Arrivals that go before a waiting workload
     #: stretch its wait by ``1 / (1 - their load)`` (see :mod:`.eta`). Empty: none.
     arrival_load: Mapping[str, Mapping[int, Mapping[str, float]]] = field(default_factory=dict)
+    #: The workloads that arrived in the last ``arrival_span_s`` seconds, as templates
+    #: (queue, quota, priority, pod sets, declared runtime; ``queue_order_at``: when
+    #: each arrived). The forecast's draws replay arrivals like them at their rate
+    #: (see :mod:`.forecast_arrivals`). Empty: none, or no span to read a rate over.
+    recent_arrivals: tuple[WorkloadSpec, ...] = ()
+    arrival_span_s: float = 0.0
 
 
 # -- decisions ------------------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""Arrivals in the forward simulation: work that does not exist yet, drawn from history.
+
+A waiting workload's start depends on what arrives while it waits: a higher-priority
+job goes ahead of it in its queue, a small one takes the hole a gang needed (the demo's
+large-36, forecast at +50 s with every actual runtime known, started at +156 s after 58
+later arrivals had started, many in the holes it needed). The simulation alone knows
+only the work that exists. In the p50's draws (:func:`.forecast._median_starts`) each
+run also replays arrivals like the recent ones (``Snapshot.recent_arrivals``): per
+queue, a Poisson stream at the rate seen over ``Snapshot.arrival_span_s``, each arrival
+a copy of one of that queue's recent workloads picked at random, with a runtime drawn
+from its law. The stream lasts as long as the history it is read from (the next span
+looks like the last one), and at most ``MAX_ARRIVALS`` a run.
+
+An arrival enters its queue at its place in the queue's order (priority, then time) as
+the cycle after it would see it; one that lands beyond the queue's look-ahead is left
+out (it would wait behind at least ``eta_max_depth`` workloads and is not forecast).
+A start after the streams end (or after
+``MAX_ARRIVALS`` cut them) has not seen every arrival before it: :mod:`.eta` stretches
+such a wait by the arrivals' load as it does without draws. Two arrivals between the same two waiting workloads keep their arrival order, whatever
+their priorities (a simplification). Each draw's streams are its own and the same at
+every cycle, seeded by the draw's index: from one cycle to the next only the history
+moves them, not the dice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from queueing.engine.aging import queue_order_key
+from queueing.engine.cyclestate import QueueState
+from queueing.engine.forecast_aging import SPACE
+from queueing.engine.types import PENDING, WorkloadSpec
+
+if TYPE_CHECKING:
+    from queueing.engine.cyclestate import CycleState as Cycle
+    from queueing.engine.forecast_sim import Simulation
+
+__all__ = ["MAX_ARRIVALS", "arrive", "draw_arrivals", "history"]
+
+#: At most this many arrivals in one run (their cost: each is one more candidate).
+MAX_ARRIVALS = 512
+
+#: (time it arrives, the workload, the runtime it drew)
+Arrival = tuple[float, WorkloadSpec, float]
+
+
+def history(cy: Cycle) -> dict[str, list[WorkloadSpec]]:
+    """Per queue, the recent arrivals the forecast can replay: those of a queue and a
+    quota this cycle knows."""
+    snap = cy.snapshot
+    if not snap.recent_arrivals or snap.arrival_span_s <= 0:
+        return {}
+    specs = cy.queue_specs
+    tree = cy.tree
+    capacity = cy.nodes.capacity
+    never_nodes: dict[object, bool] = {}
+    out: dict[str, list[WorkloadSpec]] = {}
+    for w in snap.recent_arrivals:
+        qi = tree.index.get(w.quota)
+        if w.queue not in specs or qi is None or not w.pod_sets:
+            continue
+        # One that can never fit is set aside by the cycle (it blocks nobody): not
+        # replayed either.
+        if any(
+            v > min([capacity.get(k, 0), *(tree.maxes[x].get(k, v) for x in tree.chains[qi])])
+            for k, v in w._request._d.items()
+        ):
+            continue
+        shape = cy.shape(w)
+        never = never_nodes.get(shape)
+        if never is None:
+            never = never_nodes[shape] = cy.nodes.never_fits(cy.reqs(w)) is not None
+        if not never:
+            out.setdefault(w.queue, []).append(w)
+    return out
+
+
+def draw_arrivals(
+    cy: Cycle,
+    past: dict[str, list[WorkloadSpec]],
+    j: int,
+    runtime: Callable[[WorkloadSpec, float], float],
+) -> tuple[list[Arrival], float]:
+    """Draw ``j``'s arrivals, in time order: per queue a Poisson stream at the rate of
+    ``past`` over the snapshot's span, each a copy of one of them (with a new, negative
+    id) whose runtime is ``runtime(template, u)`` for a uniform ``u``; and until when
+    they are the whole stream (earlier than its end when ``MAX_ARRIVALS`` cut it: a
+    start after that time saw only part of what arrives before it)."""
+    now = cy.now
+    span = cy.snapshot.arrival_span_s
+    until = now + min(span, max(0.0, cy.config.eta_horizon_s))
+    rng = random.Random(j * 0x9E3779B1 + 0x2545F491)
+    out: list[Arrival] = []
+    for name in sorted(past):
+        ws = past[name]
+        rate = len(ws) / span
+        t = now
+        while True:
+            t += rng.expovariate(rate)
+            if t > until:
+                break
+            tpl = ws[rng.randrange(len(ws))]
+            out.append((t, tpl, runtime(tpl, rng.random())))
+    out.sort(key=lambda a: a[0])
+    if len(out) > MAX_ARRIVALS:
+        until = out[MAX_ARRIVALS][0]
+        del out[MAX_ARRIVALS:]
+    arrivals: list[Arrival] = []
+    for k, (t, tpl, r) in enumerate(out, 1):
+        w = dataclasses.replace(
+            tpl,
+            id=-k,
+            name=f"{tpl.name}~{k}",
+            queue_order_at=t,
+            phase=PENDING,
+            requeue_at=None,
+            attempts=0,
+            admitted_at=None,
+            started_at=None,
+            assignment={},
+            preempted_by=None,
+            nominated=False,
+            awaiting=False,
+        )
+        # Same pod sets, same placer's view (it is made once per spec, and costly).
+        object.__setattr__(w, "_placer", tpl._placer)
+        arrivals.append((t, w, r))
+    return arrivals, until
+
+
+def arrive(sim: Simulation, w: WorkloadSpec) -> bool:
+    """``w`` enters its queue in the simulation; False when it is left out (beyond
+    the queue's look-ahead, or of a queue or quota the cycle does not know)."""
+    cy = sim.cy
+    qi = cy.tree.index.get(w.quota, -1)
+    if qi < 0:
+        return False
+    sq = sim.by_name.get(w.queue)
+    if sq is None:
+        spec = cy.queue_specs.get(w.queue)
+        if spec is None:
+            return False
+        sq = sim.queue_type(len(sim.queues), QueueState(-1, spec, [], cy.now), [])
+        sim.queues.append(sq)
+        sim.by_name[w.queue] = sq
+    keys = sq.keys
+    if keys is None:
+        key = queue_order_key(sq.state.spec, cy.now)
+        keys = sq.keys = [key(x) for x in sq.ws]
+    p = bisect.bisect_right(keys, queue_order_key(sq.state.spec, cy.now)(w))
+    if p < sq.nxt or (p == sq.nxt and sq.nxt >= len(sq.ws)):
+        pass  # within the window (or at the end of a queue it holds whole)
+    else:
+        return False
+    sq.arrived += 1
+    i = (p << SPACE) - (1 << (SPACE - 2)) + sq.arrived
+    c = sim.cand_type(w, qi, sq.index, i, False)
+    sq.cands[i] = c
+    sq.window += 1
+    d = sim.own_demand[qi]
+    for k, v in c.req.items():
+        d[k] = d.get(k, 0) + v
+    sim._mark(c)
+    return True

@@ -1,0 +1,164 @@
+"""Arrivals in the forecast's draws: work that does not exist yet, replayed from history."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from queueing.engine import run_cycle
+from queueing.engine.calibration import ArrivalLoad
+from queueing.engine.cycle import Cycle
+from queueing.engine.forecast_arrivals import MAX_ARRIVALS, draw_arrivals, history
+from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
+
+from .builders import node, quota, running, snapshot, workload
+
+NOW = 1000.0
+
+
+def one(cpu: int) -> dict[str, int]:
+    return {"cpu": cpu}
+
+
+def past(
+    n: int, span: float, *, cpu: int = 4, priority: int = 100, queue: str = "q"
+) -> tuple[WorkloadSpec, ...]:
+    """``n`` jobs of ``cpu`` that arrived evenly over the last ``span`` seconds, each
+    declaring (and, at the queue's ratio 1.0, running) 10 s."""
+    return tuple(
+        workload(
+            100 + i,
+            queue,
+            req=one(cpu),
+            priority=priority,
+            ts=NOW - span + i * span / n,
+            expected_runtime_s=10.0,
+        )
+        for i in range(n)
+    )
+
+
+def strict_world(recent: tuple[WorkloadSpec, ...] = (), **kw: Any) -> Snapshot:
+    """A 4-cpu node held until t+10 by job 1; job 2 (4 cpu, priority 0, queued now: not
+    aged) waits in a strict-order queue. Runtimes are exactly their declared 10 s."""
+    kw.setdefault("runtime_ratio", {"q": (1.0, 1.0)})
+    kw.setdefault("config", EngineConfig(fair_share_mode="instant"))
+    return snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "q", "n", req=one(4), started_at=NOW, expected_runtime_s=10.0),
+            workload(2, "q", req=one(4), ts=NOW, expected_runtime_s=10.0),
+        ],
+        queues=[QueueSpec("q", policy="Block")],
+        now=NOW,
+        recent_arrivals=recent,
+        arrival_span_s=100.0 if recent else 0.0,
+        **kw,
+    )
+
+
+def test_higher_priority_arrivals_go_ahead_of_a_waiting_workload() -> None:
+    # Without arrivals job 2 starts when job 1 ends, at t+10.
+    alone = run_cycle(strict_world())
+    assert alone.etas[2].p50 == NOW + 10
+    # A 4-cpu priority-100 job arrived every 5 s over the last 100 s: twice what the node
+    # serves. Replayed in the draws, each one goes ahead of job 2 (priority 0) in its
+    # queue, and job 2 starts only once the replayed stream ends (after t+100).
+    busy = run_cycle(strict_world(past(20, 100.0)))
+    assert busy.stats["eta_draws"] > 0
+    p50 = busy.etas[2].p50
+    assert p50 is not None
+    assert p50 > NOW + 60
+    # Its start is after the streams' end: it has not seen what arrives after t+100 (and
+    # eta stretches it by the arrivals' load, as without draws).
+    assert busy.stats["eta_with_arrivals"] == 0
+    # The draws are the same at every cycle: the same world, the same p50.
+    assert run_cycle(strict_world(past(20, 100.0))).etas[2].p50 == p50
+
+
+def test_lower_priority_arrivals_queue_behind_it() -> None:
+    got = run_cycle(strict_world(past(20, 100.0, priority=-100)))
+    assert got.stats["eta_with_arrivals"] == 1
+    assert got.etas[2].p50 == NOW + 10
+
+
+def test_work_that_can_never_fit_is_not_replayed() -> None:
+    # 8-cpu jobs on a 4-cpu cluster are set aside by the cycle: replayed ahead of job 2
+    # in its strict-order queue, they would block it for ever.
+    snap = strict_world(past(20, 100.0, cpu=8))
+    assert history(Cycle(snap)) == {}
+    got = run_cycle(snap)
+    assert got.etas[2].p50 == NOW + 10
+
+
+def test_later_arrivals_take_the_hole_a_gang_needs() -> None:
+    # A Priority queue (no blocking): job 2 needs the whole 4-cpu node; 2 cpu are free
+    # now and 2 are held until t+10. Small jobs of its own priority keep arriving: each
+    # fits the free half at once (backfill) and holds it, so the node is rarely whole.
+    def world(recent: tuple[WorkloadSpec, ...]) -> Snapshot:
+        return dataclasses.replace(
+            strict_world(recent),
+            workloads=(
+                running(1, "q", "n", req=one(2), started_at=NOW, expected_runtime_s=10.0),
+                workload(2, "q", req=one(4), ts=NOW, expected_runtime_s=10.0),
+            ),
+            queues=(QueueSpec("q", policy="Priority"),),
+        )
+
+    assert run_cycle(world(())).etas[2].p50 == NOW + 10
+    later = run_cycle(world(past(20, 100.0, cpu=2, priority=0)))
+    p50 = later.etas[2].p50
+    assert p50 is not None
+    assert p50 > NOW + 10
+
+
+def test_the_streams_follow_the_history_rate_and_stay_bounded() -> None:
+    cy = Cycle(strict_world(past(20, 100.0)))
+    past_q = history(cy)
+    assert len(past_q["q"]) == 20
+
+    def same(w: WorkloadSpec, u: float) -> float:
+        return 10.0
+
+    counts = []
+    for j in range(40):
+        drawn, until = draw_arrivals(cy, past_q, j, same)
+        assert until == NOW + 100.0
+        times = [t for t, _, _ in drawn]
+        assert times == sorted(times)
+        assert all(NOW < t <= NOW + 100.0 for t in times)
+        assert all(w.id < 0 and w.queue_order_at == t for t, w, _ in drawn)
+        counts.append(len(drawn))
+    # 20 arrivals in 100 s: about 20 in the next 100 s of each draw.
+    assert 16 <= sum(counts) / len(counts) <= 24
+    assert draw_arrivals(cy, past_q, 3, same) == draw_arrivals(cy, past_q, 3, same)
+    # A flood is cut at MAX_ARRIVALS.
+    flood = Cycle(strict_world(past(4000, 100.0)))
+    cut, until = draw_arrivals(flood, history(flood), 0, same)
+    assert len(cut) == MAX_ARRIVALS
+    assert cut[-1][0] <= until < NOW + 100.0
+
+
+def test_the_recorder_hands_over_what_arrived_after_its_first_look() -> None:
+    load = ArrivalLoad(window_s=60.0)
+    first = strict_world()
+    load.update(first, {})  # what waits at the first look is a backlog
+    assert load.history(NOW) == ((), 0.0)
+    new = workload(7, "q", req=one(1), ts=NOW + 5, expected_runtime_s=10.0)
+    load.update(dataclasses.replace(first, now=NOW + 5, workloads=(*first.workloads, new)), {})
+    assert load.history(NOW + 5) == ((new,), 5.0)
+    # Out of the window 60 s later.
+    later = dataclasses.replace(first, now=NOW + 70, workloads=(new,))
+    load.update(later, {})
+    assert load.history(NOW + 70) == ((), 60.0)
+
+
+def test_a_start_after_the_streams_were_cut_is_not_taken_as_counting_them() -> None:
+    # 4,000 arrivals in 100 s: the draws replay MAX_ARRIVALS of them, the first 13 s or
+    # so. Job 2 starts after that in every draw: its p50 has not seen what arrives
+    # meanwhile, so it is not counted as one that has (eta stretches it by their load).
+    config = EngineConfig(fair_share_mode="instant", eta_budget_s=30.0)
+    got = run_cycle(strict_world(past(4000, 100.0), config=config))
+    assert got.stats["eta_draws"] > 0
+    assert got.stats["eta_with_arrivals"] == 0
