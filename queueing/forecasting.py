@@ -4,7 +4,8 @@ The engine (``queueing.engine.eta``) turns its forward simulation into calibrate
 steady ETAs when the snapshot carries what happened before (see the docstrings of
 ``Snapshot`` and ``queueing.engine.calibration``): each queue's ratio of actual to
 declared runtime, the error of earlier first forecasts per class (QBETS residuals),
-the offered load of recent arrivals per root and priority, the ETAs the previous cycle
+the offered load of recent arrivals per root and priority, and the recent arrivals
+themselves (the forecast's draws replay work like them), the ETAs the previous cycle
 published (hysteresis) and how often cycles run. The virtual-time simulator keeps these
 in memory (``calibration.EtaRecorder``); the live system keeps them in the database --
 ``Workload.eta`` and the ``eta_first_*`` fields written by the cycle's annotation step
@@ -39,8 +40,9 @@ from queueing.engine.calibration import (
     eta_classes,
     held_for,
 )
-from queueing.engine.types import Eta, Snapshot
+from queueing.engine.types import Eta, PodSet, Snapshot, WorkloadSpec
 from queueing.models import Workload
+from queueing.podsets import engine_pod_sets
 
 if TYPE_CHECKING:
     from queueing.state.snapshot import SnapshotIndex
@@ -53,6 +55,7 @@ __all__ = [
     "cycle_interval_s",
     "eta_residuals",
     "previous_etas",
+    "recent_arrivals",
     "runtime_ratio",
     "runtime_ratio_cached",
     "stored_eta",
@@ -68,6 +71,8 @@ RATIO_MIN = 5
 RESIDUAL_WINDOW = 300
 #: Arrivals counted in the offered load (s), as ``calibration.ArrivalLoad``.
 ARRIVAL_WINDOW_S = 300.0
+#: At most this many recent arrivals are handed to the forecast (the latest).
+RECENT_ARRIVALS_MAX = 2_000
 
 _cache: dict[tuple[str, frozenset[int]], tuple[float, dict[str, Any]]] = {}
 _ratios: dict[frozenset[tuple[int, str]], tuple[float, dict[str, tuple[float, float]]]] = {}
@@ -258,6 +263,62 @@ def arrival_load(
     return out
 
 
+def recent_arrivals(
+    quota_ids: Mapping[str, int], queue_ids: Mapping[int, str], now: datetime
+) -> tuple[tuple[WorkloadSpec, ...], float]:
+    """The workloads of the tree that arrived in the last ARRIVAL_WINDOW_S, as the
+    engine's specs (``Snapshot.recent_arrivals``: the forecast's draws replay arrivals
+    like them), and the span they arrived over (``Snapshot.arrival_span_s``).
+
+    At most RECENT_ARRIVALS_MAX, the latest: the span is then theirs (from the oldest of
+    them), so that each queue's rate stays what it was."""
+    names = {qid: name for name, qid in quota_ids.items()}
+    tree = Workload.objects.filter(quota_id__in=list(names))
+    oldest = tree.order_by("created_at").values_list("created_at", flat=True).first()
+    if oldest is None:
+        return (), 0.0
+    since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
+    rows = list(
+        tree.filter(created_at__gte=since, created_at__lte=now)
+        .order_by("-created_at", "-id")
+        .values_list(
+            "id",
+            "name",
+            "quota_id",
+            "queue_id",
+            "priority",
+            "pod_sets",
+            "expected_runtime_s",
+            "preemptible",
+            "created_at",
+        )[:RECENT_ARRIVALS_MAX]
+    )
+    span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
+    if len(rows) == RECENT_ARRIVALS_MAX:
+        span = min(span, max((now - rows[-1][8]).total_seconds(), 1.0))
+    cache: dict[str, tuple[PodSet, ...]] = {}
+    specs = []
+    for wid, name, quota_id, queue_id, priority, pod_sets, runtime, preemptible, created in rows:
+        queue = queue_ids.get(queue_id)
+        if queue is None or not pod_sets:
+            continue
+        specs.append(
+            WorkloadSpec(
+                id=wid,
+                name=name,
+                quota=names[quota_id],
+                queue=queue,
+                priority=priority,
+                queue_order_at=created.timestamp(),
+                pod_sets=engine_pod_sets(pod_sets, cache),
+                expected_runtime_s=runtime,
+                preemptible=preemptible,
+            )
+        )
+    specs.reverse()
+    return tuple(specs), span
+
+
 def stored_eta(eta: Eta | None, before: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
     """What ``Workload.eta`` keeps of the engine's ETA: its numbers (epoch seconds, the
     exact values hysteresis compares against), the reason when there is none, the
@@ -325,12 +386,15 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
     if hit is not None and time.monotonic() - hit[0] < TTL_S and hit[1]["runtime_ratio"] is ratio:
         learnt = hit[1]
     else:
+        recent, span = recent_arrivals(index.quota_ids, index.queue_names, now)
         learnt = {
             "runtime_ratio": ratio,
             "eta_residuals": eta_residuals(quota_ids, index.queue_names, now),
             "arrival_load": arrival_load(
                 snapshot, index.quota_ids, ratio, index.queue_names, now, interval
             ),
+            "recent_arrivals": recent,
+            "arrival_span_s": span,
         }
         _cache[key] = (time.monotonic(), learnt)
     waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]

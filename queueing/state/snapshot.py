@@ -3,7 +3,6 @@ whatever the number of workloads."""
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import time
@@ -34,7 +33,6 @@ from queueing.engine.types import (
     QuotaNode,
     Snapshot,
     Taint,
-    Toleration,
     WorkloadSpec,
 )
 from queueing.models import (
@@ -42,6 +40,7 @@ from queueing.models import (
     Quota,
     Workload,
 )
+from queueing.podsets import engine_pod_sets
 from queueing.queueorder import row_order_key
 from queueing.state import placement
 from queueing.world import Since
@@ -316,33 +315,6 @@ def _tree_ids_sql(names: int = 1) -> str:
 
 def roots() -> list[str]:
     return list(Quota.objects.filter(parent__isnull=True).values_list("name", flat=True))
-
-
-_TOLERATION_KEYS = ("key", "operator", "value", "effect")
-
-
-def _pod_sets(
-    raw: Sequence[Mapping[str, Any]], cache: dict[str, tuple[PodSet, ...]]
-) -> tuple[PodSet, ...]:
-    # Many workloads share a shape; parse each distinct shape once.
-    key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
-    found = cache.get(key)
-    if found is None:
-        found = tuple(
-            PodSet(
-                name=str(ps.get("name", "main")),
-                count=int(ps.get("count", 1)),
-                requests=Resources(ps.get("requests") or {}),
-                node_selector=dict(ps.get("node_selector") or {}),
-                tolerations=tuple(
-                    Toleration(**{k: str(t[k]) for k in _TOLERATION_KEYS if t.get(k) is not None})
-                    for t in ps.get("tolerations") or ()
-                ),
-            )
-            for ps in raw
-        )
-        cache[key] = found
-    return found
 
 
 def _runtime_history(queue_ids: Iterable[int]) -> dict[int, tuple[float, float]]:
@@ -639,7 +611,7 @@ def _workload_specs(
             queue=queue_names[row["queue_id"]],
             priority=row["priority"],
             queue_order_at=row["queue_order_at"].timestamp(),
-            pod_sets=_pod_sets(row["pod_sets"], cache),
+            pod_sets=engine_pod_sets(row["pod_sets"], cache),
             phase=row["phase"],
             requeue_at=epoch(row["requeue_at"]),
             attempts=row["attempts"],

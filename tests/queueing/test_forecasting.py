@@ -216,6 +216,44 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world, settings):
     assert snapshot.arrival_load == {}
 
 
+def test_recent_arrivals_reach_the_forecast_as_specs(world, monkeypatch):
+    builders.submit(world, "hi", cpu="4", runtime=100, priority=1000)
+    builders.submit(world, "lo", cpu="2", runtime=60, priority=0)
+    created = Workload.objects.order_by("created_at").first().created_at  # type: ignore[union-attr]
+    snapshot, index = state.build_snapshot(
+        world.root.name, nodes=nodeview.read(), now=created + timedelta(seconds=50)
+    )
+    got = {w.name: w for w in snapshot.recent_arrivals}
+    assert set(got) == {"hi", "lo"}
+    hi = got["hi"]
+    assert (hi.queue, hi.quota, hi.priority, hi.expected_runtime_s) == (
+        world.queue.name,
+        world.quota.name,
+        1000,
+        100.0,
+    )
+    assert hi.request.get("cpu") == 4000
+    assert hi.queue_order_at == Workload.objects.get(name="hi").created_at.timestamp()
+    # Oldest first, over the tree's age (younger than the window).
+    assert [w.name for w in snapshot.recent_arrivals] == ["hi", "lo"]
+    assert snapshot.arrival_span_s == pytest.approx((index.now - created).total_seconds())
+    # Capped: the latest only, over their own span (the rate stays theirs).
+    monkeypatch.setattr(forecasting, "RECENT_ARRIVALS_MAX", 1)
+    snapshot, index = state.build_snapshot(
+        world.root.name, nodes=nodeview.read(), now=created + timedelta(seconds=50)
+    )
+    lo = Workload.objects.get(name="lo").created_at
+    assert [w.name for w in snapshot.recent_arrivals] == ["lo"]
+    assert snapshot.arrival_span_s == pytest.approx(max((index.now - lo).total_seconds(), 1.0))
+    # Out of the window: none.
+    snapshot, _ = state.build_snapshot(
+        world.root.name,
+        nodes=nodeview.read(),
+        now=created + timedelta(seconds=forecasting.ARRIVAL_WINDOW_S + 60),
+    )
+    assert snapshot.recent_arrivals == ()
+
+
 def test_where_cycles_run_on_a_beat_a_job_holds_its_quota_until_the_next_one(world, settings):
     # A 4-cpu job of 10 s in a 16-cpu tree, with cycles every 30 s: its quota is free
     # again only at the first cycle after its end -- 30 s of a 0.25 share, not 10 s.
