@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NEVER, order_key, runtime_of
 from queueing.engine.eta import finish_etas
-from queueing.engine.forecast_arrivals import Arrival, draw_arrivals, history
+from queueing.engine.forecast_arrivals import Arrival, arrival_id, draw_arrivals, history
 from queueing.engine.forecast_sim import OVERDUE_FACTOR, Event, Simulation
 from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 
@@ -200,7 +200,7 @@ def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float]
         if past:
             arrivals, until = draw_arrivals(cy, past, j, lambda w, u: law(w).at(u))
             covered = min(covered, until)
-        drawn = {w.id: r for _, w, r in arrivals}
+        drawn = {arrival_id(k): r for k, (_, _, r) in enumerate(arrivals)}
 
         def draw(w: WorkloadSpec, j: int = j, drawn: dict[int, float] = drawn) -> float:
             r = drawn.get(w.id)

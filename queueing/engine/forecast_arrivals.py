@@ -25,7 +25,6 @@ moves them, not the dice.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -39,12 +38,12 @@ if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
     from queueing.engine.forecast_sim import Simulation
 
-__all__ = ["MAX_ARRIVALS", "arrive", "draw_arrivals", "history"]
+__all__ = ["MAX_ARRIVALS", "Arrival", "arrival_id", "arrive", "draw_arrivals", "history", "spawn"]
 
 #: At most this many arrivals in one run (their cost: each is one more candidate).
 MAX_ARRIVALS = 512
 
-#: (time it arrives, the workload, the runtime it drew)
+#: (time it arrives, the workload it is a copy of, the runtime it drew)
 Arrival = tuple[float, WorkloadSpec, float]
 
 
@@ -86,8 +85,8 @@ def draw_arrivals(
     runtime: Callable[[WorkloadSpec, float], float],
 ) -> tuple[list[Arrival], float]:
     """Draw ``j``'s arrivals, in time order: per queue a Poisson stream at the rate of
-    ``past`` over the snapshot's span, each a copy of one of them (with a new, negative
-    id) whose runtime is ``runtime(template, u)`` for a uniform ``u``; and until when
+    ``past`` over the snapshot's span, each one of them to copy (:func:`spawn`), whose
+    runtime is ``runtime(template, u)`` for a uniform ``u``; and until when
     they are the whole stream (earlier than its end when ``MAX_ARRIVALS`` cut it: a
     start after that time saw only part of what arrives before it)."""
     now = cy.now
@@ -109,27 +108,33 @@ def draw_arrivals(
     if len(out) > MAX_ARRIVALS:
         until = out[MAX_ARRIVALS][0]
         del out[MAX_ARRIVALS:]
-    arrivals: list[Arrival] = []
-    for k, (t, tpl, r) in enumerate(out, 1):
-        w = dataclasses.replace(
-            tpl,
-            id=-k,
-            name=f"{tpl.name}~{k}",
-            queue_order_at=t,
-            phase=PENDING,
-            requeue_at=None,
-            attempts=0,
-            admitted_at=None,
-            started_at=None,
-            assignment={},
-            preempted_by=None,
-            nominated=False,
-            awaiting=False,
-        )
-        # Same pod sets, same placer's view (it is made once per spec, and costly).
-        object.__setattr__(w, "_placer", tpl._placer)
-        arrivals.append((t, w, r))
-    return arrivals, until
+    return out, until
+
+
+def arrival_id(k: int) -> int:
+    """The id of the ``k``-th arrival (from 0) of a draw: negative, no workload's."""
+    return -(k + 1)
+
+
+def spawn(k: int, t: float, tpl: WorkloadSpec) -> WorkloadSpec:
+    """The ``k``-th arrival of a draw: a waiting copy of ``tpl`` queued at ``t``, made
+    only when the simulation reaches it (most of a draw's streams come after every
+    waiting workload has started, and are never made)."""
+    w = WorkloadSpec(
+        id=arrival_id(k),
+        name=tpl.name,
+        quota=tpl.quota,
+        queue=tpl.queue,
+        priority=tpl.priority,
+        queue_order_at=t,
+        pod_sets=tpl.pod_sets,
+        phase=PENDING,
+        expected_runtime_s=tpl.expected_runtime_s,
+        preemptible=tpl.preemptible,
+    )
+    # Same pod sets, same placer's view (it is made once per spec, and costly).
+    object.__setattr__(w, "_placer", tpl._placer)
+    return w
 
 
 def arrive(sim: Simulation, w: WorkloadSpec) -> bool:

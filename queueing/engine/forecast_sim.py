@@ -73,7 +73,7 @@ from queueing.engine.cyclestate import (
 from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import SPACE as _SPACE
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
-from queueing.engine.forecast_arrivals import Arrival, arrive
+from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
@@ -190,6 +190,11 @@ class Simulation:
         #: and how many of them have come.
         self.arrivals: list[Arrival] = arrivals or []
         self.arrived = 0
+        #: With arrivals: how many of them have started, and how many waiting
+        #: workloads the run forecasts (it ends once all of those have started: what
+        #: the arrivals do after that changes no forecast).
+        self.arrivals_started = 0
+        self.to_forecast = -1
         self.deadline = deadline
         cfg = cy.config
         self.now = cy.now
@@ -459,6 +464,15 @@ class Simulation:
             self._schedule(sq)
         if self.claims_mode:
             claims_at(self, self.now)  # when the heads' claims become whole
+        if self.arrivals:
+            fail = self.cy.fail
+            admitted = self.cy.admitted_ids
+            self.to_forecast = sum(
+                1
+                for sq in self.queues
+                for w in sq.ws
+                if w.id not in admitted and (fail.get(w.id) or (0,))[0] != F_NEVER
+            )
         t = self.now
         n_running = len(self.events)
         recompute_every = max(64, n_running // 4)
@@ -468,6 +482,8 @@ class Simulation:
             self._admit_round(t)
             if self.out_of_time or not (self.events or self.claim_times):
                 break
+            if len(self.eta) - self.arrivals_started >= self.to_forecast >= 0:
+                break  # every waiting workload has started: only arrivals are left
             if perf_counter() > self.deadline:
                 # Stopped by its budget, not its horizon: the reason must say which.
                 self.out_of_time = True
@@ -570,7 +586,8 @@ class Simulation:
         """What arrives by ``t`` enters its queue (:func:`.forecast_arrivals.arrive`)."""
         arrivals = self.arrivals
         while self.arrived < len(arrivals) and arrivals[self.arrived][0] <= t:
-            arrive(self, arrivals[self.arrived][1])
+            at, tpl, _ = arrivals[self.arrived]
+            arrive(self, spawn(self.arrived, at, tpl))
             self.arrived += 1
 
     def _requota(self, t: float) -> None:
@@ -810,6 +827,8 @@ class Simulation:
         """``w`` starts at ``t`` holding ``per_node``: its end is an event."""
         draw = self.draw
         end = t + (runtime_of(self.cy, w, self.q) if draw is None else draw(w))
+        if w.id < 0:
+            self.arrivals_started += 1
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
         if qi >= 0 and w.preemptible:

@@ -8,7 +8,13 @@ from typing import Any
 from queueing.engine import run_cycle
 from queueing.engine.calibration import ArrivalLoad
 from queueing.engine.cycle import Cycle
-from queueing.engine.forecast_arrivals import MAX_ARRIVALS, draw_arrivals, history
+from queueing.engine.forecast_arrivals import (
+    MAX_ARRIVALS,
+    arrival_id,
+    draw_arrivals,
+    history,
+    spawn,
+)
 from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
 
 from .builders import node, quota, running, snapshot, workload
@@ -128,7 +134,12 @@ def test_the_streams_follow_the_history_rate_and_stay_bounded() -> None:
         times = [t for t, _, _ in drawn]
         assert times == sorted(times)
         assert all(NOW < t <= NOW + 100.0 for t in times)
-        assert all(w.id < 0 and w.queue_order_at == t for t, w, _ in drawn)
+        assert all(tpl in past_q["q"] for _, tpl, _ in drawn)
+        copies = [spawn(k, t, tpl) for k, (t, tpl, _) in enumerate(drawn)]
+        assert [w.id for w in copies] == [arrival_id(k) for k in range(len(drawn))]
+        assert all(w.id < 0 and w.phase == "Pending" for w in copies)
+        assert [w.queue_order_at for w in copies] == times
+        assert all(w.request == tpl.request for w, (_, tpl, _) in zip(copies, drawn, strict=True))
         counts.append(len(drawn))
     # 20 arrivals in 100 s: about 20 in the next 100 s of each draw.
     assert 16 <= sum(counts) / len(counts) <= 24
