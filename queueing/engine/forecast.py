@@ -33,6 +33,13 @@ workload's draws are its own, the same in every cycle (stratified, seeded by its
 from one cycle to the next only what happened moves the median, not the dice. The
 draws run only while their cost -- that of the first simulation, ``DRAWS`` times --
 fits in the forecast's budget; a large world keeps the single simulation.
+
+**The draws replay arrivals.** With a history of recent arrivals
+(``Snapshot.recent_arrivals``) each draw also runs work like it arriving at its rate
+(:mod:`.forecast_arrivals`): what arrives later and goes first -- higher priority in
+the queue, or small jobs in the holes a gang needs -- is in the median start, not only
+in the busy-period stretch of :mod:`.eta`, which keeps the starts the replayed
+streams do not cover. The draws run then even where no runtime varies.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ Simplifications, on purpose:
   between now and the limit (half way at the median);
 * every workload runs its p50 or p90 runtime (``q``), or, in the p50's draws
   (:func:`.forecast.forecast`), the runtime it drew -- one run sees one draw;
+* in the p50's draws, work like the recent arrivals arrives at its rate
+  (:mod:`.forecast_arrivals`), seen by the next cycle; such a draw ends once every
+  waiting workload has started;
 * with ``cycle_interval_s``, what ends between two cycles is admitted at the next;
 * completions within 2 % of their lead time are released together (an ETA two
   hours out is good to about two minutes).
