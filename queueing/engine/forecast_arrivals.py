@@ -8,15 +8,19 @@ only the work that exists. In the p50's draws (:func:`.forecast._median_starts`)
 run also replays arrivals like the recent ones (``Snapshot.recent_arrivals``): per
 queue, a Poisson stream at the rate seen over ``Snapshot.arrival_span_s``, each arrival
 a copy of one of that queue's recent workloads picked at random, with a runtime drawn
-from its law. The stream lasts as long as the history it is read from (the next span
-looks like the last one), and at most ``MAX_ARRIVALS`` a run.
+from its law. The streams run ``REPLAY_S`` ahead (the five minutes of history they are
+read from), at most ``MAX_ARRIVALS`` a run; a history whose streams would bring more
+is a flood, left to the busy-period stretch of :mod:`.eta` (cut short, it read as a
+burst that ends at once). A rate read over a short history (the first seconds of a
+system) still runs the whole ``REPLAY_S``: replayed only as long as its history, the
+first seconds of Kueue's baseline burst read as an inflow about to end.
 
 An arrival enters its queue at its place in the queue's order (priority, then time) as
 the cycle after it would see it; one that lands beyond the queue's look-ahead is left
 out (it would wait behind at least ``eta_max_depth`` workloads and is not forecast).
-A start after the streams end (or after
-``MAX_ARRIVALS`` cut them) has not seen every arrival before it: :mod:`.eta` stretches
-such a wait by the arrivals' load as it does without draws. Two arrivals between the same two waiting workloads keep their arrival order, whatever
+A start after the streams end (or after ``MAX_ARRIVALS`` cut a draw's) has not seen
+every arrival before it: :mod:`.eta` stretches such a wait by the arrivals' load as it
+does without draws. Two arrivals between the same two waiting workloads keep their arrival order, whatever
 their priorities (a simplification). Each draw's streams are its own and the same at
 every cycle, seeded by the draw's index: from one cycle to the next only the history
 moves them, not the dice.
@@ -42,6 +46,8 @@ __all__ = ["MAX_ARRIVALS", "Arrival", "arrival_id", "arrive", "draw_arrivals", "
 
 #: At most this many arrivals in one run (their cost: each is one more candidate).
 MAX_ARRIVALS = 512
+#: How far ahead the streams run (s): the five minutes of history they are read from.
+REPLAY_S = 300.0
 
 #: (time it arrives, the workload it is a copy of, the runtime it drew)
 Arrival = tuple[float, WorkloadSpec, float]
@@ -49,7 +55,10 @@ Arrival = tuple[float, WorkloadSpec, float]
 
 def history(cy: Cycle) -> dict[str, list[WorkloadSpec]]:
     """Per queue, the recent arrivals the forecast can replay: those of a queue and a
-    quota this cycle knows."""
+    quota this cycle knows. None (an empty history) when their streams would bring
+    more than ``MAX_ARRIVALS`` a draw: a flood is left to the busy-period stretch
+    (:mod:`.eta`), as without a history -- cut short, it read as a burst that ends at
+    once (Kueue's baseline, 160 jobs a second)."""
     snap = cy.snapshot
     if not snap.recent_arrivals or snap.arrival_span_s <= 0:
         return {}
@@ -75,7 +84,12 @@ def history(cy: Cycle) -> dict[str, list[WorkloadSpec]]:
             never = never_nodes[shape] = cy.nodes.never_fits(cy.reqs(w)) is not None
         if not never:
             out.setdefault(w.queue, []).append(w)
-    return out
+    expected = sum(map(len, out.values())) * _replay_s(cy) / snap.arrival_span_s
+    return {} if expected > MAX_ARRIVALS else out
+
+
+def _replay_s(cy: Cycle) -> float:
+    return min(REPLAY_S, max(0.0, cy.config.eta_horizon_s))
 
 
 def draw_arrivals(
@@ -91,7 +105,7 @@ def draw_arrivals(
     start after that time saw only part of what arrives before it)."""
     now = cy.now
     span = cy.snapshot.arrival_span_s
-    until = now + min(span, max(0.0, cy.config.eta_horizon_s))
+    until = now + _replay_s(cy)
     rng = random.Random(j * 0x9E3779B1 + 0x2545F491)
     out: list[Arrival] = []
     for name in sorted(past):

@@ -10,6 +10,7 @@ from queueing.engine.calibration import ArrivalLoad
 from queueing.engine.cycle import Cycle
 from queueing.engine.forecast_arrivals import (
     MAX_ARRIVALS,
+    REPLAY_S,
     arrival_id,
     draw_arrivals,
     history,
@@ -70,17 +71,25 @@ def test_higher_priority_arrivals_go_ahead_of_a_waiting_workload() -> None:
     assert alone.etas[2].p50 == NOW + 10
     # A 4-cpu priority-100 job arrived every 5 s over the last 100 s: twice what the node
     # serves. Replayed in the draws, each one goes ahead of job 2 (priority 0) in its
-    # queue, and job 2 starts only once the replayed stream ends (after t+100).
+    # queue, until job 2 reaches its queue's aging bound (300 s) and goes first.
     busy = run_cycle(strict_world(past(20, 100.0)))
     assert busy.stats["eta_draws"] > 0
-    p50 = busy.etas[2].p50
-    assert p50 is not None
-    assert p50 > NOW + 60
-    # Its start is after the streams' end: it has not seen what arrives after t+100 (and
-    # eta stretches it by the arrivals' load, as without draws).
-    assert busy.stats["eta_with_arrivals"] == 0
+    assert busy.etas[2].p50 == NOW + 300
+    # That start is within the streams (they run 300 s): it counts what arrives before it.
+    assert busy.stats["eta_with_arrivals"] == 1
     # The draws are the same at every cycle: the same world, the same p50.
-    assert run_cycle(strict_world(past(20, 100.0))).etas[2].p50 == p50
+    assert run_cycle(strict_world(past(20, 100.0))).etas[2].p50 == NOW + 300
+    # Without aging it waits for the streams' end and the backlog they leave (60
+    # arrivals of 10 s): after t+300, where the streams no longer count what arrives,
+    # so eta stretches that wait by the arrivals' load, as without draws.
+    no_aging = dataclasses.replace(
+        strict_world(past(20, 100.0)), queues=(QueueSpec("q", policy="Block", aging_bound_s=None),)
+    )
+    late = run_cycle(no_aging)
+    p50 = late.etas[2].p50
+    assert p50 is not None
+    assert p50 > NOW + 600
+    assert late.stats["eta_with_arrivals"] == 0
 
 
 def test_lower_priority_arrivals_queue_behind_it() -> None:
@@ -130,10 +139,10 @@ def test_the_streams_follow_the_history_rate_and_stay_bounded() -> None:
     counts = []
     for j in range(40):
         drawn, until = draw_arrivals(cy, past_q, j, same)
-        assert until == NOW + 100.0
+        assert until == NOW + REPLAY_S
         times = [t for t, _, _ in drawn]
         assert times == sorted(times)
-        assert all(NOW < t <= NOW + 100.0 for t in times)
+        assert all(NOW < t <= NOW + REPLAY_S for t in times)
         assert all(tpl in past_q["q"] for _, tpl, _ in drawn)
         copies = [spawn(k, t, tpl) for k, (t, tpl, _) in enumerate(drawn)]
         assert [w.id for w in copies] == [arrival_id(k) for k in range(len(drawn))]
@@ -141,14 +150,15 @@ def test_the_streams_follow_the_history_rate_and_stay_bounded() -> None:
         assert [w.queue_order_at for w in copies] == times
         assert all(w.request == tpl.request for w, (_, tpl, _) in zip(copies, drawn, strict=True))
         counts.append(len(drawn))
-    # 20 arrivals in 100 s: about 20 in the next 100 s of each draw.
-    assert 16 <= sum(counts) / len(counts) <= 24
+    # 20 arrivals in 100 s: about 60 in the 300 s each draw replays.
+    assert 52 <= sum(counts) / len(counts) <= 68
     assert draw_arrivals(cy, past_q, 3, same) == draw_arrivals(cy, past_q, 3, same)
-    # A flood is cut at MAX_ARRIVALS.
+    # A draw whose stream passes MAX_ARRIVALS is cut there, and says until when it is
+    # whole.
     flood = Cycle(strict_world(past(4000, 100.0)))
-    cut, until = draw_arrivals(flood, history(flood), 0, same)
+    cut, until = draw_arrivals(flood, {"q": list(flood.snapshot.recent_arrivals)}, 0, same)
     assert len(cut) == MAX_ARRIVALS
-    assert cut[-1][0] <= until < NOW + 100.0
+    assert cut[-1][0] <= until < NOW + REPLAY_S
 
 
 def test_the_recorder_hands_over_what_arrived_after_its_first_look() -> None:
@@ -165,11 +175,16 @@ def test_the_recorder_hands_over_what_arrived_after_its_first_look() -> None:
     assert load.history(NOW + 70) == ((), 60.0)
 
 
-def test_a_start_after_the_streams_were_cut_is_not_taken_as_counting_them() -> None:
-    # 4,000 arrivals in 100 s: the draws replay MAX_ARRIVALS of them, the first 13 s or
-    # so. Job 2 starts after that in every draw: its p50 has not seen what arrives
-    # meanwhile, so it is not counted as one that has (eta stretches it by their load).
-    config = EngineConfig(fair_share_mode="instant", eta_budget_s=30.0)
-    got = run_cycle(strict_world(past(4000, 100.0), config=config))
-    assert got.stats["eta_draws"] > 0
+def test_a_flood_is_left_to_the_stretch() -> None:
+    # 4,000 arrivals in 100 s: MAX_ARRIVALS a draw would cover the first 13 s of it, a
+    # burst that ends at once. Not replayed: the draws are those of the runtimes alone,
+    # and here no runtime varies, so there are none (the busy-period stretch of eta
+    # takes the flood, as without a history).
+    snap = strict_world(past(4000, 100.0))
+    assert history(Cycle(snap)) == {}
+    got = run_cycle(snap)
+    assert got.stats["eta_draws"] == 0
     assert got.stats["eta_with_arrivals"] == 0
+    # A history that brings fewer than MAX_ARRIVALS over REPLAY_S is replayed.
+    n = int(MAX_ARRIVALS * 100.0 / REPLAY_S)
+    assert len(history(Cycle(strict_world(past(n, 100.0))))["q"]) == n
