@@ -46,6 +46,7 @@ from queueing.podsets import engine_pod_sets
 
 if TYPE_CHECKING:
     from queueing.state.snapshot import SnapshotIndex
+    from queueing.world import TreeWorld
 
 __all__ = [
     "ARRIVAL_WINDOW_S",
@@ -264,35 +265,60 @@ def arrival_load(
 
 
 def recent_arrivals(
-    quota_ids: Mapping[str, int], queue_ids: Mapping[int, str], now: datetime
+    quota_ids: Mapping[str, int],
+    queue_ids: Mapping[int, str],
+    now: datetime,
+    world: TreeWorld | None = None,
 ) -> tuple[tuple[WorkloadSpec, ...], float]:
     """The workloads of the tree that arrived in the last ARRIVAL_WINDOW_S, as the
     engine's specs (``Snapshot.recent_arrivals``: the forecast's draws replay arrivals
     like them), and the span they arrived over (``Snapshot.arrival_span_s``).
 
-    At most RECENT_ARRIVALS_MAX, the latest: the span is then theirs (from the oldest of
-    them), so that each queue's rate stays what it was."""
+    With the tree's ``world``, from the arrivals it read (``TreeWorld.arrived``, dated
+    by their queue-order time): a cycle reads no workload the journal does not name.
+    Without it, from the database. At most RECENT_ARRIVALS_MAX, the latest: the span is
+    then theirs (from the oldest of them), so that each queue's rate stays what it
+    was."""
     names = {qid: name for name, qid in quota_ids.items()}
     tree = Workload.objects.filter(quota_id__in=list(names))
     oldest = tree.order_by("created_at").values_list("created_at", flat=True).first()
     if oldest is None:
         return (), 0.0
     since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
-    rows = list(
-        tree.filter(created_at__gte=since, created_at__lte=now)
-        .order_by("-created_at", "-id")
-        .values_list(
-            "id",
-            "name",
-            "quota_id",
-            "queue_id",
-            "priority",
-            "pod_sets",
-            "expected_runtime_s",
-            "preemptible",
-            "created_at",
-        )[:RECENT_ARRIVALS_MAX]
-    )
+    rows: list[tuple[Any, ...]]
+    if world is not None:
+        rows = [
+            (
+                r["id"],
+                r["name"],
+                r["quota_id"],
+                r["queue_id"],
+                r["priority"],
+                r["pod_sets"],
+                r["expected_runtime_s"],
+                r["preemptible"],
+                r["queue_order_at"],
+            )
+            for r in reversed(world.arrived)
+            if since <= r["queue_order_at"] <= now and r["quota_id"] in names
+        ][:RECENT_ARRIVALS_MAX]
+        rows.sort(key=lambda r: (r[8], r[0]), reverse=True)
+    else:
+        rows = list(
+            tree.filter(created_at__gte=since, created_at__lte=now)
+            .order_by("-created_at", "-id")
+            .values_list(
+                "id",
+                "name",
+                "quota_id",
+                "queue_id",
+                "priority",
+                "pod_sets",
+                "expected_runtime_s",
+                "preemptible",
+                "created_at",
+            )[:RECENT_ARRIVALS_MAX]
+        )
     span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
     if len(rows) == RECENT_ARRIVALS_MAX:
         span = min(span, max((now - rows[-1][8]).total_seconds(), 1.0))
@@ -386,7 +412,7 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
     if hit is not None and time.monotonic() - hit[0] < TTL_S and hit[1]["runtime_ratio"] is ratio:
         learnt = hit[1]
     else:
-        recent, span = recent_arrivals(index.quota_ids, index.queue_names, now)
+        recent, span = recent_arrivals(index.quota_ids, index.queue_names, now, index.world)
         learnt = {
             "runtime_ratio": ratio,
             "eta_residuals": eta_residuals(quota_ids, index.queue_names, now),

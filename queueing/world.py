@@ -29,7 +29,7 @@ import math
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -473,6 +473,10 @@ def _rows_by_id(ids: Collection[int]) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in compiler.results_iter(results=[fetched])]
 
 
+#: How many arrivals a tree's world remembers (``TreeWorld.arrived``).
+ARRIVALS_KEPT = 2_000
+
+
 class TreeWorld:
     """The live workloads of one tree, as rows (the fields build_snapshot reads), with
     each queue's waiting rows kept in the engine's order."""
@@ -495,6 +499,11 @@ class TreeWorld:
         self.specs: dict[int, tuple[Mapping[str, Any], WorkloadSpec]] = {}
         #: What the waiting rows show beside their row's fields (``Shown``), by id.
         self.shown: dict[int, Shown] = {}
+        #: The rows of the workloads that arrived since this process first built the
+        #: world, the latest ARRIVALS_KEPT (kept across rebuilds): the forecast replays
+        #: work like them (``forecasting.recent_arrivals``) without reading the tree.
+        self.arrived: deque[dict[str, Any]] = deque()
+        self.arrived_ids: set[int] = set()
 
     def invalidate(self) -> None:
         self.cursor = None
@@ -588,10 +597,19 @@ class TreeWorld:
     def _reread(self, ids: set[int]) -> None:
         found = {row["id"]: row for row in _rows_by_id(ids)}
         for workload_id in ids:
+            known = workload_id in self.rows
             self._drop(workload_id)
             row = found.get(workload_id)
             if row is not None and row["phase"] in LIVE and row["quota_id"] in self.quota_ids:
                 self._put(row)
+                if not known and workload_id not in self.arrived_ids:
+                    self._arrived(row)
+
+    def _arrived(self, row: dict[str, Any]) -> None:
+        self.arrived.append(row)
+        self.arrived_ids.add(row["id"])
+        while len(self.arrived) > ARRIVALS_KEPT:
+            self.arrived_ids.discard(self.arrived.popleft()["id"])
 
     def _put(self, row: dict[str, Any]) -> None:
         self.rows[row["id"]] = row

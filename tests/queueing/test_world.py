@@ -225,6 +225,39 @@ def test_a_cycle_reads_no_workload_of_its_tree_but_those_the_journal_names(world
     assert f'"{table}"."id" IN' in reads[0]
 
 
+def test_the_world_remembers_what_arrived_for_the_forecast(world, journal):
+    # What the world read at its build is not an arrival it saw; what the journal
+    # names afterwards, new to it, is -- once, and kept when it finishes (the forecast
+    # replays work like the last five minutes' arrivals, finished or not).
+    old = submit(world, "old", cpu="1", runtime=600)
+    tree = world_of("cluster")
+    quota_ids = state.tree_quota_ids("cluster")
+    tree.refresh(quota_ids)
+    assert list(tree.arrived) == []
+    new = submit(world, "new", cpu="2", runtime=60, priority=5)
+    tree.refresh(quota_ids)
+    assert [row["name"] for row in tree.arrived] == ["new"]
+    actions.transition(new, Phase.BACKOFF, reason="test", requeue_at=None)
+    actions.transition(old, Phase.BACKOFF, reason="test", requeue_at=None)
+    tree.refresh(quota_ids)
+    assert [row["name"] for row in tree.arrived] == ["new"]  # moves are no arrivals
+    nodes = world.cluster.nodes()
+    # Arrivals are dated by the database (their queue-order time), not the test's clock.
+    at = Workload.objects.get(name="new").queue_order_at + timedelta(seconds=30)
+    with CaptureQueriesContext(connection) as queries:
+        snapshot, _ = state.build_snapshot("cluster", nodes=nodes, now=at, world=tree)
+    got = [w for w in snapshot.recent_arrivals if w.name == "new"]
+    assert len(got) == 1
+    assert (got[0].priority, got[0].expected_runtime_s, got[0].request.get("cpu")) == (
+        5,
+        60.0,
+        2000,
+    )
+    # Read from the world's rows: no query of the tree's workloads' pod sets.
+    table = Workload._meta.db_table
+    assert not [q for q in queries.captured_queries if f'"{table}"."pod_sets"' in q["sql"]]
+
+
 def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, settings):
     made = [submit(world, f"w{i}", cpu="2", priority=i % 3, runtime=600) for i in range(12)]
     nodes = world.cluster.nodes()
