@@ -219,7 +219,7 @@ def test_arrival_load_counts_recent_arrivals_by_priority(world, settings):
 def test_recent_arrivals_reach_the_forecast_as_specs(world, monkeypatch):
     builders.submit(world, "hi", cpu="4", runtime=100, priority=1000)
     builders.submit(world, "lo", cpu="2", runtime=60, priority=0)
-    created = Workload.objects.order_by("created_at").first().created_at  # type: ignore[union-attr]
+    created = Workload.objects.earliest("created_at").created_at
     snapshot, index = state.build_snapshot(
         world.root.name, nodes=nodeview.read(), now=created + timedelta(seconds=50)
     )
