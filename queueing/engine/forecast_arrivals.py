@@ -8,10 +8,10 @@ only the work that exists. In the p50's draws (:func:`.forecast._median_starts`)
 run also replays arrivals like the recent ones (``Snapshot.recent_arrivals``): per
 queue, a Poisson stream at the rate seen over ``Snapshot.arrival_span_s``, each arrival
 a copy of one of that queue's recent workloads picked at random, with a runtime drawn
-from its law. The streams run ``REPLAY_S`` ahead (the five minutes of history they are
-read from), at most ``MAX_ARRIVALS`` a run; a history whose streams would bring more
-is a flood, left to the busy-period stretch of :mod:`.eta` (cut short, it read as a
-burst that ends at once). A rate read over a short history (the first seconds of a
+from its law. The streams run ``REPLAY_S`` ahead (as long as the history they are read
+from, ten minutes: ``calibration.HISTORY_S``), at most ``MAX_ARRIVALS`` a run; a
+history whose streams would bring more is a flood, left to the busy-period stretch of
+:mod:`.eta` (cut short, it read as a burst that ends at once). A rate read over a short history (the first seconds of a
 system) still runs the whole ``REPLAY_S``: replayed only as long as its history, the
 first seconds of Kueue's baseline burst read as an inflow about to end.
 
@@ -20,8 +20,8 @@ the cycle after it would see it; one that lands beyond the queue's look-ahead is
 out (it would wait behind at least ``eta_max_depth`` workloads and is not forecast).
 A start after the streams end (or after ``MAX_ARRIVALS`` cut a draw's) has not seen
 every arrival before it: :mod:`.eta` stretches such a wait by the arrivals' load as it
-does without draws. Two arrivals between the same two waiting workloads keep their arrival order, whatever
-their priorities (a simplification). Each draw's streams are its own and the same at
+does without draws. Two arrivals between the same two waiting workloads keep their
+arrival order, whatever their priorities (a simplification). Each draw's streams are its own and the same at
 every cycle, seeded by the draw's index: from one cycle to the next only the history
 moves them, not the dice.
 """
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import queue_order_key
+from queueing.engine.calibration import HISTORY_S
 from queueing.engine.cyclestate import QueueState
 from queueing.engine.forecast_aging import SPACE
 from queueing.engine.types import PENDING, WorkloadSpec
@@ -46,8 +47,10 @@ __all__ = ["MAX_ARRIVALS", "Arrival", "arrival_id", "arrive", "draw_arrivals", "
 
 #: At most this many arrivals in one run (their cost: each is one more candidate).
 MAX_ARRIVALS = 512
-#: How far ahead the streams run (s): the five minutes of history they are read from.
-REPLAY_S = 300.0
+#: How far ahead the streams run (s): as long as the history they are read from. The
+#: demo's waits run to about six minutes; with five-minute streams the longer ones fell
+#: back to the busy-period stretch, which knows a load, not which work goes first.
+REPLAY_S = HISTORY_S
 
 #: (time it arrives, the workload it is a copy of, the runtime it drew)
 Arrival = tuple[float, WorkloadSpec, float]
