@@ -34,6 +34,7 @@ from queueing.choices import WAITING_PHASES, Phase
 from queueing.engine.calibration import (
     ARRIVALS,
     FLOOR_S,
+    HISTORY_S,
     SQUARES,
     Residuals,
     banded,
@@ -49,12 +50,14 @@ if TYPE_CHECKING:
     from queueing.world import TreeWorld
 
 __all__ = [
+    "ARRIVAL_HISTORY_S",
     "ARRIVAL_WINDOW_S",
     "TTL_S",
     "arrival_load",
     "clear_cache",
     "cycle_interval_s",
     "eta_residuals",
+    "first_created",
     "previous_etas",
     "recent_arrivals",
     "runtime_ratio",
@@ -72,6 +75,8 @@ RATIO_MIN = 5
 RESIDUAL_WINDOW = 300
 #: Arrivals counted in the offered load (s), as ``calibration.ArrivalLoad``.
 ARRIVAL_WINDOW_S = 300.0
+#: How far back the arrivals the forecast replays go (s), as ``calibration.ArrivalLoad``.
+ARRIVAL_HISTORY_S = HISTORY_S
 #: At most this many recent arrivals are handed to the forecast (the latest).
 RECENT_ARRIVALS_MAX = 2_000
 
@@ -193,12 +198,24 @@ def eta_residuals(
     return residuals.quantiles(overdue)
 
 
+def first_created(quota_ids: Mapping[str, int]) -> datetime | None:
+    """When the tree's oldest workload was created, None when it has none: a system
+    younger than a history's window has seen its arrivals over a shorter span."""
+    return (
+        Workload.objects.filter(quota_id__in=list(quota_ids.values()))
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+
+
 def arrival_load(
     snapshot: Snapshot,
     quota_ids: Mapping[str, int],
     ratio: Mapping[str, tuple[float, float]],
     queue_ids: Mapping[int, str],
     now: datetime,
+    oldest: datetime | None,
     interval: float = 0.0,
 ) -> dict[str, dict[int, dict[str, float]]]:
     """Per queue, priority and resource: the offered load of the workloads that arrived
@@ -210,7 +227,8 @@ def arrival_load(
     until the first cycle after its end, so its work is its runtime rounded up to the
     interval: Kueue's baseline in 1-s cycles, 0.2-s and 0.5-s jobs, read as 1.08-1.25
     of the capacity serving a queue where 1.33 arrived (``eta``'s overload bound, and
-    its p90, took the lower figure)."""
+    its p90, took the lower figure). ``oldest``: when the tree's first workload was
+    created (:func:`first_created`), None when it has none."""
     parent = {q.name: q.parent for q in snapshot.quotas}
     maxes = {q.name: q.max for q in snapshot.quotas}
     cap: dict[str, int] = {}
@@ -232,11 +250,10 @@ def arrival_load(
                 qcap[k] = m
         caps[root] = qcap
     names = {qid: name for name, qid in quota_ids.items()}
-    since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
-    tree = Workload.objects.filter(quota_id__in=list(names))
-    oldest = tree.order_by("created_at").values_list("created_at", flat=True).first()
     if oldest is None:
         return {}
+    since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
+    tree = Workload.objects.filter(quota_id__in=list(names))
     # A system younger than the window has seen its arrivals over a shorter span.
     span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
     out: dict[str, dict[int, dict[str, float]]] = {}
@@ -268,23 +285,24 @@ def recent_arrivals(
     quota_ids: Mapping[str, int],
     queue_ids: Mapping[int, str],
     now: datetime,
+    oldest: datetime | None,
     world: TreeWorld | None = None,
 ) -> tuple[tuple[WorkloadSpec, ...], float]:
-    """The workloads of the tree that arrived in the last ARRIVAL_WINDOW_S, as the
+    """The workloads of the tree that arrived in the last ARRIVAL_HISTORY_S, as the
     engine's specs (``Snapshot.recent_arrivals``: the forecast's draws replay arrivals
     like them), and the span they arrived over (``Snapshot.arrival_span_s``).
 
     With the tree's ``world``, from the arrivals it read (``TreeWorld.arrived``, dated
-    by their queue-order time): a cycle reads no workload the journal does not name.
+    by their queue-order time) over the span since it was first built at most: a
+    cycle reads no workload the journal does not name.
     Without it, from the database. At most RECENT_ARRIVALS_MAX, the latest: the span is
     then theirs (from the oldest of them), so that each queue's rate stays what it
-    was."""
-    names = {qid: name for name, qid in quota_ids.items()}
-    tree = Workload.objects.filter(quota_id__in=list(names))
-    oldest = tree.order_by("created_at").values_list("created_at", flat=True).first()
+    was. ``oldest``: as for :func:`arrival_load`."""
     if oldest is None:
         return (), 0.0
-    since = now - timedelta(seconds=ARRIVAL_WINDOW_S)
+    names = {qid: name for name, qid in quota_ids.items()}
+    tree = Workload.objects.filter(quota_id__in=list(names))
+    since = now - timedelta(seconds=ARRIVAL_HISTORY_S)
     rows: list[tuple[Any, ...]]
     if world is not None:
         rows = [
@@ -319,7 +337,11 @@ def recent_arrivals(
                 "created_at",
             )[:RECENT_ARRIVALS_MAX]
         )
-    span = min(ARRIVAL_WINDOW_S, max((now - oldest).total_seconds(), 1.0))
+    start = oldest
+    if world is not None and world.watching_since is not None:
+        # The world has seen arrivals only since it was first built.
+        start = max(start, world.watching_since)
+    span = min(ARRIVAL_HISTORY_S, max((now - start).total_seconds(), 1.0))
     if len(rows) == RECENT_ARRIVALS_MAX:
         span = min(span, max((now - rows[-1][8]).total_seconds(), 1.0))
     cache: dict[str, tuple[PodSet, ...]] = {}
@@ -412,12 +434,14 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
     if hit is not None and time.monotonic() - hit[0] < TTL_S and hit[1]["runtime_ratio"] is ratio:
         learnt = hit[1]
     else:
-        recent, span = recent_arrivals(index.quota_ids, index.queue_names, now, index.world)
+        # The tree's age bounds the span both histories are read over: one query.
+        oldest = first_created(index.quota_ids)
+        recent, span = recent_arrivals(index.quota_ids, index.queue_names, now, oldest, index.world)
         learnt = {
             "runtime_ratio": ratio,
             "eta_residuals": eta_residuals(quota_ids, index.queue_names, now),
             "arrival_load": arrival_load(
-                snapshot, index.quota_ids, ratio, index.queue_names, now, interval
+                snapshot, index.quota_ids, ratio, index.queue_names, now, oldest, interval
             ),
             "recent_arrivals": recent,
             "arrival_span_s": span,

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.engine.aging import aged_cutoff
@@ -504,6 +505,10 @@ class TreeWorld:
         #: work like them (``forecasting.recent_arrivals``) without reading the tree.
         self.arrived: deque[dict[str, Any]] = deque()
         self.arrived_ids: set[int] = set()
+        #: When this process first built the world: it has seen arrivals since then
+        #: only, so their rate is counted over no longer (a worker just started knew a
+        #: minute of them, read as the rate of the tree's whole history window).
+        self.watching_since: datetime | None = None
 
     def invalidate(self) -> None:
         self.cursor = None
@@ -590,6 +595,8 @@ class TreeWorld:
             self._put(row)
         self.quota_ids = quota_ids
         self.cursor = cursor
+        if self.watching_since is None:
+            self.watching_since = timezone.now()
         self.rebuilt_at = time.monotonic()
         self.rebuilds += 1
         self.reread = len(self.rows)

@@ -245,11 +245,21 @@ def test_recent_arrivals_reach_the_forecast_as_specs(world, monkeypatch):
     lo = Workload.objects.get(name="lo").created_at
     assert [w.name for w in snapshot.recent_arrivals] == ["lo"]
     assert snapshot.arrival_span_s == pytest.approx(max((index.now - lo).total_seconds(), 1.0))
-    # Out of the window: none.
+    # Past the load's window the forecast still replays them (its history is longer)...
+    monkeypatch.setattr(forecasting, "RECENT_ARRIVALS_MAX", 2_000)
     snapshot, _ = state.build_snapshot(
         world.root.name,
         nodes=nodeview.read(),
         now=created + timedelta(seconds=forecasting.ARRIVAL_WINDOW_S + 60),
+    )
+    assert forecasting.ARRIVAL_HISTORY_S > forecasting.ARRIVAL_WINDOW_S + 60
+    assert snapshot.arrival_load == {}
+    assert [w.name for w in snapshot.recent_arrivals] == ["hi", "lo"]
+    # ...and out of its own window: none.
+    snapshot, _ = state.build_snapshot(
+        world.root.name,
+        nodes=nodeview.read(),
+        now=created + timedelta(seconds=forecasting.ARRIVAL_HISTORY_S + 60),
     )
     assert snapshot.recent_arrivals == ()
 

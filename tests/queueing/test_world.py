@@ -228,7 +228,7 @@ def test_a_cycle_reads_no_workload_of_its_tree_but_those_the_journal_names(world
 def test_the_world_remembers_what_arrived_for_the_forecast(world, journal):
     # What the world read at its build is not an arrival it saw; what the journal
     # names afterwards, new to it, is -- once, and kept when it finishes (the forecast
-    # replays work like the last five minutes' arrivals, finished or not).
+    # replays work like the last ten minutes' arrivals, finished or not).
     old = submit(world, "old", cpu="1", runtime=600)
     tree = world_of("cluster")
     quota_ids = state.tree_quota_ids("cluster")
@@ -256,6 +256,18 @@ def test_the_world_remembers_what_arrived_for_the_forecast(world, journal):
     # Read from the world's rows: no query of the tree's workloads' pod sets.
     table = Workload._meta.db_table
     assert not [q for q in queries.captured_queries if f'"{table}"."pod_sets"' in q["sql"]]
+    # Their rate is counted over the time the world has watched, not over the tree's
+    # age: "old" was there before it (a worker just started would otherwise read the
+    # arrivals of its first minute as those of the whole window).
+    since = tree.watching_since
+    assert since is not None
+    assert Workload.objects.get(name="old").created_at < since
+    assert snapshot.arrival_span_s == pytest.approx((at - since).total_seconds())
+    # A rebuild keeps what the world has watched, and since when.
+    tree.invalidate()
+    tree.refresh(quota_ids)
+    assert tree.watching_since == since
+    assert [row["name"] for row in tree.arrived] == ["new"]
 
 
 def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, settings):
