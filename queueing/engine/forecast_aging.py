@@ -25,7 +25,8 @@ from queueing.engine.cyclestate import F_NEVER, hold_rooms, passes_hold
 from queueing.engine.quota import Claims
 
 if TYPE_CHECKING:
-    from queueing.engine.forecast_sim import Simulation, _Cand, _SimQueue
+    from queueing.engine.forecast_sim import Simulation
+    from queueing.engine.forecast_window import _Cand, _SimQueue
 
 __all__ = ["SPACE", "age", "aged", "claims_at", "passes_hold_at", "wake_behind"]
 

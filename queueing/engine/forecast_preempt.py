@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
-    from queueing.engine.forecast_sim import Simulation, _Cand, _SimQueue
+    from queueing.engine.forecast_sim import Simulation
+    from queueing.engine.forecast_window import _Cand, _SimQueue
 
 __all__ = ["MAX_SIM_PREEMPTIONS", "MAX_SIM_VICTIMS", "preempt"]
 

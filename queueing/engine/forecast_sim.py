@@ -46,14 +46,9 @@ reason (:mod:`.eta`).
 
 To stay cheap, the simulation starts from what the cycle learnt: a candidate that
 failed on nodes, or whose quota is still short, is *filed* under what blocks it and
-looked at again only when that changes -- per (quota node, resource) in a heap
-ordered by the amount it needs (woken when headroom reaches it), or per (eligible
-node set, resource) ordered by its per-pod need (woken when a node there frees
-enough). A release wakes only about as many filed candidates as the freed room could
-hold, smallest need first -- an approximation: in a cluster full of small work a
-large, high-ranked candidate may be woken later than the real cycle would consider
-it. Within one instant, failed gang shapes are memoised (capacity only shrinks until
-the next release).
+looked at again only when that changes (:mod:`.forecast_filing`); each queue's
+window of candidates is filled as :mod:`.forecast_window` says. Within one instant,
+failed gang shapes are memoised (capacity only shrinks until the next release).
 """
 
 from __future__ import annotations
@@ -64,20 +59,19 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import OrderKey
 from queueing.engine.cyclestate import (
     F_NEVER,
-    F_NODES,
     QueueState,
     nonpreemptible_short,
     order_key,
     runtime_of,
 )
 from queueing.engine.fairshare import FairShare
-from queueing.engine.forecast_aging import SPACE as _SPACE
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
+from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
+from queueing.engine.forecast_window import PARK_BUDGET, _Cand, _SimQueue, fill
 from queueing.engine.nodes import NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
 from queueing.engine.unusable import still_unusable
@@ -93,80 +87,11 @@ OVERDUE_FACTOR = (0.25, 0.5)
 RESOLUTION = 0.02
 #: How many candidates the simulation examines between two looks at the clock.
 _CLOCK_EVERY = 64
-#: Work parked behind a blocked head does not count toward a queue's look-ahead (as in
-#: the cycle); one fill parks at most ``_PARK_SCAN`` workloads and one run at most
-#: ``_PARK_BUDGET`` (its cost: scanning past parked work cost the 60k world's forecast
-#: 50 ms unbounded), the rest counts toward the look-ahead as before.
-_PARK_SCAN = 32
-_PARK_BUDGET = 1024
 
 
 #: (time, sequence, quota index, workload, what it holds per node index or None to
 #: read it from the workload's assignment at release).
 Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
-
-
-class _Cand:
-    """A waiting workload inside the simulation's window of its queue."""
-
-    __slots__ = ("filed", "first", "idx", "parked", "qi", "queue", "req", "w")
-
-    def __init__(self, w: WorkloadSpec, qi: int, queue: int, idx: int, first: bool) -> None:
-        self.w = w
-        self.qi = qi
-        self.queue = queue
-        self.idx = idx  # position in its queue's list
-        self.first = first  # a waiting preemptor: goes before everyone
-        self.req: Mapping[str, int] = w._request._d
-        self.filed = False
-        #: Waiting behind its quota's blocked head (``_SimQueue.behind``): it does not
-        #: use the queue's look-ahead, as in the cycle.
-        self.parked = False
-
-
-class _SimQueue:
-    __slots__ = (
-        "aged_base",
-        "aged_heads",
-        "aged_n",
-        "ages",
-        "arrived",
-        "behind",
-        "block_at",
-        "cands",
-        "dirty",
-        "in_heap",
-        "index",
-        "keys",
-        "moved",
-        "nxt",
-        "state",
-        "window",
-        "ws",
-    )
-
-    def __init__(self, index: int, state: QueueState, ws: list[WorkloadSpec]) -> None:
-        self.index = index
-        self.state = state
-        self.ws = ws  # waiting workloads in queue order
-        self.cands: dict[int, _Cand] = {}  # list index -> candidate (the window)
-        self.nxt = 0  # next list index not yet in the window
-        self.window = 0  # candidates in the window, not admitted
-        self.dirty: list[int] = []  # heap of list indices to (re)check
-        self.in_heap = False
-        self.block_at: dict[int, int] = {}  # quota -> index of a failing blocking head
-        self.behind: dict[int, list[int]] = {}  # quota -> indices waiting for that head
-        self.ages: list[tuple[float, int]] | None = None  # (queued at, list index), heap
-        self.aged_base = 0
-        self.aged_n = 0
-        self.moved: set[int] = set()  # list indices brought into the window by age
-        #: quota -> id of its aged head that failed (``QueueState.aged_heads``): the
-        #: one workload of the quota in this queue that holds room for itself.
-        self.aged_heads: dict[int, int] = dict(state.aged_heads)
-        #: Arrivals in virtual time (:mod:`.forecast_arrivals`): how many entered, and
-        #: the order keys of ``ws`` they are placed by (made at the first).
-        self.arrived = 0
-        self.keys: list[OrderKey] | None = None
 
 
 class Simulation:
@@ -247,7 +172,7 @@ class Simulation:
         self.by_name: dict[str, _SimQueue] = {}
         self.examined = 0
         self.out_of_time = False
-        self.park_left = _PARK_BUDGET
+        self.park_left = PARK_BUDGET
         # Preemption in virtual time: what runs, per quota (id -> (workload, what it
         # holds per node or None, end time)); evicted ids whose end events are void.
         self.running: dict[
@@ -315,78 +240,6 @@ class Simulation:
                 ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(_SimQueue(len(self.queues), state, ws))
             self.by_name[name] = self.queues[-1]
-
-    def _fill(self, sq: _SimQueue, *, initial: bool = False) -> None:
-        """Bring candidates into the queue's window, filed or dirty.
-
-        At the start, what the cycle learnt is reused: a candidate it failed to place
-        waits for nodes, one whose quota is still short waits for that quota node, one
-        behind a failing Block/Intelligent head, or behind an aged head that holds its
-        quota unless it passes that hold (:func:`.forecast_aging.passes_hold_at`),
-        waits for that head.
-        """
-        cy = self.cy
-        depth = self.depth
-        spec_depth = sq.state.spec.max_depth
-        if spec_depth > 0:
-            depth = min(depth, spec_depth)
-        quota_of = cy.quota_of
-        qindex = cy.tree.index
-        waiting = cy.waiting
-        fail = cy.fail
-        blocks = sq.state.blocks
-        admitted = cy.admitted_ids
-        ws = sq.ws
-        n = len(ws)
-        parked = 0
-        while sq.window < depth and sq.nxt < n and parked < _PARK_SCAN:
-            li = sq.nxt
-            w = ws[li]
-            sq.nxt += 1
-            if w.id in admitted or li in sq.moved:
-                continue
-            i = li << _SPACE
-            f0 = fail.get(w.id)
-            if f0 is not None and f0[0] == F_NEVER:
-                continue
-            sq.window += 1
-            qi = quota_of.get(w.id)
-            if qi is None:
-                qi = qindex.get(w.quota, -1)
-            c = _Cand(w, qi, sq.index, i, w.id in waiting)
-            sq.cands[i] = c
-            if initial and not c.first:
-                b = sq.block_at.get(qi)
-                if b is not None and not passes_hold_at(self, sq, qi, b, c):
-                    self._park(sq, c, qi, i)
-                    parked += 1
-                    continue
-                f = fail.get(w.id)
-                if f is not None and f[0] == F_NODES:
-                    # The cycle just failed to place it; it waits for nodes to free up
-                    # -- unless it gets in by preempting at one of the next cycles.
-                    if self._preempt(sq, c, self.now, -1):
-                        del sq.cands[i]
-                        sq.window -= 1
-                        continue
-                    self._file(c, -1, "")
-                    if blocks(w):
-                        sq.block_at[qi] = i
-                    continue
-                fc, fk = self._quota_fail(qi, c.req, w=w)
-                if fc >= 0:
-                    if self._preempt(sq, c, self.now, fc):
-                        del sq.cands[i]
-                        sq.window -= 1
-                        continue
-                    self._file(c, fc, fk)
-                    # A strict-order head blocks its quota's work behind it; so does the
-                    # aged head of a Priority queue short of quota that the cycle made
-                    # hold its quota's room (Cycle.hold_aged: it is the quota's blocker).
-                    if blocks(w) or sq.state.blocked.get(qi) == w.id:
-                        sq.block_at[qi] = i
-                    continue
-            heapq.heappush(sq.dirty, i)
 
     def _quota_fail(
         self,
@@ -463,7 +316,7 @@ class Simulation:
             return self.eta
         self.setup()
         for sq in self.queues:
-            self._fill(sq, initial=True)
+            fill(self, sq, initial=True)
             self._schedule(sq)
         if self.claims_mode:
             claims_at(self, self.now)  # when the heads' claims become whole
@@ -521,7 +374,7 @@ class Simulation:
                     break
                 age(self, t)
                 self._requota(t)
-                self._wake_quota(set(self.quota_files))
+                wake_quota(self, set(self.quota_files))
                 self._arrive_until(t)
                 continue
             t = self.events[0][0]
@@ -571,8 +424,8 @@ class Simulation:
                 since = 0
                 self._requota(t)
                 touched_q = set(self.quota_files)
-            self._wake_quota(touched_q)
-            self._wake_nodes(touched_n)
+            wake_quota(self, touched_q)
+            wake_nodes(self, touched_n)
             wake_behind(self, fell)
             self._arrive_until(window)
             age(self, t)
@@ -735,7 +588,7 @@ class Simulation:
             b = sq.block_at.get(qi)
             if b is not None and b < i and not passes_hold_at(self, sq, qi, b, c):
                 self._park(sq, c, qi, i)
-                self._fill(sq)
+                fill(self, sq)
                 self._schedule(sq)
                 continue
             req = c.req
@@ -765,7 +618,7 @@ class Simulation:
                     sq.aged_heads[qi] = w.id
                     if fail_c >= 0 and (b is None or i < b):
                         sq.block_at[qi] = i
-                self._file(c, fail_c, fail_k)
+                file_cand(self, c, fail_c, fail_k)
             self._schedule(sq)
 
     @staticmethod
@@ -785,11 +638,11 @@ class Simulation:
                 if behind is not None:
                     self.unpark(sq, behind)
                 heapq.heappush(sq.dirty, j)
-        self._fill(sq)
+        fill(self, sq)
 
     def _park(self, sq: _SimQueue, c: _Cand, qi: int, i: int) -> None:
         """``c`` waits behind its quota's blocked head: out of the look-ahead (while
-        the run's allowance lasts, see ``_PARK_SCAN``)."""
+        the run's allowance lasts, see ``forecast_window.PARK_BUDGET``)."""
         sq.behind.setdefault(qi, []).append(i)
         if not c.parked and self.park_left > 0:
             self.park_left -= 1
@@ -840,74 +693,3 @@ class Simulation:
     def _preempt(self, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
         """Whether ``c`` gets in by preempting (:func:`.forecast_preempt.preempt`)."""
         return preempt(self, sq, c, t, fail_c)
-
-    def _file(self, c: _Cand, fail_c: int, fail_k: str) -> None:
-        # Filing twice is harmless: a stale entry only wakes a candidate for a recheck.
-        c.filed = True
-        self.seq += 1
-        if fail_c >= 0:
-            heapq.heappush(
-                self.quota_files.setdefault((fail_c, fail_k), []),
-                (c.req.get(fail_k, 0), c.w.id, self.seq, c),
-            )
-            return
-        shape = self.cy.shape(c.w)
-        how = self.node_how.get(shape)
-        if how is None:
-            reqs = self.cy.reqs(c.w)
-            ps = max(reqs, key=lambda p: (self.nodes._size(p), p.name)) if reqs else None
-            prim = self.nodes.primary(ps.elig, ps.req) if ps is not None else None
-            how = self.node_how[shape] = (
-                None if ps is None or prim is None else ((ps.elig, prim), ps.req.get(prim, 0))
-            )
-        if how is None:
-            return
-        key, need = how
-        lst = self.node_files.get(key)
-        if lst is None:
-            lst = self.node_files[key] = []
-            for n in self.nodes.eligible(key[0]):  # type: ignore[arg-type]
-                self.node_keys.setdefault(n, []).append(key)
-        heapq.heappush(lst, (need, c.w.id, self.seq, c))
-
-    def _wake_quota(self, touched: set[tuple[int, str]]) -> None:
-        files = self.quota_files
-        used = self.used
-        limit = self.limit
-        for key in touched:
-            lst = files.get(key)
-            if not lst:
-                continue
-            c_node, k = key
-            head = limit[c_node].get(k, 0) - used[c_node].get(k, 0)
-            self._wake(lst, head)
-
-    def _wake_nodes(self, touched: set[int]) -> None:
-        if not touched or not self.node_files:
-            return
-        free = self.nodes.free
-        for n in touched:
-            for key in self.node_keys.get(n, ()):
-                lst = self.node_files.get(key)
-                if not lst:
-                    continue
-                self._wake(lst, free[n].get(key[1], 0))
-
-    def _wake(self, lst: list[tuple[int, int, int, _Cand]], room: int) -> None:
-        """Wake filed candidates whose need fits ``room``, smallest need first.
-
-        Only about as many as ``room`` could hold (twice over) are woken: waking every
-        small candidate of a full cluster for each freed slot would make one simulated
-        instant as costly as a whole cycle. The rest stay filed for the next release.
-        """
-        budget = 2 * room
-        woken = 0
-        while lst and lst[0][0] <= room:
-            need = lst[0][0]
-            if woken and need > budget:
-                break
-            cand = heapq.heappop(lst)[3]
-            if cand.filed:
-                self._mark(cand)
-                woken += 1
-                budget -= max(need, 1)
