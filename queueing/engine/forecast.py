@@ -32,7 +32,11 @@ typically ends later than its median runtime less ``t``: it has not ended yet. E
 workload's draws are its own, the same in every cycle (stratified, seeded by its id):
 from one cycle to the next only what happened moves the median, not the dice. The
 draws run only while their cost -- that of the first simulation, ``DRAWS`` times --
-fits in the forecast's budget; a large world keeps the single simulation.
+fits in the forecast's budget; a large world keeps the single simulation. When the
+budget ends them early (a live cycle on a loaded machine; longer with arrivals in
+them), the draws made stand if there are ``MIN_DRAWS`` of them: the median of fewer
+draws, rather than the single simulation's start -- a model that changes from one
+cycle to the next moved the ETAs with it.
 
 **The draws replay arrivals.** With a history of recent arrivals
 (``Snapshot.recent_arrivals``) each draw also runs work like it arriving at its rate
@@ -59,11 +63,15 @@ from queueing.engine.types import PREEMPTED, Eta, Position, WorkloadSpec
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["DRAWS", "forecast", "positions"]
+__all__ = ["DRAWS", "MIN_DRAWS", "forecast", "positions"]
 
 #: Runtime draws behind the p50: odd, so that the median is one of them (the middle
 #: stratum's, quantile 1/2: see :func:`_uniforms`).
 DRAWS = 15
+#: Draws that stand when the budget ends the others: a median of fewer is kept (each
+#: workload's strata come in an order of its own, so the first draws are a sample of
+#: its law), of more than this many only.
+MIN_DRAWS = 5
 
 
 def positions(cy: Cycle) -> dict[int, Position]:
@@ -130,9 +138,8 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     if not out_of_time and spent * (DRAWS + 2) <= budget:
         got = _median_starts(cy, deadline=t1 + budget * 0.8)
         if got is not None:
-            mc, covered = got
+            mc, covered, drawn = got
             p50 = {**p50, **mc}
-            drawn = DRAWS
             with_arrivals = frozenset(wid for wid, t in mc.items() if t <= covered)
     p90: dict[int, float] = {}
     if not calibrated:
@@ -149,12 +156,13 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     return pos, etas
 
 
-def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float] | None:
+def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float, int] | None:
     """Each waiting workload's median start over ``DRAWS`` simulations with drawn
     runtimes and, where there is a history of them, drawn arrivals
-    (:mod:`.forecast_arrivals`), and until when every draw replayed all that arrives
-    (-inf without arrivals); None when nothing varies, or when a draw ran out of
-    time."""
+    (:mod:`.forecast_arrivals`), until when every draw replayed all that arrives
+    (-inf without arrivals), and how many draws it is the median of: fewer when the
+    budget ran out, at least ``MIN_DRAWS`` (a draw cut short is not counted). None when
+    nothing varies, or when the budget ran out before ``MIN_DRAWS`` draws."""
     laws: dict[int, _Law] = {}
     varies = False
 
@@ -190,6 +198,7 @@ def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float]
         return None
     starts: dict[int, list[float]] = {}
     covered = math.inf if past else -math.inf
+    done = 0
     for j in range(DRAWS):
         events: list[Event] = []
         seq = 0
@@ -204,9 +213,9 @@ def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float]
         heapq.heapify(events)
 
         arrivals: list[Arrival] = []
+        until = math.inf
         if past:
             arrivals, until = draw_arrivals(cy, past, j, lambda w, u: law(w).at(u))
-            covered = min(covered, until)
         drawn = {arrival_id(k): r for k, (_, _, r) in enumerate(arrivals)}
 
         def draw(w: WorkloadSpec, j: int = j, drawn: dict[int, float] = drawn) -> float:
@@ -216,17 +225,23 @@ def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float]
         sim = Simulation(cy, 0, events, deadline=deadline, draw=draw, arrivals=arrivals)
         got = sim.run()
         if sim.out_of_time:
-            return None
+            # Out of the budget: the draws made so far stand, if there are enough of
+            # them (a live cycle under load; the median of none is the single run's).
+            if done < MIN_DRAWS:
+                return None
+            break
+        done += 1
+        covered = min(covered, until)
         for wid, t in got.items():
             if wid >= 0:  # not an arrival of the draw's own
                 starts.setdefault(wid, []).append(t)
     out: dict[int, float] = {}
-    half = DRAWS // 2
+    half = done // 2
     for wid, xs in starts.items():
         if len(xs) > half:  # else beyond the horizon in most draws
             xs.sort()
             out[wid] = xs[half]
-    return out, covered
+    return out, covered, done
 
 
 class _Law:

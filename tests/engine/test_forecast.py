@@ -491,6 +491,44 @@ def test_without_runtime_spread_or_budget_the_single_simulation_stands() -> None
     assert broke.etas[3].p50 == pytest.approx(NOW + 50)
 
 
+def _budget_ends_draws_after(monkeypatch: pytest.MonkeyPatch, n: int) -> list[int]:
+    """Make the forecast's budget run out in its draw number ``n + 1`` (1-based): that
+    draw reports it ran out of time, as a deadline would. Returns the draws' count."""
+    made: list[int] = []
+
+    class Cut(forecast.Simulation):
+        def run(self) -> dict[int, float]:
+            got = super().run()
+            if self.draw is not None:
+                made.append(1)
+                if len(made) > n:
+                    self.out_of_time = True
+            return got
+
+    monkeypatch.setattr(forecast, "Simulation", Cut)
+    return made
+
+
+def test_draws_the_budget_cuts_short_stand_when_there_are_enough(monkeypatch) -> None:
+    # Out of time in the 8th draw: the 7 made stand, their median the p50 (the cut
+    # one is not counted).
+    made = _budget_ends_draws_after(monkeypatch, 7)
+    cut = run_cycle(_two_holders())
+    assert len(made) == 8
+    assert cut.stats["eta_draws"] == 7
+    p50 = cut.etas[3].p50
+    assert p50 is not None
+    # Still the later of two ends, not the single run's 50 s: within the draws' range.
+    assert 50.0 < p50 - NOW <= 100.0
+    # Fewer than MIN_DRAWS made: the single simulation stands, as without a budget.
+    monkeypatch.undo()
+    made = _budget_ends_draws_after(monkeypatch, forecast.MIN_DRAWS - 1)
+    few = run_cycle(_two_holders())
+    assert len(made) == forecast.MIN_DRAWS
+    assert few.stats["eta_draws"] == 0
+    assert few.etas[3].p50 == pytest.approx(NOW + 50)
+
+
 def test_each_workloads_draws_cover_every_stratum_once() -> None:
     us = forecast._uniforms(42)
     assert sorted(us) == [(k + 0.5) / forecast.DRAWS for k in range(forecast.DRAWS)]
