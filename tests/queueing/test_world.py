@@ -263,11 +263,17 @@ def test_the_world_remembers_what_arrived_for_the_forecast(world, journal):
     assert since is not None
     assert Workload.objects.get(name="old").created_at < since
     assert snapshot.arrival_span_s == pytest.approx((at - since).total_seconds())
-    # A rebuild keeps what the world has watched, and since when.
+    # A rebuild keeps what the world has watched, and since when; what arrived since
+    # the last read and the rebuild finds is an arrival too (the journal would have
+    # named it), once.
     tree.invalidate()
+    submit(world, "between", cpu="1", runtime=60)
     tree.refresh(quota_ids)
     assert tree.watching_since == since
-    assert [row["name"] for row in tree.arrived] == ["new"]
+    assert [row["name"] for row in tree.arrived] == ["new", "between"]
+    tree.invalidate()
+    tree.refresh(quota_ids)
+    assert [row["name"] for row in tree.arrived] == ["new", "between"]
 
 
 def test_heads_from_the_world_are_the_heads_from_the_database(world, journal, settings):
