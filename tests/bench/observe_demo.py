@@ -337,6 +337,11 @@ admitted_rows = {
 }
 covered90 = covered50 = n = 0
 errs = []
+# The same error by band of the actual wait and by queue (as the benchmark's
+# p50_err_by_wait): where the live error comes from.
+errs_by_wait: dict[str, list[float]] = defaultdict(list)
+errs_by_queue: dict[str, list[float]] = defaultdict(list)
+WAIT_BANDS = ((10.0, "<10s"), (30.0, "10-30s"), (120.0, "30-120s"), (600.0, "120-600s"))
 for wid, seen in first_seen.items():
     if seen["p50"] is None:
         continue
@@ -349,6 +354,9 @@ for wid, seen in first_seen.items():
     covered50 += actual <= seen["p50"] + 1
     wait = max(actual - seen["seen"], 10.0)
     errs.append(abs(actual - seen["p50"]) / wait)
+    band = next((b for lim, b in WAIT_BANDS if actual - seen["seen"] < lim), ">=600s")
+    errs_by_wait[band].append(errs[-1])
+    errs_by_queue[w["queue__name"]].append(errs[-1])
 # Aging's bound against the actual start: admitted after the first / last bound stated.
 bound_admitted = bound_after_first = bound_after_last = 0
 late_bounds: list[dict[str, object]] = []  # admitted after the last bound stated
@@ -415,6 +423,14 @@ report = {
     "p90_coverage_pct": round(100 * covered90 / max(n, 1), 1),
     "p50_coverage_pct": round(100 * covered50 / max(n, 1), 1),
     "p50_median_rel_err": round(statistics.median(errs), 3) if errs else None,
+    "p50_err_by_wait": {
+        b: [len(errs_by_wait[b]), round(statistics.median(errs_by_wait[b]), 3)]
+        for _, b in (*WAIT_BANDS, (0, ">=600s"))
+        if errs_by_wait.get(b)
+    },
+    "p50_err_by_queue": {
+        q: [len(v), round(statistics.median(v), 3)] for q, v in sorted(errs_by_queue.items())
+    },
     "flips_pct": round(100 * flips / max(eta_obs, 1), 2),
     "flips_before_p50_pct": round(100 * flips_before_p50 / max(eta_obs, 1), 2),
     "flips_unexplained_pct": round(100 * flips_unexplained / max(eta_obs, 1), 2),
