@@ -53,7 +53,7 @@ def file_cand(sim: Simulation, c: _Cand, fail_c: int, fail_k: str) -> None:
     lst = sim.node_files.get(key)
     if lst is None:
         lst = sim.node_files[key] = []
-        for n in sim.nodes.eligible(key[0]):  # type: ignore[arg-type]
+        for n in sim.nodes.eligible(key[0]):
             sim.node_keys.setdefault(n, []).append(key)
     heapq.heappush(lst, (need, c.w.id, sim.seq, c))
 

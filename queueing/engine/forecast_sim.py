@@ -72,7 +72,7 @@ from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.forecast_window import PARK_BUDGET, _Cand, _SimQueue, fill
-from queueing.engine.nodes import NodeIndex
+from queueing.engine.nodes import EligKey, NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
 from queueing.engine.unusable import still_unusable
 
@@ -164,10 +164,10 @@ class Simulation:
         self.fair = self._fair()
         self.qheap: list[tuple[tuple[int, int, float, int, float, int], int]] = []
         self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
-        self.node_files: dict[tuple[object, str], list[tuple[int, int, int, _Cand]]] = {}
-        self.node_keys: dict[int, list[tuple[object, str]]] = {}
+        self.node_files: dict[tuple[EligKey, str], list[tuple[int, int, int, _Cand]]] = {}
+        self.node_keys: dict[int, list[tuple[EligKey, str]]] = {}
         self.failed_shapes: set[object] = set()
-        self.node_how: dict[object, tuple[tuple[object, str], int] | None] = {}
+        self.node_how: dict[object, tuple[tuple[EligKey, str], int] | None] = {}
         self.queues: list[_SimQueue] = []
         self.by_name: dict[str, _SimQueue] = {}
         self.examined = 0
