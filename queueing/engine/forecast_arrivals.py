@@ -11,9 +11,10 @@ a copy of one of that queue's recent workloads picked at random, with a runtime 
 from its law. The streams run ``REPLAY_S`` ahead (as long as the history they are read
 from, ten minutes: ``calibration.HISTORY_S``), at most ``MAX_ARRIVALS`` a run; a
 history whose streams would bring more is a flood, left to the busy-period stretch of
-:mod:`.eta` (cut short, it read as a burst that ends at once). A rate read over a short history (the first seconds of a
-system) still runs the whole ``REPLAY_S``: replayed only as long as its history, the
-first seconds of Kueue's baseline burst read as an inflow about to end.
+:mod:`.eta` (cut short, it read as a burst that ends at once). A rate read over a
+short history (the first seconds of a system) still runs the whole ``REPLAY_S``:
+replayed only as long as its history, the first seconds of Kueue's baseline burst
+read as an inflow about to end.
 
 An arrival enters its queue at its place in the queue's order (priority, then time) as
 the cycle after it would see it; one that lands beyond the queue's look-ahead is left
@@ -21,9 +22,9 @@ out (it would wait behind at least ``eta_max_depth`` workloads and is not foreca
 A start after the streams end (or after ``MAX_ARRIVALS`` cut a draw's) has not seen
 every arrival before it: :mod:`.eta` stretches such a wait by the arrivals' load as it
 does without draws. Two arrivals between the same two waiting workloads keep their
-arrival order, whatever their priorities (a simplification). Each draw's streams are its own and the same at
-every cycle, seeded by the draw's index: from one cycle to the next only the history
-moves them, not the dice.
+arrival order, whatever their priorities (a simplification). Each draw's streams are
+its own and the same at every cycle, seeded by the draw's index: from one cycle to
+the next only the history moves them, not the dice.
 """
 
 from __future__ import annotations
