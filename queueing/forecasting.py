@@ -281,6 +281,19 @@ def arrival_load(
     return out
 
 
+#: What ``recent_arrivals`` reads of each arrival, then when it arrived.
+_ARRIVAL_FIELDS = (
+    "id",
+    "name",
+    "quota_id",
+    "queue_id",
+    "priority",
+    "pod_sets",
+    "expected_runtime_s",
+    "preemptible",
+)
+
+
 def recent_arrivals(
     quota_ids: Mapping[str, int],
     queue_ids: Mapping[int, str],
@@ -301,41 +314,27 @@ def recent_arrivals(
     if oldest is None:
         return (), 0.0
     names = {qid: name for name, qid in quota_ids.items()}
-    tree = Workload.objects.filter(quota_id__in=list(names))
     since = now - timedelta(seconds=ARRIVAL_HISTORY_S)
     rows: list[tuple[Any, ...]]
     if world is not None:
-        rows = [
+        # The latest first, as the database would give them (a rebuild may have found
+        # some after others: ordered before the cut).
+        rows = sorted(
             (
-                r["id"],
-                r["name"],
-                r["quota_id"],
-                r["queue_id"],
-                r["priority"],
-                r["pod_sets"],
-                r["expected_runtime_s"],
-                r["preemptible"],
-                r["queue_order_at"],
-            )
-            for r in reversed(world.arrived)
-            if since <= r["queue_order_at"] <= now and r["quota_id"] in names
-        ][:RECENT_ARRIVALS_MAX]
-        rows.sort(key=lambda r: (r[8], r[0]), reverse=True)
+                (*(r[f] for f in _ARRIVAL_FIELDS), r["queue_order_at"])
+                for r in world.arrived
+                if since <= r["queue_order_at"] <= now and r["quota_id"] in names
+            ),
+            key=lambda r: (r[8], r[0]),
+            reverse=True,
+        )[:RECENT_ARRIVALS_MAX]
     else:
         rows = list(
-            tree.filter(created_at__gte=since, created_at__lte=now)
+            Workload.objects.filter(
+                quota_id__in=list(names), created_at__gte=since, created_at__lte=now
+            )
             .order_by("-created_at", "-id")
-            .values_list(
-                "id",
-                "name",
-                "quota_id",
-                "queue_id",
-                "priority",
-                "pod_sets",
-                "expected_runtime_s",
-                "preemptible",
-                "created_at",
-            )[:RECENT_ARRIVALS_MAX]
+            .values_list(*_ARRIVAL_FIELDS, "created_at")[:RECENT_ARRIVALS_MAX]
         )
     start = oldest
     if world is not None and world.watching_since is not None:
