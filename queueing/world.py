@@ -612,7 +612,7 @@ class TreeWorld:
         self.quota_ids = quota_ids
         self.cursor = cursor
         if self.watching_since is None:
-            self.watching_since = timezone.now()
+            self.watching_since = self.read_at  # the first read
         self.rebuilt_at = time.monotonic()
         self.rebuilds += 1
         self.reread = len(self.rows)
