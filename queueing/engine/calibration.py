@@ -54,6 +54,7 @@ __all__ = [
     "ARRIVALS",
     "HISTORY_S",
     "SQUARES",
+    "WAIT_REPORT",
     "ArrivalLoad",
     "EtaRecorder",
     "Residuals",
@@ -501,12 +502,12 @@ class EtaRecorder:
         by_wait: dict[str, list[float]] = {}
         for (t0, _, _, at), r in zip(firsts, rel, strict=True):
             waited = at - t0
-            band = next((b for lim, b in _WAIT_REPORT if waited < lim), ">=600s")
+            band = next((b for lim, b in WAIT_REPORT if waited < lim), ">=600s")
             by_wait.setdefault(band, []).append(r)
         return {
             "p50_err_by_wait": {
                 b: [len(by_wait[b]), round(statistics.median(by_wait[b]), 3)]
-                for _, b in (*_WAIT_REPORT, (math.inf, ">=600s"))
+                for _, b in (*WAIT_REPORT, (math.inf, ">=600s"))
                 if b in by_wait
             },
             "observations": self.observations,
@@ -550,7 +551,7 @@ def pooled(recorders: list[EtaRecorder]) -> EtaRecorder:
 
 
 #: Bands of the actual wait the p50 error is broken down by (``p50_err_by_wait``).
-_WAIT_REPORT = ((10.0, "<10s"), (30.0, "10-30s"), (120.0, "30-120s"), (600.0, "120-600s"))
+WAIT_REPORT = ((10.0, "<10s"), (30.0, "10-30s"), (120.0, "30-120s"), (600.0, "120-600s"))
 
 
 def block_inversions(snap: Snapshot, result: CycleResult) -> int:

@@ -43,7 +43,7 @@ django.setup()
 
 from portal import eta_text  # noqa: E402
 from queueing.engine.aging import order_key as engine_order_key  # noqa: E402
-from queueing.engine.calibration import contradictions  # noqa: E402
+from queueing.engine.calibration import WAIT_REPORT, contradictions  # noqa: E402
 from queueing.engine.resources import Resources  # noqa: E402
 from queueing.engine.types import CycleResult, Explanation  # noqa: E402
 from queueing.models import CycleRun, Queue, Quota, Workload, WorkloadEvent  # noqa: E402
@@ -341,7 +341,6 @@ errs = []
 # p50_err_by_wait): where the live error comes from.
 errs_by_wait: dict[str, list[float]] = defaultdict(list)
 errs_by_queue: dict[str, list[float]] = defaultdict(list)
-WAIT_BANDS = ((10.0, "<10s"), (30.0, "10-30s"), (120.0, "30-120s"), (600.0, "120-600s"))
 for wid, seen in first_seen.items():
     if seen["p50"] is None:
         continue
@@ -354,7 +353,7 @@ for wid, seen in first_seen.items():
     covered50 += actual <= seen["p50"] + 1
     wait = max(actual - seen["seen"], 10.0)
     errs.append(abs(actual - seen["p50"]) / wait)
-    band = next((b for lim, b in WAIT_BANDS if actual - seen["seen"] < lim), ">=600s")
+    band = next((b for lim, b in WAIT_REPORT if actual - seen["seen"] < lim), ">=600s")
     errs_by_wait[band].append(errs[-1])
     errs_by_queue[w["queue__name"]].append(errs[-1])
 # Aging's bound against the actual start: admitted after the first / last bound stated.
@@ -425,7 +424,7 @@ report = {
     "p50_median_rel_err": round(statistics.median(errs), 3) if errs else None,
     "p50_err_by_wait": {
         b: [len(errs_by_wait[b]), round(statistics.median(errs_by_wait[b]), 3)]
-        for _, b in (*WAIT_BANDS, (0, ">=600s"))
+        for _, b in (*WAIT_REPORT, (0, ">=600s"))
         if errs_by_wait.get(b)
     },
     "p50_err_by_queue": {
