@@ -15,13 +15,17 @@ Simplifications, on purpose:
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``), not
   counting work that waits behind its quota's blocked head (it gets no turn, as in
   the cycle: filled with it, the look-ahead never reached another quota's work);
-* runtime quota is recomputed every so many completions, not at each one, and when
-  an aged head's claim becomes whole (:mod:`.forecast_aging`), with the claims of that
-  time as the cycle splits it: a head whose claim is whole may start on capacity
-  already idle. Between those instants claims do not grow (recomputing at every
-  instant while heads claim cost 2-3 times the simulation's CPU on a 14k world and
-  forecast gpu-heavy no better). An aged workload of a
-  queue whose policy does not block holds its quota's room once it fails (as
+* runtime quota is recomputed every so many completions, not at each one; when a
+  completion leaves its quota's demand below its runtime quota while work waits for
+  quota (the difference goes to the siblings: a gang larger than its quota's share
+  starts when a sibling's work ends -- kept at the cycle's split, the demo's 16-GPU
+  gangs were forecast to wait for their aging bound, 270 s, and started after 90 s);
+  and when an aged head's claim becomes whole (:mod:`.forecast_aging`), with the
+  claims of that time as the cycle splits it: a head whose claim is whole may start
+  on capacity already idle. Between those instants claims do not grow (recomputing
+  at every instant while heads claim cost 2-3 times the simulation's CPU on a 14k
+  world and forecast gpu-heavy no better). An aged workload of a queue whose policy
+  does not block holds its quota's room once it fails (as
   ``Cycle.hold_aged``), at the start and in virtual time;
 * preempted victims and requeued workloads release at once; victims compete again
   with their original order; a waiting preemptor fits by the runtime quota without
@@ -392,6 +396,9 @@ class Simulation:
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
             fell: set[int] = set()  # quotas whose usage fell
+            # Whether a quota's demand fell below its runtime quota: the split hands the
+            # difference to its siblings (a quota short of room may start now).
+            surplus = False
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
@@ -403,6 +410,13 @@ class Simulation:
                     if got is not None:
                         got.pop(w.id, None)
                 t = max(t, at)
+                if qi >= 0 and not surplus:
+                    # Only a demand that falls below the runtime quota with this end:
+                    # one already below it (a min above the demand) frees nothing more.
+                    own, rt, req = self.own_demand[qi], self.runtime[qi], w._request._d
+                    surplus = any(
+                        own.get(k, 0) - v < rt.get(k, 0) <= own.get(k, 0) for k, v in req.items()
+                    )
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
                     for c in tree.chains[qi]:
@@ -414,13 +428,22 @@ class Simulation:
                 self.nodes.release(freed)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
-            if since >= recompute_every or (
-                self.unusable_ws and not fell.isdisjoint(self.unusable_near) and self._any_usable()
+            if (
+                since >= recompute_every
+                or (surplus and self._quota_waits())
+                or (
+                    self.unusable_ws
+                    and not fell.isdisjoint(self.unusable_near)
+                    and self._any_usable()
+                )
             ):
                 # Every so many completions, with the claims of that time (they grow
-                # with their heads' waits and lapse as the heads start); and when
-                # demand that could not use its share can now (a sibling's demand
-                # fell below its min): the split moves then, as the cycle's would.
+                # with their heads' waits and lapse as the heads start); when a quota's
+                # demand fell below its share while work waits for quota (the share
+                # goes to its siblings: a gang short of its runtime quota starts when a
+                # sibling's work ends, not when its claim is whole); and when demand
+                # that could not use its share can now (a sibling's demand fell below
+                # its min): the split moves then, as the cycle's would.
                 since = 0
                 self._requota(t)
                 touched_q = set(self.quota_files)
@@ -468,6 +491,10 @@ class Simulation:
                 self.runtime, _ = tree.runtime(self.own_demand, cap, claims, unusable=unusable)
                 self.limit = self._limits()
         self.fair = self._fair()
+
+    def _quota_waits(self) -> bool:
+        """Whether some candidate is filed under a quota's room (waits for quota)."""
+        return any(self.quota_files.values())
 
     def _any_usable(self) -> bool:
         """Whether one of the unusable workloads still waiting fits what its quota can

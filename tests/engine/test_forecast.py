@@ -584,3 +584,40 @@ def test_work_behind_a_blocked_head_leaves_the_look_ahead_to_other_quotas() -> N
     got = run_cycle(snap)
     assert got.etas[3].p50 == pytest.approx(NOW + 100)
     assert got.etas[8].p50 == pytest.approx(NOW + 10)
+
+
+def _sibling_world(now: float, *, sibling_running: bool = True) -> Snapshot:
+    # Root of 12 shared evenly by a and b. b runs 6 until t+50 and has nothing waiting;
+    # a's head asks 8. Water-filling gives each 6 while b's job runs, so the head is
+    # short of a's runtime quota; once b's job ends, b's demand is 0 and a gets all 12.
+    return world(
+        now=now,
+        quotas=[
+            quota("root", max=one(12)),
+            quota("a", "root", max=one(12)),
+            quota("b", "root", max=one(12)),
+        ],
+        nodes=[node("n", one(12))],
+        workloads=[
+            *(
+                [running(1, "b", "n", req=one(6), started_at=NOW - 10, expected_runtime_s=60.0)]
+                if sibling_running
+                else []
+            ),
+            workload(2, "a", req=one(8), ts=NOW - 5, expected_runtime_s=60.0),
+        ],
+        queues=[QueueSpec("a"), QueueSpec("b")],
+    )
+
+
+def test_a_head_short_of_its_share_starts_when_a_siblings_work_ends() -> None:
+    # The simulation kept the cycle's split until many completions (or the head's aging
+    # claim, t+295) had passed: the demo's 16-GPU gangs were forecast to wait for their
+    # aging bound and started when a sibling's gang ended.
+    result = run_cycle(_sibling_world(NOW))
+    assert result.admissions == ()
+    assert result.runtime_quota["a"].get("cpu") == 6
+    assert times(result.etas[2]) == times_of(NOW + 50, NOW + 50)
+    # The cycle at that time admits it: the forecast follows the cycle's rule.
+    later = run_cycle(_sibling_world(NOW + 50, sibling_running=False))
+    assert [a.workload_id for a in later.admissions] == [2]
