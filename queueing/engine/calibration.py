@@ -5,8 +5,7 @@ without surprises; what breaks it -- higher-priority arrivals, runtimes that end
 or late, preemption, quotas shifting -- shows in its error. :class:`Residuals` keeps
 the error of recent forecasts, each ``(actual wait - predicted wait) / max(predicted
 wait, floor)`` for a workload at its first forecast, and hands the engine the median
-(never below zero: see :meth:`Residuals.quantiles`) and an *upper confidence bound* of
-the 0.9 quantile, as QBETS does for batch-queue
+and an *upper confidence bound* of the 0.9 quantile, as QBETS does for batch-queue
 waits (Nurmi, Brevik and Wolski, "QBETS: Queue Bounds Estimation from Time Series",
 2007): with ``n`` observations, the ``k``-th smallest is an upper bound on the 0.9
 quantile at confidence ``c`` when ``P(Binomial(n, 0.9) < k) >= c``. The bound is
@@ -179,17 +178,6 @@ class Residuals:
         forecast. They are lower bounds (censored: the wait is not over), counted as
         they stand -- without them a class whose work waits long would be learnt only
         once that work is admitted, too late for everything queued meanwhile.
-
-        The median is never below zero: it moves a p50 later where the forecasts were
-        late (the simulation leaves out what delays work: arrivals beyond the replayed
-        ones, failures), never earlier. Measured on ``eta_calibration``, a median
-        shift earlier made the p50 worse in every scenario -- the demo as ``make run``
-        runs it 0.40 -> 0.555 in median relative error, the steady demo 0.40 -> 0.42
-        -- while a shift later is what puts Kueue's p50 coverage in its band (31 % ->
-        47 %). A class's past over-estimates (a wave that ended sooner than its queue
-        looked) do not carry to its next forecasts; neither gating the shift by the
-        errors' confidence interval nor by the same bias in both halves of the window
-        kept its harm (0.52, 0.525).
         """
         out: dict[str, tuple[float, float]] = {}
         keys = set(self.errors) | set(overdue or ())
@@ -206,7 +194,7 @@ class Residuals:
             ordered = sorted(errors)
             k = qbets_index(n, 0.9, self.confidence)
             upper = ordered[-1] if k is None else ordered[k - 1]
-            out[key] = (max(statistics.median(ordered), 0.0), upper)
+            out[key] = (statistics.median(ordered), upper)
         out.setdefault("", self.PRIOR)
         return out
 

@@ -18,9 +18,7 @@ promise one can hold the engine to:
 1. **Calibration.** With ``Snapshot.eta_residuals`` (the measured error of earlier
    forecasts, see :mod:`.calibration`), the predicted wait ``d`` becomes
    ``p50 = d + s * e50`` and ``p90 = d + s * e90`` with ``s = max(d, floor)``: the
-   error of the past, in proportion to the wait (``e50`` is never below zero: a p50
-   moves later where forecasts were late, never earlier, see
-   :meth:`.calibration.Residuals.quantiles`). Without it (a cold start), the p90
+   error of the past, in proportion to the wait. Without it (a cold start), the p90
    comes from a second simulation with p90 runtimes.
 2. **Hysteresis.** Against ``Snapshot.previous_etas``, a new p50 within the tolerance
    (a tenth of the remaining wait, at least ``min_tolerance_s``) of the old one keeps
