@@ -325,7 +325,7 @@ def recent_arrivals(
                 for r in world.arrived
                 if since <= r["queue_order_at"] <= now and r["quota_id"] in names
             ),
-            key=lambda r: (r[8], r[0]),
+            key=lambda r: (r[-1], r[0]),  # when it arrived, then its id
             reverse=True,
         )[:RECENT_ARRIVALS_MAX]
     else:
