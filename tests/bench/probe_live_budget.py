@@ -3,11 +3,11 @@ A probe, not a benchmark.
 
 ``eta_calibration`` gives the forecast a 10-s budget, so that its figures do not depend
 on the machine's load; ``make run`` keeps the engine's default ``eta_budget_s`` (0.25 s).
-This probe runs a demo world in virtual time with the live budget (one process, the
-wall clock spent by the forecast as it is) and prints one JSON line: the cycles whose
-p50 is a median of draws (``drawn_pct``), of all ``DRAWS`` of them (``full_pct``), the
-forecast's time per cycle (median, 90th percentile, max), and the benchmark's p50 and
-p90 figures for that world. Its times depend on the host: run it on a quiet one.
+This probe runs a demo world as ``make run`` runs it (with its waves) in virtual time
+with the live budget (one process, the wall clock spent by the forecast as it is) and
+prints one JSON line: the cycles whose p50 is a median of draws (``drawn_pct``), of
+all ``DRAWS`` of them (``full_pct``), the forecast's time per cycle (median, 90th
+percentile, max), and the benchmark's p50 and p90 figures for that world. Its times depend on the host: run it on a quiet one.
 
     env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_live_budget [seed] [budget_s]
 """
@@ -40,7 +40,7 @@ class _Costs(_Watch):
 
 
 def main(seed: int = 7, budget_s: float = 0.25) -> dict[str, object]:
-    scenario = demo_world(seed=seed)
+    scenario = demo_world(seed=seed, waves=True)
     watch = _Costs(scenario)
     t0 = perf_counter()
     simulate(
