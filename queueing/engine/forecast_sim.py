@@ -396,9 +396,10 @@ class Simulation:
             touched_q: set[tuple[int, str]] = set()
             touched_n: set[int] = set()
             fell: set[int] = set()  # quotas whose usage fell
-            # Whether a quota's demand fell below its runtime quota: the split hands the
-            # difference to its siblings (a quota short of room may start now).
-            surplus = False
+            # The (quota, resource) pairs whose demand fell with these ends: what of its
+            # runtime quota the quota no longer uses the split hands to its siblings
+            # (a quota short of room may start now).
+            ended: set[tuple[int, str]] = set()
             freed: dict[int, dict[str, int]] = {}
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
@@ -410,13 +411,9 @@ class Simulation:
                     if got is not None:
                         got.pop(w.id, None)
                 t = max(t, at)
-                if qi >= 0 and not surplus:
-                    # Only a demand that falls below the runtime quota with this end:
-                    # one already below it (a min above the demand) frees nothing more.
-                    own, rt, req = self.own_demand[qi], self.runtime[qi], w._request._d
-                    surplus = any(
-                        own.get(k, 0) - v < rt.get(k, 0) <= own.get(k, 0) for k, v in req.items()
-                    )
+                if qi >= 0:
+                    for k in w._request._d:
+                        ended.add((qi, k))
                 touched_n |= self._release(qi, w, held, demand=True, into=freed)
                 if qi >= 0:
                     for c in tree.chains[qi]:
@@ -426,11 +423,12 @@ class Simulation:
                 since += 1
             if freed:
                 self.nodes.release(freed)
+            surplus = self._unused_share(ended)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
             if (
                 since >= recompute_every
-                or (surplus and self._quota_waits())
+                or (surplus and self._surplus_helps(surplus))
                 or (
                     self.unusable_ws
                     and not fell.isdisjoint(self.unusable_near)
@@ -492,9 +490,54 @@ class Simulation:
                 self.limit = self._limits()
         self.fair = self._fair()
 
-    def _quota_waits(self) -> bool:
-        """Whether some candidate is filed under a quota's room (waits for quota)."""
-        return any(self.quota_files.values())
+    def _unused_share(self, ended: set[tuple[int, str]]) -> dict[tuple[int, str], int]:
+        """Per (quota, resource) whose demand fell, the runtime quota it no longer
+        uses and does not keep: above its demand, beyond a min it holds whatever its
+        demand (a quota that does not lend it). A quota with workloads of its own and
+        quotas below counts what fell (its demand is theirs too: an over-estimate,
+        which costs only a recomputation)."""
+        tree = self.tree
+        out: dict[tuple[int, str], int] = {}
+        for qi, k in ended:
+            r = self.runtime[qi].get(k, 0)
+            if tree.children[qi]:
+                out[qi, k] = r
+                continue
+            held = self.own_demand[qi].get(k, 0)
+            if not tree.allow_lent[qi]:
+                held = max(held, tree.mins[qi].get(k, 0))
+            if r > held:
+                out[qi, k] = r - held
+        return out
+
+    def _surplus_helps(self, surplus: Mapping[tuple[int, str], int]) -> bool:
+        """Whether the demand that fell below its runtime quota (``surplus``, per
+        ending quota and resource) may let a candidate filed under a quota's room start.
+
+        The split hands a quota's unused share to the other quotas of its tree, at most
+        what fell: only a candidate filed under another quota of that tree (not one
+        above the ending work, whose room grew with the release itself), for that
+        resource, whose need fits its quota's headroom plus that much, may start on it.
+        Recomputing whenever anything waited for quota did so at almost every end (a
+        quota with nothing waiting has a runtime quota equal to its demand), which took
+        the live forecast's budget from its draws.
+        """
+        tree = self.tree
+        for (c, k), lst in self.quota_files.items():
+            while lst and not lst[0][3].filed:
+                heapq.heappop(lst)  # stale: started, or filed again elsewhere
+            if not lst:
+                continue
+            head = self.limit[c].get(k, 0) - self.used[c].get(k, 0)
+            if lst[0][0] <= head:
+                continue  # it fits already: the next release there wakes it
+            gain = 0
+            for (qi, rk), v in surplus.items():
+                if rk == k and c not in tree.chains[qi] and tree.root_of(c) == tree.root_of(qi):
+                    gain += v
+            if gain and lst[0][0] <= head + gain:
+                return True
+        return False
 
     def _any_usable(self) -> bool:
         """Whether one of the unusable workloads still waiting fits what its quota can

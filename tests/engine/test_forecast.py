@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from queueing.engine import forecast, run_cycle
+from queueing.engine import forecast, forecast_sim, run_cycle
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
 
 from .builders import node, podset, quota, running, snapshot, workload
@@ -621,3 +621,39 @@ def test_a_head_short_of_its_share_starts_when_a_siblings_work_ends() -> None:
     # The cycle at that time admits it: the forecast follows the cycle's rule.
     later = run_cycle(_sibling_world(NOW + 50, sibling_running=False))
     assert [a.workload_id for a in later.admissions] == [2]
+
+
+def test_the_split_is_recomputed_only_when_what_a_sibling_leaves_can_start_something(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # b runs two jobs of 3 (ending at t+20 and t+50); a's head asks all 12. At t+20 b's
+    # demand falls to 3, which leaves a at most 9: nothing can start, and the split is
+    # not recomputed (doing it at every end took the live forecast's budget from its
+    # draws). At t+50 b's demand is 0 and a's head starts.
+    snap = world(
+        now=NOW,
+        quotas=[
+            quota("root", max=one(12)),
+            quota("a", "root", max=one(12)),
+            quota("b", "root", max=one(12)),
+        ],
+        nodes=[node("n", one(12))],
+        workloads=[
+            running(1, "b", "n", req=one(3), started_at=NOW - 10, expected_runtime_s=30.0),
+            running(3, "b", "n", req=one(3), started_at=NOW - 10, expected_runtime_s=60.0),
+            workload(2, "a", req=one(12), ts=NOW - 5, expected_runtime_s=60.0),
+        ],
+        queues=[QueueSpec("a"), QueueSpec("b")],
+    )
+    splits: list[float] = []
+    requota = forecast_sim.Simulation._requota
+
+    def counted(self: forecast_sim.Simulation, t: float) -> None:
+        splits.append(t - NOW)
+        requota(self, t)
+
+    monkeypatch.setattr(forecast_sim.Simulation, "_requota", counted)
+    result = run_cycle(snap)
+    assert times(result.etas[2]) == times_of(NOW + 50, NOW + 50)
+    # (Later splits are the aged head's claim becoming whole, t+295, in each draw.)
+    assert min(splits) == 50.0
