@@ -26,7 +26,7 @@ from queueing.engine.quota import Claims
 
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
-    from queueing.engine.forecast_window import _Cand, _SimQueue
+    from queueing.engine.forecast_window import SimCand, SimQueue
 
 __all__ = ["SPACE", "age", "aged", "claims_at", "passes_hold_at", "wake_behind"]
 
@@ -88,7 +88,7 @@ def age(sim: Simulation, t: float) -> None:
             heapq.heappush(heap, (h[0][0] + bound, qidx))
 
 
-def aged(sim: Simulation, sq: _SimQueue, li: int) -> None:
+def aged(sim: Simulation, sq: SimQueue, li: int) -> None:
     """``sq.ws[li]`` has aged: it goes after those aged before it, before the rest."""
     cy = sim.cy
     w = sq.ws[li]
@@ -165,7 +165,7 @@ def claims_at(sim: Simulation, t: float) -> Claims | None:
     return aged_claims(tree, queues, cy.quota_of, own_used, t, unusable=unusable)
 
 
-def passes_hold_at(sim: Simulation, sq: _SimQueue, qi: int, b: int, c: _Cand) -> bool:
+def passes_hold_at(sim: Simulation, sq: SimQueue, qi: int, b: int, c: SimCand) -> bool:
     """Whether ``c`` goes on behind ``b``, its quota's failing head in its queue.
 
     A strict-order head holds all the work of its quota behind it; an aged head that

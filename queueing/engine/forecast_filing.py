@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
-    from queueing.engine.forecast_window import _Cand
+    from queueing.engine.forecast_window import SimCand
 
 __all__ = ["file_cand", "wake_nodes", "wake_quota"]
 
 
-def file_cand(sim: Simulation, c: _Cand, fail_c: int, fail_k: str) -> None:
+def file_cand(sim: Simulation, c: SimCand, fail_c: int, fail_k: str) -> None:
     """File ``c`` under what blocks it: resource ``fail_k`` of quota node ``fail_c``,
     or (``fail_c`` < 0) the nodes its largest pod set may use, by that pod set's
     scarcest resource (``NodeIndex.primary``). A candidate that asks for nothing is
@@ -87,7 +87,7 @@ def wake_nodes(sim: Simulation, touched: set[int]) -> None:
             _wake(sim, lst, free[n].get(key[1], 0))
 
 
-def _wake(sim: Simulation, lst: list[tuple[int, int, int, _Cand]], room: int) -> None:
+def _wake(sim: Simulation, lst: list[tuple[int, int, int, SimCand]], room: int) -> None:
     """Wake filed candidates whose need fits ``room``, smallest need first.
 
     Only about as many as ``room`` could hold (twice over) are woken: waking every

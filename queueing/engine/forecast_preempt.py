@@ -9,7 +9,7 @@ from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
-    from queueing.engine.forecast_window import _Cand, _SimQueue
+    from queueing.engine.forecast_window import SimCand, SimQueue
 
 __all__ = ["MAX_SIM_PREEMPTIONS", "MAX_SIM_VICTIMS", "preempt"]
 
@@ -20,7 +20,7 @@ MAX_SIM_VICTIMS = 64
 _SIM_PLACEMENTS = 4
 
 
-def preempt(sim: Simulation, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
+def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) -> bool:
     """Whether ``c`` gets in by preempting, as the cycle would (simplified).
 
     The cycle's rules, cheaply: in-quota victims of lower priority (its queue's

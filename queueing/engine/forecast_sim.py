@@ -75,7 +75,7 @@ from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_
 from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
-from queueing.engine.forecast_window import PARK_BUDGET, _Cand, _SimQueue, fill
+from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.nodes import EligKey, NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
 from queueing.engine.unusable import still_unusable
@@ -101,8 +101,8 @@ Event = tuple[float, int, int, WorkloadSpec, "dict[int, dict[str, int]] | None"]
 class Simulation:
     """One forward run (p50 or p90) of the cycle in virtual time."""
 
-    cand_type = _Cand
-    queue_type = _SimQueue
+    cand_type = SimCand
+    queue_type = SimQueue
 
     def __init__(
         self,
@@ -167,13 +167,13 @@ class Simulation:
                     self.unusable_near.update(tree.children[p])
         self.fair = self._fair()
         self.qheap: list[tuple[tuple[int, int, float, int, float, int], int]] = []
-        self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, _Cand]]] = {}
-        self.node_files: dict[tuple[EligKey, str], list[tuple[int, int, int, _Cand]]] = {}
+        self.quota_files: dict[tuple[int, str], list[tuple[int, int, int, SimCand]]] = {}
+        self.node_files: dict[tuple[EligKey, str], list[tuple[int, int, int, SimCand]]] = {}
         self.node_keys: dict[int, list[tuple[EligKey, str]]] = {}
         self.failed_shapes: set[object] = set()
         self.node_how: dict[object, tuple[tuple[EligKey, str], int] | None] = {}
-        self.queues: list[_SimQueue] = []
-        self.by_name: dict[str, _SimQueue] = {}
+        self.queues: list[SimQueue] = []
+        self.by_name: dict[str, SimQueue] = {}
         self.examined = 0
         self.out_of_time = False
         self.park_left = PARK_BUDGET
@@ -242,7 +242,7 @@ class Simulation:
             ws = state.cands  # admitted ones are skipped as the window fills
             if name in back:
                 ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
-            self.queues.append(_SimQueue(len(self.queues), state, ws))
+            self.queues.append(SimQueue(len(self.queues), state, ws))
             self.by_name[name] = self.queues[-1]
 
     def _quota_fail(
@@ -579,7 +579,7 @@ class Simulation:
             limit.append(lim)
         return limit
 
-    def _key(self, sq: _SimQueue, c: _Cand) -> tuple[int, int, float, int, float, int]:
+    def _key(self, sq: SimQueue, c: SimCand) -> tuple[int, int, float, int, float, int]:
         if c.first:
             return (-(2**62), 0, -math.inf, -c.w.priority, c.w.queue_order_at, c.w.id)
         # The first aged candidate of each queue and quota in a round goes before work
@@ -598,14 +598,14 @@ class Simulation:
             c.w.id,
         )
 
-    def _tier(self, sq: _SimQueue, c: _Cand) -> int:
+    def _tier(self, sq: SimQueue, c: SimCand) -> int:
         if not self._aged_at(sq, c.w, self.t):
             return 1
         key = (sq.index, c.qi)
         got = self.jumped.setdefault(key, c.w.id)
         return 0 if got == c.w.id else 1
 
-    def _schedule(self, sq: _SimQueue) -> None:
+    def _schedule(self, sq: SimQueue) -> None:
         if sq.in_heap:
             return
         while sq.dirty and sq.dirty[0] not in sq.cands:
@@ -615,7 +615,7 @@ class Simulation:
             heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
             sq.in_heap = True
 
-    def _mark(self, c: _Cand) -> None:
+    def _mark(self, c: SimCand) -> None:
         c.filed = False
         sq = self.queues[c.queue]
         heapq.heappush(sq.dirty, c.idx)
@@ -692,11 +692,11 @@ class Simulation:
             self._schedule(sq)
 
     @staticmethod
-    def _aged_at(sq: _SimQueue, w: WorkloadSpec, t: float) -> bool:
+    def _aged_at(sq: SimQueue, w: WorkloadSpec, t: float) -> bool:
         bound = sq.state.spec.aging_bound_s
         return bound is not None and w.queue_order_at <= t - max(0.0, bound)
 
-    def _admitted(self, sq: _SimQueue, i: int, qi: int) -> None:
+    def _admitted(self, sq: SimQueue, i: int, qi: int) -> None:
         c = sq.cands.pop(i)
         sq.window -= 1
         if sq.aged_heads.get(qi) == c.w.id:
@@ -710,7 +710,7 @@ class Simulation:
                 heapq.heappush(sq.dirty, j)
         fill(self, sq)
 
-    def _park(self, sq: _SimQueue, c: _Cand, qi: int, i: int) -> None:
+    def _park(self, sq: SimQueue, c: SimCand, qi: int, i: int) -> None:
         """``c`` waits behind its quota's blocked head: out of the look-ahead (while
         the run's allowance lasts, see ``forecast_window.PARK_BUDGET``)."""
         sq.behind.setdefault(qi, []).append(i)
@@ -720,7 +720,7 @@ class Simulation:
             sq.window -= 1
 
     @staticmethod
-    def unpark(sq: _SimQueue, c: _Cand) -> None:
+    def unpark(sq: SimQueue, c: SimCand) -> None:
         """``c`` is looked at again: back in the look-ahead."""
         if c.parked:
             c.parked = False
@@ -760,6 +760,6 @@ class Simulation:
         if qi >= 0 and w.preemptible:
             self.running.setdefault(qi, {})[w.id] = (w, per_node, end)
 
-    def _preempt(self, sq: _SimQueue, c: _Cand, t: float, fail_c: int) -> bool:
+    def _preempt(self, sq: SimQueue, c: SimCand, t: float, fail_c: int) -> bool:
         """Whether ``c`` gets in by preempting (:func:`.forecast_preempt.preempt`)."""
         return preempt(self, sq, c, t, fail_c)

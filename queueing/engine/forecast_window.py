@@ -25,7 +25,7 @@ from queueing.engine.types import WorkloadSpec
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
 
-__all__ = ["PARK_BUDGET", "fill"]
+__all__ = ["PARK_BUDGET", "SimCand", "SimQueue", "fill"]
 
 #: Work parked behind a blocked head does not count toward a queue's look-ahead (as in
 #: the cycle); one fill parks at most ``_PARK_SCAN`` workloads and one run at most
@@ -35,7 +35,7 @@ _PARK_SCAN = 32
 PARK_BUDGET = 1024
 
 
-class _Cand:
+class SimCand:
     """A waiting workload inside the simulation's window of its queue."""
 
     __slots__ = ("filed", "first", "idx", "parked", "qi", "queue", "req", "w")
@@ -48,12 +48,12 @@ class _Cand:
         self.first = first  # a waiting preemptor: goes before everyone
         self.req: Mapping[str, int] = w._request._d
         self.filed = False
-        #: Waiting behind its quota's blocked head (``_SimQueue.behind``): it does not
+        #: Waiting behind its quota's blocked head (``SimQueue.behind``): it does not
         #: use the queue's look-ahead, as in the cycle.
         self.parked = False
 
 
-class _SimQueue:
+class SimQueue:
     """A queue in the simulation: its waiting workloads, the window over them, and
     what blocks or waits in it."""
 
@@ -81,7 +81,7 @@ class _SimQueue:
         self.index = index
         self.state = state
         self.ws = ws  # waiting workloads in queue order
-        self.cands: dict[int, _Cand] = {}  # list index -> candidate (the window)
+        self.cands: dict[int, SimCand] = {}  # list index -> candidate (the window)
         self.nxt = 0  # next list index not yet in the window
         self.window = 0  # candidates in the window, not admitted
         self.dirty: list[int] = []  # heap of list indices to (re)check
@@ -101,7 +101,7 @@ class _SimQueue:
         self.keys: list[OrderKey] | None = None
 
 
-def fill(sim: Simulation, sq: _SimQueue, *, initial: bool = False) -> None:
+def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
     """Bring candidates into the queue's window, filed or dirty.
 
     At the start, what the cycle learnt is reused: a candidate it failed to place
@@ -138,7 +138,7 @@ def fill(sim: Simulation, sq: _SimQueue, *, initial: bool = False) -> None:
         qi = quota_of.get(w.id)
         if qi is None:
             qi = qindex.get(w.quota, -1)
-        c = _Cand(w, qi, sq.index, i, w.id in waiting)
+        c = SimCand(w, qi, sq.index, i, w.id in waiting)
         sq.cands[i] = c
         if initial and not c.first:
             b = sq.block_at.get(qi)
