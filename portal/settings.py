@@ -319,6 +319,12 @@ KQ_WORLD_REBUILD_S = _float("KQ_WORLD_REBUILD_S", 60.0, 0.0)
 # Positions and ETAs of a tree are forecast at most this often (woken cycles between
 # only admit; queueing/state/annotate.py).
 KQ_FORECAST_EVERY_S = _float("KQ_FORECAST_EVERY_S", 1.0, 0.0)
+# The forecast's time per forecasting run (the engine's eta_budget_s: its runtime draws,
+# whose median is the p50, stop when it is spent). A cycle that forecasts itself holds
+# its admissions meanwhile; the forecaster holds nothing, and within its quarter of the
+# time (state.forecast_due) a larger budget makes its forecasts rarer, not its CPU more.
+KQ_ETA_BUDGET_S = _float("KQ_ETA_BUDGET_S", 0.25, 0.01)
+KQ_FORECASTER_ETA_BUDGET_S = _float("KQ_FORECASTER_ETA_BUDGET_S", 1.0, 0.01)
 # While a forecaster consumes this queue (manage.py run_all's "forecaster"), cycles ask it
 # for those forecasts and only admit (queueing/forecaster.py); empty: always in the cycle.
 KQ_FORECAST_QUEUE = env.str("KQ_FORECAST_QUEUE", default="forecast")

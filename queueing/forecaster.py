@@ -291,6 +291,7 @@ def forecast_tree(root: str, *, now: datetime | None = None) -> dict[str, Any]:
             world=tree,
             forecast=True,
             quotas=quotas,
+            config=state.engine_config(forecaster=True),
         )
         engine_started = time.perf_counter()
         result = engine_cycle(snapshot, forecast=True)

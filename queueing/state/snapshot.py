@@ -61,12 +61,18 @@ def from_epoch(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
 
 
-def engine_config() -> EngineConfig:
+def engine_config(*, forecaster: bool = False) -> EngineConfig:
+    """The engine's configuration from the settings; ``forecaster``: for the forecaster
+    (queueing.forecaster), whose forecast holds no admission and gets a budget of its own
+    (``KQ_FORECASTER_ETA_BUDGET_S``, else ``KQ_ETA_BUDGET_S``)."""
     return EngineConfig(
         fair_share_mode=settings.KQ_FAIR_SHARE_MODE,
         usage_half_life_s=settings.KQ_USAGE_HALF_LIFE_S,
         pool_label=settings.KQ_POOL_LABEL,
         backfill=settings.KQ_BACKFILL,
+        eta_budget_s=(
+            settings.KQ_FORECASTER_ETA_BUDGET_S if forecaster else settings.KQ_ETA_BUDGET_S
+        ),
     )
 
 

@@ -84,6 +84,10 @@ def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         ({"REDIS_URL": "localhost:6379"}, "REDIS_URL must start with redis://"),
         ({"KQ_BACKFILL": "sometimes"}, "KQ_BACKFILL must be true or false, not 'sometimes'."),
         (
+            {"KQ_FORECASTER_ETA_BUDGET_S": "0"},
+            "KQ_FORECASTER_ETA_BUDGET_S must be at least 0.01, not 0.0.",
+        ),
+        (
             {"KQ_GC_THRESHOLD": "700,ten"},
             "KQ_GC_THRESHOLD must be one to three positive integers separated by commas "
             "(gc.set_threshold's), not '700,ten'.",

@@ -93,6 +93,33 @@ def test_the_forecaster_annotates_the_waiting_and_changes_nothing_else(
     assert CycleRun.objects.count() == runs
 
 
+def test_the_forecaster_and_a_cycle_forecast_within_budgets_of_their_own(
+    world, requests, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    # A cycle that forecasts itself holds its admissions while it does; the forecaster
+    # holds nothing, and its draws (the p50 is their median) get a budget of their own.
+    from queueing import engine
+
+    settings.KQ_ETA_BUDGET_S = 0.2
+    settings.KQ_FORECASTER_ETA_BUDGET_S = 0.9
+    budgets: list[tuple[bool, float]] = []
+    run = engine.run_cycle
+
+    def spy(snapshot, *args, **kwargs):
+        budgets.append((kwargs.get("forecast", True), snapshot.config.eta_budget_s))
+        return run(snapshot, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_cycle", spy)
+    monkeypatch.setattr("queueing.admission.engine_cycle", spy)
+    fill_then_wait(world, "a", "b")
+    cycle(world, django_capture_on_commit_callbacks)  # no forecaster: it forecasts itself
+    assert budgets == [(True, 0.2)]
+    forecaster.beat()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert forecast_task("cluster")["annotated"] == 2
+    assert budgets == [(True, 0.2), (True, 0.9)]
+
+
 def test_without_a_forecaster_the_cycle_forecasts_itself(
     world, requests, django_capture_on_commit_callbacks
 ):
