@@ -586,10 +586,17 @@ def test_work_behind_a_blocked_head_leaves_the_look_ahead_to_other_quotas() -> N
     assert got.etas[8].p50 == pytest.approx(NOW + 10)
 
 
-def _sibling_world(now: float, *, sibling_running: bool = True) -> Snapshot:
+def _sibling_world(
+    now: float,
+    *,
+    sibling_running: bool = True,
+    b_runs: tuple[tuple[int, int, float], ...] = ((1, 6, 60.0),),
+    head: int = 8,
+) -> Snapshot:
     # Root of 12 shared evenly by a and b. b runs 6 until t+50 and has nothing waiting;
     # a's head asks 8. Water-filling gives each 6 while b's job runs, so the head is
     # short of a's runtime quota; once b's job ends, b's demand is 0 and a gets all 12.
+    # ``b_runs``: b's running jobs (id, cpu, runtime), each started at t-10.
     return world(
         now=now,
         quotas=[
@@ -600,11 +607,14 @@ def _sibling_world(now: float, *, sibling_running: bool = True) -> Snapshot:
         nodes=[node("n", one(12))],
         workloads=[
             *(
-                [running(1, "b", "n", req=one(6), started_at=NOW - 10, expected_runtime_s=60.0)]
+                [
+                    running(i, "b", "n", req=one(v), started_at=NOW - 10, expected_runtime_s=r)
+                    for i, v, r in b_runs
+                ]
                 if sibling_running
                 else []
             ),
-            workload(2, "a", req=one(8), ts=NOW - 5, expected_runtime_s=60.0),
+            workload(2, "a", req=one(head), ts=NOW - 5, expected_runtime_s=60.0),
         ],
         queues=[QueueSpec("a"), QueueSpec("b")],
     )
@@ -630,21 +640,7 @@ def test_the_split_is_recomputed_only_when_what_a_sibling_leaves_can_start_somet
     # demand falls to 3, which leaves a at most 9: nothing can start, and the split is
     # not recomputed (doing it at every end took the live forecast's budget from its
     # draws). At t+50 b's demand is 0 and a's head starts.
-    snap = world(
-        now=NOW,
-        quotas=[
-            quota("root", max=one(12)),
-            quota("a", "root", max=one(12)),
-            quota("b", "root", max=one(12)),
-        ],
-        nodes=[node("n", one(12))],
-        workloads=[
-            running(1, "b", "n", req=one(3), started_at=NOW - 10, expected_runtime_s=30.0),
-            running(3, "b", "n", req=one(3), started_at=NOW - 10, expected_runtime_s=60.0),
-            workload(2, "a", req=one(12), ts=NOW - 5, expected_runtime_s=60.0),
-        ],
-        queues=[QueueSpec("a"), QueueSpec("b")],
-    )
+    snap = _sibling_world(NOW, b_runs=((1, 3, 30.0), (3, 3, 60.0)), head=12)
     splits: list[float] = []
     requota = forecast_sim.Simulation._requota
 
