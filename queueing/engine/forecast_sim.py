@@ -494,8 +494,8 @@ class Simulation:
         """Per (quota, resource) whose demand fell, the runtime quota it no longer
         uses and does not keep: above its demand, beyond a min it holds whatever its
         demand (a quota that does not lend it). A quota with workloads of its own and
-        quotas below counts what fell (its demand is theirs too: an over-estimate,
-        which costs only a recomputation)."""
+        quotas below counts its whole runtime quota (its demand is theirs too: an
+        over-estimate, which costs only a recomputation)."""
         tree = self.tree
         out: dict[tuple[int, str], int] = {}
         for qi, k in ended:
@@ -525,7 +525,7 @@ class Simulation:
         tree = self.tree
         for (c, k), lst in self.quota_files.items():
             while lst and not lst[0][3].filed:
-                heapq.heappop(lst)  # stale: started, or filed again elsewhere
+                heapq.heappop(lst)  # stale: woken or started since (as _wake drops it)
             if not lst:
                 continue
             head = self.limit[c].get(k, 0) - self.used[c].get(k, 0)
