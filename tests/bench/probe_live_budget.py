@@ -2,12 +2,14 @@
 A probe, not a benchmark.
 
 ``eta_calibration`` gives the forecast a 10-s budget, so that its figures do not depend
-on the machine's load; ``make run`` keeps the engine's default ``eta_budget_s`` (0.25 s).
-This probe runs a demo world as ``make run`` runs it (with its waves) in virtual time
-with the live budget (one process, the wall clock spent by the forecast as it is) and
-prints one JSON line: the cycles whose p50 is a median of draws (``drawn_pct``), of
-all ``DRAWS`` of them (``full_pct``), the forecast's time per cycle (median, 90th
-percentile, max), and the benchmark's p50 and p90 figures for that world. Its times depend on the host: run it on a quiet one.
+on the machine's load; live, the forecaster has ``KQ_FORECASTER_ETA_BUDGET_S`` (1 s) and
+a cycle that forecasts itself ``KQ_ETA_BUDGET_S`` (0.25 s, the default here). This probe
+runs a demo world as ``make run`` runs it (with its waves) in virtual time with such a
+budget (one process, the wall clock spent by the forecast as it is) and prints one JSON
+line: the cycles whose p50 is a median of draws (``drawn_pct``), of all ``DRAWS`` of
+them (``full_pct``), the forecast's time per cycle (median, 90th percentile, max), and
+the benchmark's p50 and p90 figures for that world. Its times depend on the host: run
+it on a quiet one.
 
     env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_live_budget [seed] [budget_s]
 """
