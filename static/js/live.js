@@ -54,7 +54,10 @@
       t.textContent = KQ.relative(t.getAttribute("datetime"), t.getAttribute("data-rel"));
     });
   };
-  setInterval(function () { KQ.refreshTimes(); }, 15000);
+  // Every relative time on the page is refreshed at once -- on a timer, and whenever a
+  // live update renders new ones (below) -- so that no row reads "in 1 min" from a
+  // render 14 s ago beside a fresh "in 59 s".
+  setInterval(function () { KQ.refreshTimes(); }, 5000);
 
   // Open a socket at options.path; on every (re)connect send options.subscribe and call
   // options.onResync (not on the first connect of a page that was just rendered).
@@ -102,6 +105,7 @@
         // Too much changed at once to send it: refetch what the page shows.
         if (message.type === "resync" && options.onResync) { options.onResync(); return; }
         options.onMessage(message);
+        KQ.refreshTimes();
       };
       socket.onclose = function (event) {
         stopPing();
@@ -173,7 +177,7 @@
           .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
           .then(function (html) {
             el.innerHTML = html;
-            KQ.refreshTimes(el);
+            KQ.refreshTimes();
             announced = announce(el, announced);
           })
           .catch(function () { say("Could not refresh; retrying on the next change."); })

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -105,3 +106,38 @@ def test_no_waiting_row_shows_a_bare_dash_loaded_or_live(bsite, server_url, brow
     bound = page.locator(f'#pending-rows tr[data-id="{beyond}"] td[data-field=eta_p90] .eta-bound')
     expect(bound).to_contain_text("at the latest in")
     assert bare_eta_rows(page) == []
+
+
+def stale_times(page: Any) -> list[str]:
+    """Relative times on the page whose text is not what they read now ("in 1 min" for
+    a time 56 s away), as "text -> now"."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('time[data-rel]'))
+             .map(t => [t.textContent, KQ.relative(t.getAttribute('datetime'),
+                                                   t.getAttribute('data-rel'))])
+             .filter(([shown, now]) => shown !== now)
+             .map(([shown, now]) => shown + ' -> ' + now)"""
+    )
+
+
+def test_a_live_update_refreshes_every_relative_time_on_the_page(
+    bsite, server_url, browser_factory
+):
+    # The watch saw "in 59 s" beside "in 1 min" on one queue page: a row re-rendered by
+    # a live update counted from then, its neighbours from a render up to 15 s before.
+    first, second = (submit(bsite.world, f"row-{i}").pk for i in range(2))
+    live.rank([first, second], eta_step_s=40.0)  # in 40 s and 80 s
+
+    page = browser_factory()
+    page.clock.install()
+    log_in(page, server_url, "vic", f"/tenants/{bsite.tenant.name}/queues/{bsite.queue.name}/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    # The page's clock stops (no timer fires unless the test runs it), then 3 s pass:
+    # under a minute every second shows, so the first row's "in 3x s" is 3 s old.
+    page.clock.pause_at(page.evaluate("Date.now()") / 1000 + 0.1)  # seconds
+    page.clock.run_for(3_000)
+    # An update of the second row alone arrives.
+    off_loop(_as_a_cycle_writes, second, eta_p50=timezone.now() + timedelta(seconds=150))
+    cell = page.locator(f'#pending-rows tr[data-id="{second}"] td[data-field=eta_p50]')
+    expect(cell).to_have_text("in 2 min")
+    assert stale_times(page) == []
