@@ -30,8 +30,8 @@ replays within 30 % of their own median: how often even the law's median is a hi
 A ``best`` error above 0.3 means no forecast made at ``t0`` -- from any model, however
 exact -- meets the target in that world on average.
 
-Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_wait_spread [K]
-[seed ...]`` (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
+Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_wait_spread [--waves] [K]
+[seed ...]`` (``--waves``: the demo as ``make run`` runs it, the benchmark's world) (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
 seed, about 5 minutes of CPU per seed with K = 16). One JSON line per seed, then one
 pooled.
 """
@@ -108,7 +108,7 @@ def _run(scenario: Scenario, stop_id: int | None = None) -> _Log:
 
 
 def _replay(
-    base: Scenario, log: _Log, wid: int, t0: float, k: int, seed: int
+    base: Scenario, log: _Log, wid: int, t0: float, k: int, seed: int, waves: bool = False
 ) -> tuple[float | None, bool]:
     """One replay for ``wid`` waiting at ``t0``: its start, and whether the past matched."""
     rng = random.Random(seed * 1_000_003 + wid * 7919 + k)
@@ -127,7 +127,7 @@ def _replay(
             ran = t0 - starts[-1]
             runtime = rng.uniform(max(lo, ran + 1e-3), max(hi, ran + 1e-3))
         arrivals.append(dataclasses.replace(a, runtime_s=round(runtime, 3)))
-    other = demo_world(seed=SEED_BASE + seed * 1000 + k)
+    other = demo_world(seed=SEED_BASE + seed * 1000 + k, waves=waves)
     offset = 1_000_000
     for a in other.arrivals:
         if a.at <= t0:
@@ -155,8 +155,8 @@ def _best(xs: list[float]) -> float:
     return max(cands, key=lambda m: (sum(1 for x in xs if _err(x, m) <= 0.3), -m))
 
 
-def probe_seed(seed: int, k: int) -> dict[str, Any]:
-    base = demo_world(seed=seed)
+def probe_seed(seed: int, k: int, waves: bool = False) -> dict[str, Any]:
+    base = demo_world(seed=seed, waves=waves)
     log = _run(base)
     rows: list[dict[str, float]] = []
     mismatched = 0
@@ -169,7 +169,7 @@ def probe_seed(seed: int, k: int) -> dict[str, Any]:
         actual = starts[0] - t0
         waits: list[float] = []
         for j in range(k):
-            got, same = _replay(base, log, wid, t0, j, seed)
+            got, same = _replay(base, log, wid, t0, j, seed, waves)
             mismatched += not same
             if got is not None:
                 waits.append(got - t0)
@@ -207,18 +207,20 @@ def _figures(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    waves = "--waves" in argv
+    argv = [a for a in argv if a != "--waves"]
     k = int(argv[0]) if argv else 16
     seeds = [int(x) for x in argv[1:]] or [7, 8, 9, 10]
     with ProcessPoolExecutor(max_workers=min(len(seeds), 2)) as pool:
-        done = list(pool.map(probe_seed, seeds, [k] * len(seeds)))
+        done = list(pool.map(probe_seed, seeds, [k] * len(seeds), [waves] * len(seeds)))
     everything: list[dict[str, float]] = []
     for d in done:
-        line = {"name": "probe_wait_spread", "seed": d["seed"], "replays": k}
+        line = {"name": "probe_wait_spread", "seed": d["seed"], "replays": k, "waves": waves}
         line.update(_figures(d["rows"]))
         line["past_mismatches"] = d["past_mismatches"]
         print(json.dumps(line), flush=True)
         everything.extend(d["rows"])
-    pooled = {"name": "probe_wait_spread", "seed": "pooled", "replays": k}
+    pooled = {"name": "probe_wait_spread", "seed": "pooled", "replays": k, "waves": waves}
     pooled.update(_figures(everything))
     print(json.dumps(pooled), flush=True)
     return 0
