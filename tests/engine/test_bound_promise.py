@@ -112,3 +112,45 @@ def test_a_bound_stated_while_the_workload_stays_the_head_is_kept() -> None:
     assert watch.kept >= 50
     assert watch.withdrawn_then_late >= 1
     assert watch.broken == []
+
+
+def sibling_world(now: float, *, admitted_at: float | None) -> Snapshot:
+    """Quotas a and b under one root, one 4-cpu node. a's strict-order queue (aging
+    300 s) has a 4-cpu head queued at ``NOW``; a job of a holds 3 cpu until
+    ``NOW + 100``. b's queue has a 1-cpu job with a limit of 600 s: pending, or (with
+    ``admitted_at``) running since then."""
+    ws = [
+        running(1, "a", "n", req={"cpu": 3}, priority=10, started_at=NOW, expected_runtime_s=100.0),
+        workload(2, "a", "qa", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW),
+    ]
+    if admitted_at is None:
+        ws.append(workload(3, "b", "qb", req={"cpu": 1}, expected_runtime_s=600.0, ts=NOW))
+    else:
+        ws.append(
+            running(3, "b", "n", req={"cpu": 1}, started_at=admitted_at, expected_runtime_s=600.0)
+        )
+    return snapshot(
+        quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
+        nodes=[node("n", {"cpu": 4})],
+        workloads=ws,
+        queues=[
+            QueueSpec("qa", policy="Block", aging_bound_s=300.0),
+            QueueSpec("qb", policy="Block", aging_bound_s=300.0),
+        ],
+        now=now,
+    )
+
+
+def test_the_bound_counts_what_its_own_cycle_admits_into_the_tree() -> None:
+    # The cycle that states the head's bound admits b's job into the same tree: it
+    # holds the cpu the head needs until NOW + 610 at the latest. A bound that counted
+    # only the work already holding (the job of a, ending by NOW + 100; the claim whole
+    # by NOW + 300) said NOW + 300, and the next cycle said NOW + 610: later than "at
+    # the latest", with nothing joining the head's queue.
+    first = run_cycle(sibling_world(NOW + 10, admitted_at=None))
+    assert [a.workload_id for a in first.admissions] == [3]
+    stated = first.explanations[2].starts_by
+    assert stated == NOW + 610
+    after = run_cycle(sibling_world(NOW + 12, admitted_at=NOW + 10)).explanations[2]
+    assert after.starts_by is not None
+    assert after.starts_by <= stated
