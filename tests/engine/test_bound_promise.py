@@ -8,7 +8,9 @@ before it and returns. In the demo worlds with waves every bound that was broken
 one of these (the head lost its place; the bound was withdrawn), so the sentence names
 the condition -- "unless work joins its queue ahead of it" -- and a bound stated while
 the workload stays the head is kept: no admission later than the bound its explanation
-still stated the cycle before.
+still stated the cycle before. Work already waiting behind the head can pass it too:
+work of lower priority that queued before it ages first and goes ahead; such a head
+states no bound.
 """
 
 from __future__ import annotations
@@ -52,12 +54,12 @@ def test_the_bound_names_its_condition_and_is_withdrawn_when_work_joins_ahead() 
     assert alone.starts_by == NOW + 600
     assert CONDITION in alone.sentence()
     # Higher-priority work joins before it has aged: it goes ahead, and the bound that
-    # assumed the head's place is no longer stated for it. The new head states its own.
+    # assumed the head's place is no longer stated for it. The new head states none
+    # either: w2, queued before it, ages first and passes it again.
     passed = run_cycle(head_world(NOW + 20, newcomer=True))
     assert passed.explanations[2].starts_by is None
     assert "w3" in passed.explanations[2].sentence()
-    assert passed.explanations[3].starts_by is not None
-    assert CONDITION in passed.explanations[2].sentence()  # the head's clause names it
+    assert passed.explanations[3].starts_by is None
     # Once aged, the head keeps its place against any newcomer, and its bound.
     aged = run_cycle(head_world(NOW + 310, newcomer=True))
     assert aged.explanations[2].starts_by is not None
@@ -154,3 +156,38 @@ def test_the_bound_counts_what_its_own_cycle_admits_into_the_tree() -> None:
     after = run_cycle(sibling_world(NOW + 12, admitted_at=NOW + 10)).explanations[2]
     assert after.starts_by is not None
     assert after.starts_by <= stated
+
+
+def older_behind_world(now: float) -> Snapshot:
+    """A strict-order queue (aging 300 s) behind a job holding 3 of the node's 4 cpu
+    until ``NOW + 600``: a 4-cpu job of priority 10 queued at ``NOW + 100``, and a
+    4-cpu job of priority 0 queued before it, at ``NOW``."""
+    return snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", {"cpu": 4})],
+        workloads=[
+            running(
+                1, "q", "n", req={"cpu": 3}, priority=10, started_at=NOW, expected_runtime_s=600
+            ),
+            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW + 100, priority=10),
+            workload(3, "q", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW),
+        ],
+        queues=[QueueSpec("q", policy="Block", aging_bound_s=300.0)],
+        now=now,
+    )
+
+
+def test_no_bound_for_a_head_that_older_work_behind_it_will_pass() -> None:
+    # By priority w2 heads the queue, but w3 queued before it: w3 ages at NOW + 300,
+    # before w2's claim is whole (NOW + 400), and goes ahead of it. Nothing joins the
+    # queue, so "starts by NOW + 600 unless work joins its queue ahead of it" would
+    # not hold: no bound is stated for w2 while w3 waits behind it.
+    early = run_cycle(older_behind_world(NOW + 150)).explanations
+    assert early[2].waiting_ahead == 0
+    assert early[3].ahead == (2,)
+    assert early[2].starts_by is None
+    # Once w3 has aged it is the head, and its own bound holds: nothing can pass it.
+    aged = run_cycle(older_behind_world(NOW + 310)).explanations
+    assert aged[2].ahead == (3,)
+    assert aged[3].starts_by == NOW + 600
+    assert CONDITION in aged[2].sentence()  # the head's clause names the condition
