@@ -75,6 +75,11 @@ class _Promises:
         self.withdrawn_then_late = 0
         self.ever: dict[int, float] = {}
         self.broken: list[tuple[int, float, float]] = []
+        # Per workload, its last bound and when it was stated; a later bound stated the
+        # next cycle must be set by work that started since (``bound_since``).
+        self.last: dict[int, tuple[float, float]] = {}
+        self.moved_by_work_started = 0
+        self.moved_unexplained: list[tuple[int, float, float, float]] = []
 
     def before(self, snap: Snapshot) -> Snapshot:
         return snap
@@ -86,6 +91,16 @@ class _Promises:
         }
         for wid, at in self.stated.items():
             self.ever.setdefault(wid, at)
+            e = result.explanations[wid]
+            prev = self.last.get(wid)
+            if prev is not None and wid in before and at > prev[1]:
+                if e.bound_since is not None and e.bound_since > prev[0]:
+                    self.moved_by_work_started += 1
+                else:
+                    self.moved_unexplained.append(
+                        (wid, snap.now - EPOCH, prev[1] - EPOCH, at - EPOCH)
+                    )
+            self.last[wid] = (snap.now, at)
         for a in result.admissions:
             held = before.get(a.workload_id)
             first = self.ever.pop(a.workload_id, None)
@@ -114,13 +129,20 @@ def test_a_bound_stated_while_the_workload_stays_the_head_is_kept() -> None:
     assert watch.kept >= 50
     assert watch.withdrawn_then_late >= 1
     assert watch.broken == []
+    # Bounds moved later while stated cycle after cycle: by work that started in the
+    # tree since, every one (the sentence's condition).
+    assert watch.moved_by_work_started >= 1
+    assert watch.moved_unexplained == []
 
 
-def sibling_world(now: float, *, admitted_at: float | None) -> Snapshot:
-    """Quotas a and b under one root, one 4-cpu node. a's strict-order queue (aging
-    300 s) has a 4-cpu head queued at ``NOW``; a job of a holds 3 cpu until
+def sibling_world(
+    now: float, *, admitted_at: float | None, cpus: int = 4, later: bool = False
+) -> Snapshot:
+    """Quotas a and b under one root, one node of ``cpus`` cpu. a's strict-order queue
+    (aging 300 s) has a 4-cpu head queued at ``NOW``; a job of a holds 3 cpu until
     ``NOW + 100``. b's queue has a 1-cpu job with a limit of 600 s: pending, or (with
-    ``admitted_at``) running since then."""
+    ``admitted_at``) running since then; with ``later``, another with a limit of 700 s,
+    pending."""
     ws = [
         running(1, "a", "n", req={"cpu": 3}, priority=10, started_at=NOW, expected_runtime_s=100.0),
         workload(2, "a", "qa", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW),
@@ -131,9 +153,11 @@ def sibling_world(now: float, *, admitted_at: float | None) -> Snapshot:
         ws.append(
             running(3, "b", "n", req={"cpu": 1}, started_at=admitted_at, expected_runtime_s=600.0)
         )
+    if later:
+        ws.append(workload(4, "b", "qb", req={"cpu": 1}, expected_runtime_s=700.0, ts=NOW + 1))
     return snapshot(
         quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
-        nodes=[node("n", {"cpu": 4})],
+        nodes=[node("n", {"cpu": cpus})],
         workloads=ws,
         queues=[
             QueueSpec("qa", policy="Block", aging_bound_s=300.0),
@@ -191,3 +215,23 @@ def test_no_bound_for_a_head_that_older_work_behind_it_will_pass() -> None:
     assert aged[2].ahead == (3,)
     assert aged[3].starts_by == NOW + 600
     assert CONDITION in aged[2].sentence()  # the head's clause names the condition
+
+
+def test_a_bound_moved_later_names_the_work_that_started_in_its_tree() -> None:
+    # The engine goes on admitting b's work while a's head waits; work that ends after
+    # the bound moves it later. The sentence names that condition, and the fields say
+    # which work sets the bound and when it started: after the earlier bound was
+    # stated, so a watch tells this move from a broken promise.
+    first = run_cycle(sibling_world(NOW + 10, admitted_at=None, cpus=5)).explanations[2]
+    assert (first.starts_by, first.bound_by, first.bound_since) == (NOW + 610, 3, NOW + 10)
+    assert "unless work joins its queue ahead of it or starts in its quota tree" in (
+        first.sentence()
+    )
+    moved = run_cycle(sibling_world(NOW + 12, admitted_at=NOW + 10, cpus=5, later=True))
+    assert [a.workload_id for a in moved.admissions] == [4]
+    e = moved.explanations[2]
+    assert (e.starts_by, e.bound_by, e.bound_since) == (NOW + 712, 4, NOW + 12)
+    assert e.bound_since > NOW + 10  # started after the earlier bound was stated
+    # Set by work that held the node before the head queued: no move to explain.
+    alone = run_cycle(head_world(NOW + 10, newcomer=False)).explanations[2]
+    assert (alone.bound_by, alone.bound_since) == (1, NOW)
