@@ -111,7 +111,8 @@ def eta_cell(row: Mapping[str, Any], which: str) -> str:
     if which == "p90" and row.get("starts_by"):
         return format_html(
             '<span class="eta-bound" title="Aging\'s bound: it starts by then at the latest, '
-            'unless work joins its queue ahead of it">at the latest {}</span>',
+            "unless work joins its queue ahead of it or starts in its quota tree and ends after "
+            'then">at the latest {}</span>',
             reltime(row["starts_by"]),
         )
     note = row.get("eta_note") or ""

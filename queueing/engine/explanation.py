@@ -13,6 +13,14 @@ from typing import Any, NamedTuple
 
 from queueing.engine.resources import EMPTY, Resources
 
+#: The condition of aging's bound ("starts by T at the latest, unless ..."): the bound is
+#: stated for a queue's head, counting the work holding capacity in its quota tree when
+#: it is stated. Work that passes the head in its queue, or starts in the tree and ends
+#: after the bound, moves it later (``bound_by``/``bound_since`` tell which).
+BOUND_CONDITION = (
+    "unless work joins its queue ahead of it or starts in its quota tree and ends after then"
+)
+
 #: Explanation kinds.
 EXPLAIN_QUOTA = "quota"  # a quota node's runtime quota or max is too small right now
 EXPLAIN_NODES = "nodes"  # quota allows it; no gang placement on schedulable nodes
@@ -55,8 +63,14 @@ class Explanation(NamedTuple):
     it). ``starts_by`` is the bound of aging (see :mod:`.aging`): the latest start it
     is promised once its claim is whole and what borrows its share has ended, as long
     as it stays its queue's head (work of higher priority that joins before it ages,
-    or preempted work that queued before it and returns, goes ahead of it; the
-    sentence says so).
+    or preempted work that queued before it and returns, goes ahead of it) and no work
+    that ends later starts in its quota tree (the engine goes on admitting work there
+    while the head waits; the sentence says both: :data:`BOUND_CONDITION`).
+    ``bound_by`` is the workload holding capacity in the tree whose end at the latest
+    sets ``starts_by``, and ``bound_since`` when it started (both None when the time
+    its claim is whole sets it): a bound later than one stated before for the same
+    head, with ``bound_since`` after that statement, was moved by work that started
+    in its tree since -- the sentence's condition, not a broken promise.
     For ``preempting``, ``victims`` are the workloads whose capacity is reserved for it:
     being evicted for it (``limit="evicting"``) or expected to finish within the
     preemption grace period, awaited instead of evicted (``limit="finishing"``);
@@ -92,6 +106,8 @@ class Explanation(NamedTuple):
     starts_by: float | None = None
     awaited_until: float | None = None
     no_preempt: str = ""
+    bound_by: int | None = None
+    bound_since: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +133,8 @@ class Explanation(NamedTuple):
             "starts_by": self.starts_by,
             "awaited_until": self.awaited_until,
             "no_preempt": self.no_preempt,
+            "bound_by": self.bound_by,
+            "bound_since": self.bound_since,
             "detail": self.detail,
             "sentence": self.sentence(),
         }
@@ -131,8 +149,7 @@ class Explanation(NamedTuple):
         if self.starts_by is not None:
             bound = (
                 f" Aging raises its claim on its quota: it starts by "
-                f"{fmt_time(self.starts_by)} at the latest, unless work joins its queue "
-                f"ahead of it."
+                f"{fmt_time(self.starts_by)} at the latest, {BOUND_CONDITION}."
             )
         kind = self.kind
         if kind == EXPLAIN_QUOTA and self.limit == "min":

@@ -19,6 +19,7 @@ from typing import Any
 # The explanation of a waiting workload (its kinds, its sentence, the formatting it uses)
 # stands in its own module; importers of this contract find it here as before.
 from queueing.engine.explanation import (
+    BOUND_CONDITION,
     EXPLAIN_BACKOFF,
     EXPLAIN_BEHIND,
     EXPLAIN_DEPTH,
@@ -41,6 +42,7 @@ __all__ = [
     "ACTIVE_PHASES",
     "ADMITTED",
     "BACKOFF",
+    "BOUND_CONDITION",
     "EXPLAIN_BACKOFF",
     "EXPLAIN_BEHIND",
     "EXPLAIN_DEPTH",

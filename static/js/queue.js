@@ -50,7 +50,7 @@
     if (which === "p90" && r.starts_by) {
       var b = document.createElement("span");
       b.className = "eta-bound";
-      b.title = "Aging's bound: it starts by then at the latest, unless work joins its queue ahead of it";
+      b.title = "Aging's bound: it starts by then at the latest, unless work joins its queue ahead of it or starts in its quota tree and ends after then";
       b.appendChild(document.createTextNode("at the latest "));
       b.appendChild(KQ.timeElement(r.starts_by, "rel"));
       cell.appendChild(b);

@@ -141,8 +141,12 @@ no_eta_no_reason = 0
 kinds: dict[str, int] = defaultdict(int)  # explanation kind -> observations
 no_eta_kinds: dict[str, int] = defaultdict(int)  # the same, of those without an ETA
 kind_samples: dict[str, str] = {}
-bounds_seen: dict[int, list[float]] = {}  # id -> [first starts_by, last, first seen]
+# id -> [first starts_by, last, first seen, last seen]
+bounds_seen: dict[int, list[float]] = {}
 bounded_obs = bound_moved_later = p90_after_bound = bound_passed_obs = 0
+# Of the bounds that moved later, those set by work that started in the head's quota
+# tree since the earlier one was seen (``bound_since``): the sentence's condition.
+bound_moved_by_work_started = 0
 no_eta_beside_bound = 0
 no_eta_bound_samples: dict[str, str] = {}  # the ETA's reason -> the sentence
 flips_before_p50 = 0  # flips of an ETA whose p50 had not passed yet
@@ -201,10 +205,14 @@ while time.time() < deadline:
         bound = stored.get("starts_by")
         if bound is not None:
             bounded_obs += 1
-            seen = bounds_seen.setdefault(r["id"], [bound, bound, now])
+            seen = bounds_seen.setdefault(r["id"], [bound, bound, now, now])
             if bound > seen[1] + 5:
                 bound_moved_later += 1
+                since = stored.get("bound_since")
+                if since is not None and since > seen[3]:
+                    bound_moved_by_work_started += 1
             seen[1] = bound
+            seen[3] = now
             if r["eta_p90"] is not None and r["eta_p90"].timestamp() > bound + 5:
                 p90_after_bound += 1
             if now > bound + 5:
@@ -359,7 +367,7 @@ for wid, seen in first_seen.items():
 # Aging's bound against the actual start: admitted after the first / last bound stated.
 bound_admitted = bound_after_first = bound_after_last = 0
 late_bounds: list[dict[str, object]] = []  # admitted after the last bound stated
-for wid, (first_bound, last_bound, bound_seen_at) in bounds_seen.items():
+for wid, (first_bound, last_bound, bound_seen_at, _) in bounds_seen.items():
     w = admitted_rows.get(wid)
     if w is None:
         continue
@@ -452,6 +460,7 @@ report = {
     "no_eta_no_reason": no_eta_no_reason,
     "starts_by_observations": bounded_obs,
     "starts_by_moved_later": bound_moved_later,
+    "starts_by_moved_later_by_work_started": bound_moved_by_work_started,
     "starts_by_passed_observations": bound_passed_obs,
     "p90_after_starts_by": p90_after_bound,
     "no_eta_beside_starts_by": no_eta_beside_bound,
