@@ -11,6 +11,8 @@ import pytest
 from queueing.engine import run_cycle
 from queueing.engine.calibration import (
     ARRIVALS,
+    MINIMUM,
+    SHRINK_N,
     SQUARES,
     ArrivalLoad,
     EtaRecorder,
@@ -39,7 +41,7 @@ def test_qbets_picks_the_order_statistic_that_bounds_the_p90_at_95_percent() -> 
 
 
 def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
-    res = Residuals(window=100, minimum=10)
+    res = Residuals(window=100, minimum=10, shrink=0)
     assert res.quantiles() == {"": Residuals.PRIOR}
     for i in range(40):
         # Predicted 100 s each time; actual 100 + i s: errors 0.00 .. 0.39.
@@ -55,8 +57,30 @@ def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
     assert upper == pytest.approx(0.39)
 
 
+def test_the_p50_shift_is_shrunk_toward_the_simulation_by_how_much_it_rests_on() -> None:
+    # Every forecast of the class came 100 s early on a 100 s wait (error +1.0).
+    res = Residuals()
+    for _ in range(MINIMUM - 1):
+        res.add(("q/a/50",), 100.0, 200.0)
+    # Too few to be used: the prior (no shift, p90 twice the wait).
+    assert res.quantiles() == {"": Residuals.PRIOR}
+    res.add(("q/a/50",), 100.0, 200.0)
+    median, upper = res.quantiles()["q/a/50"]
+    # 40 errors move the p50 40/70 of the way; the p90's bound is not shrunk.
+    assert median == pytest.approx(40 / (40 + SHRINK_N))
+    assert upper == pytest.approx(1.0)
+    for _ in range(260):
+        res.add(("q/a/50",), 100.0, 200.0)
+    assert res.quantiles()["q/a/50"][0] == pytest.approx(300 / (300 + SHRINK_N))
+    # Bad settings are refused, naming them.
+    with pytest.raises(ValueError, match="shrink at least 0"):
+        Residuals(shrink=-1)
+    with pytest.raises(ValueError, match="minimum must be at least 1"):
+        Residuals(minimum=0)
+
+
 def test_errors_are_also_pooled_by_the_band_of_the_predicted_wait() -> None:
-    res = Residuals(window=100, minimum=10)
+    res = Residuals(window=100, minimum=10, shrink=0)
     for _ in range(20):
         res.add(("",), 0.0, 0.0)  # "starts now", and it did
         res.add(("",), 300.0, 150.0)  # "in five minutes", and it took half that

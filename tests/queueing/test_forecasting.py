@@ -168,9 +168,9 @@ def test_hysteresis_holds_across_two_rounds_with_nothing_changed(world):
 
 def test_residuals_come_from_stored_first_forecasts(world):
     now = world.clock()
-    for i in range(12):
+    for i in range(41):
         w = builders.submit(world, f"r{i}", cpu="1")
-        # predicted a 100 s wait; it waited 100 + 10 i s (errors 0.0 .. 1.1)
+        # predicted a 100 s wait; it waited 100 + 10 i s (errors 0.0 .. 4.0)
         Workload.objects.filter(id=w.id).update(
             phase=Phase.SUCCEEDED,
             attempts=1,
@@ -180,12 +180,17 @@ def test_residuals_come_from_stored_first_forecasts(world):
         )
     got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
     key = f"q/{world.queue.name}/0"
-    assert got[key][0] == pytest.approx(0.55)
-    assert got[key][1] == pytest.approx(1.1)  # QBETS: with 12 points, the largest
+    # The median error, 2.0, shrunk by n / (n + 30) (calibration.SHRINK_N).
+    assert got[key][0] == pytest.approx(2.0 * 41 / 71)
+    assert got[key][1] == pytest.approx(4.0)  # QBETS: with 41 points, the largest
     # An evicted workload admitted again says nothing of its first wait: left out.
-    Workload.objects.filter(name="r11").update(attempts=2)
+    Workload.objects.filter(name="r40").update(attempts=2)
     got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
-    assert got[key][1] == pytest.approx(1.0)
+    assert got[key][1] == pytest.approx(3.9)
+    # One fewer and the class has too few errors to be used (calibration.MINIMUM).
+    Workload.objects.filter(name="r39").update(attempts=2)
+    got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
+    assert key not in got
 
 
 def test_arrival_load_counts_recent_arrivals_by_priority(world, settings):
