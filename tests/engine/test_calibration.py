@@ -66,7 +66,7 @@ def test_the_p50_shift_is_shrunk_toward_the_simulation_by_how_much_it_rests_on()
     assert res.quantiles() == {"": Residuals.PRIOR}
     res.add(("q/a/50",), 100.0, 200.0)
     median, upper = res.quantiles()["q/a/50"]
-    # 40 errors move the p50 40/70 of the way; the p90's bound is not shrunk.
+    # 40 errors move the p50 40/60 of the way; the p90's bound is not shrunk.
     assert median == pytest.approx(40 / (40 + SHRINK_N))
     assert upper == pytest.approx(1.0)
     for _ in range(260):

@@ -180,8 +180,8 @@ def test_residuals_come_from_stored_first_forecasts(world):
         )
     got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
     key = f"q/{world.queue.name}/0"
-    # The median error, 2.0, shrunk by n / (n + 30) (calibration.SHRINK_N).
-    assert got[key][0] == pytest.approx(2.0 * 41 / 71)
+    # The median error, 2.0, shrunk by n / (n + 20) (calibration.SHRINK_N).
+    assert got[key][0] == pytest.approx(2.0 * 41 / 61)
     assert got[key][1] == pytest.approx(4.0)  # QBETS: with 41 points, the largest
     # An evicted workload admitted again says nothing of its first wait: left out.
     Workload.objects.filter(name="r40").update(attempts=2)
