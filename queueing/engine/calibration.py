@@ -57,6 +57,7 @@ __all__ = [
     "ARRIVALS",
     "HISTORY_S",
     "MINIMUM",
+    "P50_MINIMUM",
     "SHRINK_N",
     "SQUARES",
     "WAIT_REPORT",
@@ -96,22 +97,26 @@ FLOOR_S = 10.0
 HISTORY_S = 600.0
 
 
-#: A class's errors are used once this many are measured (fewer: the next, coarser
-#: class's, or the prior). And the p50's shift, the class's median error, is shrunk
-#: toward none by ``n / (n + SHRINK_N)`` for ``n`` errors: a class of 40 moves its p50
-#: two thirds of the way, a full window of 300 94 %. The shift learns a bias from the
-#: recent past; in the demo's waves that bias changes sign from one wave to the next,
-#: and a median of a few dozen errors moved the p50 away from a simulation that was
-#: right on average (its coverage 57 %): the p50 erred 0.54 published against 0.40
-#: for the simulation alone. Kueue's flood is the other case, a simulation late in
-#: every class at once (coverage 31 % without the shift). Replayed on the benchmark's
-#: first forecasts (``tests/bench/probe_p50_shift.py``, docs/BENCHMARKS.md, 6 December
+#: A class's errors are used for the p90 once this many are measured, and for the
+#: p50's shift once ``P50_MINIMUM`` are (fewer: the next, coarser class's, or the
+#: prior). The p50's shift, the class's median error, is also shrunk toward none by
+#: ``n / (n + SHRINK_N)`` for ``n`` errors: a class of 40 moves its p50 two thirds of
+#: the way, a full window of 300 94 %. The shift learns a bias from the recent past;
+#: in the demo's waves that bias changes sign from one wave to the next, and a median
+#: of a few dozen errors moved the p50 away from a simulation that was right on
+#: average (its coverage 57 %): the p50 erred 0.54 published against 0.40 for the
+#: simulation alone. Kueue's flood is the other case, a simulation late in every class
+#: at once (coverage 31 % without the shift). Replayed on the benchmark's first
+#: forecasts (``tests/bench/probe_p50_shift.py``, docs/BENCHMARKS.md, 6 December
 #: 2026): the whole median from 10 errors erred 0.570 / 0.455 / 0.499 (demo / Kueue /
 #: gpu-heavy seeds 11-14), these settings 0.442 / 0.458 / 0.441 with p50 coverages of
 #: 46.6 / 42.5 / 43.4 %; on held-out demo worlds (seeds 11-14) 0.445 (coverage 38 %,
 #: out of its band) against 0.284 (46 %). A larger ``SHRINK_N`` (30, 50) erred a little
-#: less on the demo and put Kueue's coverage at 40.2 %, the edge of its band.
-MINIMUM = 40
+#: less on the demo and put Kueue's coverage at 40.2 %, the edge of its band. The p90
+#: keeps its 10: waiting for 40 errors left a live run's first five minutes on the
+#: prior (twice the simulated wait), and 30 % of them started later.
+MINIMUM = 10
+P50_MINIMUM = 40
 SHRINK_N = 20.0
 
 
@@ -172,8 +177,9 @@ def banded(keys: tuple[str, ...], predicted_wait_s: float) -> tuple[str, ...]:
 class Residuals:
     """The recent errors of first forecasts, per class, and their quantiles.
 
-    ``minimum``: the errors a class needs before it is used; ``shrink``: the p50's
-    shift is the class's median error times ``n / (n + shrink)`` (see ``SHRINK_N``).
+    ``minimum``: the errors a class needs before it is used; ``p50_minimum``: before
+    its median is (the p50's shift); ``shrink``: the shift is the class's median error
+    times ``n / (n + shrink)`` (see ``SHRINK_N``).
     """
 
     #: Until ``minimum`` admissions are measured: the median is the forecast itself
@@ -186,16 +192,18 @@ class Residuals:
         confidence: float = 0.95,
         minimum: int = MINIMUM,
         shrink: float = SHRINK_N,
+        p50_minimum: int = P50_MINIMUM,
     ) -> None:
-        if window < 1 or minimum < 1 or shrink < 0:
+        if window < 1 or minimum < 1 or p50_minimum < 1 or shrink < 0:
             raise ValueError(
-                f"window and minimum must be at least 1 and shrink at least 0 "
-                f"(got {window}, {minimum}, {shrink})"
+                f"window, minimum and p50_minimum must be at least 1 and shrink at least 0 "
+                f"(got {window}, {minimum}, {p50_minimum}, {shrink})"
             )
         self.window = window
         self.errors: dict[str, deque[float]] = {}
         self.confidence = confidence
         self.minimum = minimum
+        self.p50_minimum = p50_minimum
         self.shrink = shrink
 
     def add(self, keys: tuple[str, ...], predicted_wait_s: float, actual_wait_s: float) -> None:
@@ -210,17 +218,18 @@ class Residuals:
 
     def quantiles(
         self, overdue: Mapping[str, list[float]] | None = None
-    ) -> dict[str, tuple[float, float]]:
+    ) -> dict[str, tuple[float | None, float]]:
         """Per class with enough observations (and "" always, or the prior): the median
-        of the errors, shrunk toward 0 by ``n / (n + shrink)``, and the QBETS upper
-        bound of their 0.9 quantile.
+        of the errors, shrunk toward 0 by ``n / (n + shrink)`` (None below
+        ``p50_minimum``: the p50 looks further), and the QBETS upper bound of their 0.9
+        quantile.
 
         ``overdue``: per class, the errors so far of workloads still waiting past their
         forecast. They are lower bounds (censored: the wait is not over), counted as
         they stand -- without them a class whose work waits long would be learnt only
         once that work is admitted, too late for everything queued meanwhile.
         """
-        out: dict[str, tuple[float, float]] = {}
+        out: dict[str, tuple[float | None, float]] = {}
         keys = set(self.errors) | set(overdue or ())
         for key in keys:
             errors = list(self.errors.get(key, ()))
@@ -235,7 +244,12 @@ class Residuals:
             ordered = sorted(errors)
             k = qbets_index(n, 0.9, self.confidence)
             upper = ordered[-1] if k is None else ordered[k - 1]
-            out[key] = (statistics.median(ordered) * n / (n + self.shrink), upper)
+            shift = (
+                statistics.median(ordered) * n / (n + self.shrink)
+                if n >= self.p50_minimum
+                else None
+            )
+            out[key] = (shift, upper)
         out.setdefault("", self.PRIOR)
         return out
 

@@ -170,14 +170,22 @@ def finish_etas(
         else:
             d = max(0.0, a - now)
         model[wid] = now + d
+        # The p90's error from the finest class measured; the p50's shift from the
+        # finest class measured enough for it (none: no shift).
         err = None
+        e50 = None
         for key in banded(classes.get(wid, ()), d):
-            err = res.get(key)
-            if err is not None:
+            got = res.get(key)
+            if got is None:
+                continue
+            if err is None:
+                err = got
+            if got[0] is not None:
+                e50 = got[0]
                 break
         if err is not None:
             s = max(d, FLOOR_S)
-            lo = now + max(0.0, d + s * err[0])
+            lo = now + max(0.0, d + s * (e50 or 0.0))
             hi = now + max(0.0, d + s * err[1])
         else:
             lo = now + d

@@ -12,8 +12,8 @@ feeds it during the run. With the settings the run used, the replay gives the
 published figures back (Kueue's exactly; elsewhere up to the strict-order cap that
 follows the shift, ``eta._order``).
 
-Prints one JSON line per setting and scenario: ``minimum`` and ``shrink`` (see
-``calibration.MINIMUM``, ``SHRINK_N``), the p50's median relative error and coverage
+Prints one JSON line per setting and scenario: ``p50_minimum`` and ``shrink`` (see
+``calibration.P50_MINIMUM``, ``SHRINK_N``), the p50's median relative error and coverage
 as ``eta_calibration`` counts them, and the simulation's alone.
 
 Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_p50_shift [scenario]
@@ -30,13 +30,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from queueing.engine.calibration import FLOOR_S, MINIMUM, SHRINK_N, Residuals, banded
+from queueing.engine.calibration import FLOOR_S, P50_MINIMUM, SHRINK_N, Residuals, banded
 from queueing.engine.scenarios import demo_world, gpu_heavy, kueue_baseline
 from tests.bench.bench_eta_calibration import DEMO_SEEDS, GPU_HEAVY_SEEDS, _world
 
-#: (minimum, shrink) settings replayed: the shift before 6 December 2026, each change
-#: alone, and the settings now.
-SETTINGS = ((10, 0.0), (40, 0.0), (10, SHRINK_N), (MINIMUM, SHRINK_N))
+#: (p50_minimum, shrink) settings replayed: the shift before 6 December 2026, each
+#: change alone, and the settings now.
+SETTINGS = ((10, 0.0), (40, 0.0), (10, SHRINK_N), (P50_MINIMUM, SHRINK_N))
 
 #: One wait's first forecast: classes, first seen, simulated start, published p50,
 #: admitted (None: still waiting at the end).
@@ -59,14 +59,14 @@ def _rows(args: tuple[str, int | None]) -> list[Row]:
     ]
 
 
-def replay(rows: list[Row], minimum: int, shrink: float) -> list[tuple[float, bool]]:
+def replay(rows: list[Row], p50_minimum: int, shrink: float) -> list[tuple[float, bool]]:
     """(relative error, covered) of the replayed p50 of every admitted wait."""
-    res = Residuals(minimum=minimum, shrink=shrink)
+    res = Residuals(p50_minimum=p50_minimum, shrink=shrink)
     admitted = sorted((r for r in rows if r[4] is not None), key=lambda r: r[4] or 0.0)
     fed = 0
     out: list[tuple[float, bool]] = []
     at_t: float | None = None
-    quantiles: dict[str, tuple[float, float]] = {}
+    quantiles: dict[str, tuple[float | None, float]] = {}
     for classes, t0, raw, _, at in sorted(rows, key=lambda r: r[1]):
         if t0 != at_t:
             # A cycle's snapshot: the admissions of earlier cycles, and the censored
@@ -88,7 +88,9 @@ def replay(rows: list[Row], minimum: int, shrink: float) -> list[tuple[float, bo
         if at is None:
             continue
         d = max(0.0, raw - t0)
-        e50 = next((quantiles[k][0] for k in banded(classes, d) if k in quantiles), 0.0)
+        # The finest class measured enough for the p50's shift (``eta.finish_etas``).
+        got = (quantiles[k][0] for k in banded(classes, d) if k in quantiles)
+        e50 = next((e for e in got if e is not None), 0.0)
         p50 = max(0.0, d + max(d, FLOOR_S) * e50)
         waited = at - t0
         out.append((abs(waited - p50) / max(waited, FLOOR_S), waited <= p50 + 1e-6))
@@ -124,9 +126,9 @@ def main(argv: list[str]) -> int:
     base = {"name": "probe_p50_shift", "scenario": kind, "seeds": seeds, "waits": len(admitted)}
     print(json.dumps({**base, "p50": "published by the run", **_figures(published)}))
     print(json.dumps({**base, "p50": "the simulation alone", **_figures(simulation)}))
-    for minimum, shrink in SETTINGS:
-        got = [x for rows in worlds for x in replay(rows, minimum, shrink)]
-        line = {**base, "p50": "replayed", "minimum": minimum, "shrink": shrink}
+    for p50_minimum, shrink in SETTINGS:
+        got = [x for rows in worlds for x in replay(rows, p50_minimum, shrink)]
+        line = {**base, "p50": "replayed", "p50_minimum": p50_minimum, "shrink": shrink}
         print(json.dumps({**line, **_figures(got)}), flush=True)
     return 0
 

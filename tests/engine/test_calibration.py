@@ -11,7 +11,7 @@ import pytest
 from queueing.engine import run_cycle
 from queueing.engine.calibration import (
     ARRIVALS,
-    MINIMUM,
+    P50_MINIMUM,
     SHRINK_N,
     SQUARES,
     ArrivalLoad,
@@ -41,7 +41,7 @@ def test_qbets_picks_the_order_statistic_that_bounds_the_p90_at_95_percent() -> 
 
 
 def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
-    res = Residuals(window=100, minimum=10, shrink=0)
+    res = Residuals(window=100, minimum=10, p50_minimum=10, shrink=0)
     assert res.quantiles() == {"": Residuals.PRIOR}
     for i in range(40):
         # Predicted 100 s each time; actual 100 + i s: errors 0.00 .. 0.39.
@@ -60,10 +60,11 @@ def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
 def test_the_p50_shift_is_shrunk_toward_the_simulation_by_how_much_it_rests_on() -> None:
     # Every forecast of the class came 100 s early on a 100 s wait (error +1.0).
     res = Residuals()
-    for _ in range(MINIMUM - 1):
+    for _ in range(P50_MINIMUM - 1):
         res.add(("q/a/50",), 100.0, 200.0)
-    # Too few to be used: the prior (no shift, p90 twice the wait).
-    assert res.quantiles() == {"": Residuals.PRIOR}
+    # Enough for the p90's bound, too few for the p50's shift: None, the p50 looks
+    # further (here nowhere: the simulation's start).
+    assert res.quantiles()["q/a/50"] == (None, pytest.approx(1.0))
     res.add(("q/a/50",), 100.0, 200.0)
     median, upper = res.quantiles()["q/a/50"]
     # 40 errors move the p50 40/60 of the way; the p90's bound is not shrunk.
@@ -75,12 +76,24 @@ def test_the_p50_shift_is_shrunk_toward_the_simulation_by_how_much_it_rests_on()
     # Bad settings are refused, naming them.
     with pytest.raises(ValueError, match="shrink at least 0"):
         Residuals(shrink=-1)
-    with pytest.raises(ValueError, match="minimum must be at least 1"):
-        Residuals(minimum=0)
+    with pytest.raises(ValueError, match="p50_minimum must be at least 1"):
+        Residuals(p50_minimum=0)
+
+
+def test_the_p50_takes_its_shift_from_the_finest_class_measured_enough_for_it() -> None:
+    # q's own class has 12 errors of +3.0 (enough for its p90 bound, not for a shift);
+    # its band has 60 of +0.5. The p90 comes from q's class, the p50 from the band's.
+    snap = world(
+        eta_residuals={"q/q/0~1": (None, 3.0), "b/0~1": (0.5, 0.6), "": (0.0, 1.0)},
+    )
+    eta = run_cycle(snap).etas[2]
+    assert eta.forecast == pytest.approx(NOW + 100)
+    assert eta.p50 == pytest.approx(NOW + 150)
+    assert eta.p90 == pytest.approx(NOW + 400)
 
 
 def test_errors_are_also_pooled_by_the_band_of_the_predicted_wait() -> None:
-    res = Residuals(window=100, minimum=10, shrink=0)
+    res = Residuals(window=100, minimum=10, p50_minimum=10, shrink=0)
     for _ in range(20):
         res.add(("",), 0.0, 0.0)  # "starts now", and it did
         res.add(("",), 300.0, 150.0)  # "in five minutes", and it took half that
