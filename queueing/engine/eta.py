@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import aged_cutoff, claim_full_at
+from queueing.engine.bound import tree_holders
 from queueing.engine.calibration import ARRIVALS, FLOOR_S, SQUARES, banded, eta_classes
 from queueing.engine.cyclestate import runtime_of
 from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
@@ -249,9 +250,9 @@ def finish_etas(
 def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
     """Aging's bound with typical runtimes, per waiting workload id: a p50 beside it.
 
-    The bound (:mod:`.explain`, "starts by T at the latest") is when the head's claim is
-    whole and every workload now holding capacity in its tree has reached its declared
-    limit. Work uses a share of its limit (``Snapshot.runtime_ratio``): with the median
+    The bound (:mod:`.bound`, "starts by T at the latest") is when the head's claim is
+    whole and every workload holding capacity in its tree (:func:`.bound.tree_holders`,
+    the cycle's own admissions too) has reached its declared limit. Work uses a share of its limit (``Snapshot.runtime_ratio``): with the median
     share, as the forward simulation runs it (one past its typical share ends half way
     to its limit), the same argument gives a time that is typical rather than
     guaranteed -- equal to the bound when runtimes equal their limits, earlier when
@@ -266,14 +267,13 @@ def typical_bound(cy: Cycle) -> Callable[[int], float | None]:
         got = ends.get(root)
         if got is None:
             got = now
-            for c in tree.subtree(root):
-                for w in cy.holding[c]:
-                    start = w.started_at if w.started_at is not None else now
-                    end = start + runtime_of(cy, w, 0)
-                    if end < now:
-                        limit = w.expected_runtime_s or 0.0
-                        end = now + max(0.0, start + limit - now) * 0.5
-                    got = max(got, end)
+            for w in tree_holders(cy, root):
+                start = w.started_at if w.started_at is not None else now
+                end = start + runtime_of(cy, w, 0)
+                if end < now:
+                    limit = w.expected_runtime_s or 0.0
+                    end = now + max(0.0, start + limit - now) * 0.5
+                got = max(got, end)
             ends[root] = got
         return got
 

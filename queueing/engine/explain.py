@@ -32,7 +32,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from queueing.engine.aging import admitted_by_age_ahead, claim_full_at
+from queueing.engine.aging import admitted_by_age_ahead
+from queueing.engine.bound import AgingBounds
 from queueing.engine.cyclestate import (
     F_DEPTH,
     F_NEVER,
@@ -111,41 +112,6 @@ def _never_lent(cy: Cycle, c: int, k: str, v: int, short: Resources) -> str:
         f"it requests {fmt_amount(k, v)} but quota {tree.names[c]} can get at most "
         f"{fmt_amount(k, room)}: within {tree.names[p]}, {who} keep their min and lend none of it"
     )
-
-
-def _latest_end(cy: Cycle, root: int) -> tuple[float, int | None, float | None] | None:
-    """When the last workload now holding capacity in ``root``'s tree is expected to end,
-    or None when one has run past that already (its end is not known: no bound); with
-    which workload that is and when it started (None, None: none holds capacity).
-
-    The cycle's own admissions into the tree hold capacity too (from now, for their
-    declared runtime at the latest): the explanations are made after them. A bound
-    that left them out was untrue when stated, and the next cycle, counting them as
-    holding, stated a later one (the demo worlds with waves, seeds 7-10: 86 of the 92
-    bounds that moved later)."""
-    now = cy.now
-    latest = now
-    last: WorkloadSpec | None = None
-    tree = cy.tree
-    for c in tree.subtree(root):
-        for w in cy.holding[c]:
-            end = cy.latest_end(w)
-            if end < now:
-                return None
-            if end > latest:
-                latest, last = end, w
-    if cy.admitted_ws:
-        quota_of = cy.quota_of
-        root_of = tree.root_of
-        for w in cy.admitted_ws:
-            qi = quota_of.get(w.id)
-            if qi is not None and root_of(qi) == root:
-                end = cy.latest_end(w)
-                if end > latest:
-                    latest, last = end, w
-    if last is None:
-        return latest, None, None
-    return latest, last.id, last.started_at if last.started_at is not None else now
 
 
 # The fields of an Explanation that differ between the waiting workloads sharing a
@@ -482,59 +448,7 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
             fields[_VICTIMS_FREE] = Resources.from_raw(freed)
             fields[_NO_PREEMPT] = "min"
 
-    latest_end: dict[int, tuple[float, int | None, float | None] | None] = {}
-    oldest_waiting: dict[str, dict[int, float]] = {}
-
-    def oldest_of(q: QueueState) -> dict[int, float]:
-        """Per quota, when the longest-waiting of ``q``'s candidates still waiting
-        queued (``queue_order_at``), but those that never fit."""
-        got = oldest_waiting.get(q.spec.name)
-        if got is None:
-            got = oldest_waiting[q.spec.name] = {}
-            for v in q.cands:
-                if v.id in admitted:
-                    continue
-                f = fail_get(v.id)
-                if f is not None and f[0] == F_NEVER:
-                    continue  # it never fits: it goes ahead of no one
-                c = quota_of.get(v.id)
-                if c is not None:
-                    t = got.get(c)
-                    if t is None or v.queue_order_at < t:
-                        got[c] = v.queue_order_at
-        return got
-
-    def starts_by(
-        q: QueueState, w: WorkloadSpec, qi: int
-    ) -> tuple[float, int | None, float | None] | None:
-        """The aging bound of a head: claim whole, and what holds capacity ended; with
-        the workload whose end sets it and when that started (``bound_by``,
-        ``bound_since``; None when the claim's time sets it). None
-        with aging off, or while work in its tree runs past its declared limit (or its
-        queue's p90): when that ends is not known, and "by now" would be untrue.
-
-        None too for a head that has not aged while work of its quota that queued
-        before it waits behind it (of lower priority): that work ages before the
-        head's claim is whole and goes ahead of it (:func:`.aging.order_key`), so the
-        head does not stay the head the bound is stated for. In the demo worlds with
-        waves (seeds 7-10) about a third of the bounds were stated so, and one head
-        passed so was stated a bound 261 s later once it was the head again."""
-        spec = q.spec
-        full = claim_full_at(spec, w)
-        if full is None:
-            return None
-        if full > cy.now and oldest_of(q).get(qi, full) < w.queue_order_at:
-            return None
-        root = tree.chains[qi][-1]
-        if root not in latest_end:
-            latest_end[root] = _latest_end(cy, root)
-        got = latest_end[root]
-        if got is None:
-            return None
-        end, by, since = got
-        if end <= full or end <= cy.now:
-            return max(full, cy.now), None, None
-        return end, by, since
+    starts_by = AgingBounds(cy).of
 
     holding_names: dict[int, str] = {}
 

@@ -16,6 +16,9 @@ states no bound.
 from __future__ import annotations
 
 from queueing.engine import run_cycle
+from queueing.engine.bound import tree_holders
+from queueing.engine.cycle import Cycle
+from queueing.engine.eta import typical_bound
 from queueing.engine.scenarios import demo_world
 from queueing.engine.simulator import simulate
 from queueing.engine.types import CycleResult, EngineConfig, QueueSpec, Snapshot
@@ -235,3 +238,15 @@ def test_a_bound_moved_later_names_the_work_that_started_in_its_tree() -> None:
     # Set by work that held the node before the head queued: no move to explain.
     alone = run_cycle(head_world(NOW + 10, newcomer=False)).explanations[2]
     assert (alone.bound_by, alone.bound_since) == (1, NOW)
+
+
+def test_the_typical_start_beside_the_bound_counts_what_the_cycle_admits_too() -> None:
+    # The p50 beside a capped bound (eta.typical_bound) is the same bound with typical
+    # runtimes. b's job, admitted by this very cycle, holds the cpu the head needs for
+    # up to 600 s, typically the whole of it (no runtime ratio measured): the head's
+    # typical start is NOW + 610 too, not the NOW + 300 its claim alone gives.
+    cy = Cycle(sibling_world(NOW + 10, admitted_at=None))
+    cy.run()
+    assert [w.id for w in cy.admitted_ws] == [3]
+    assert [w.id for w in tree_holders(cy, cy.tree.chains[cy.quota_of[2]][-1])] == [1, 3]
+    assert typical_bound(cy)(2) == NOW + 610
