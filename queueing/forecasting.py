@@ -33,13 +33,12 @@ from django.conf import settings
 from queueing.choices import WAITING_PHASES, Phase
 from queueing.engine.calibration import (
     ARRIVALS,
-    FLOOR_S,
     HISTORY_S,
     SQUARES,
     Residuals,
-    banded,
     eta_classes,
     held_for,
+    overdue_errors,
 )
 from queueing.engine.types import Eta, PodSet, Snapshot, WorkloadSpec
 from queueing.models import Workload
@@ -179,23 +178,23 @@ def eta_residuals(
             (forecast - seen).total_seconds(),
             (admitted - seen).total_seconds(),
         )
-    overdue: dict[str, list[float]] = {}
-    for queue_id, priority, seen, forecast in Workload.objects.filter(
+    waiting = Workload.objects.filter(
         quota_id__in=quota_list,
         phase__in=WAITING_PHASES,
         eta_first_forecast__isnull=False,
         first_seen_at__isnull=False,
         eta_first_forecast__lt=now,
         attempts=0,
-    ).values_list("queue_id", "priority", "first_seen_at", "eta_first_forecast"):
-        if seen is None or forecast is None:  # filtered out; for mypy
-            continue
-        predicted = max(0.0, (forecast - seen).total_seconds())
-        waited = (now - seen).total_seconds()
-        if waited > predicted:
-            e = (waited - predicted) / max(predicted, FLOOR_S)
-            for key in banded(eta_classes(queue_ids.get(queue_id, ""), priority), predicted):
-                overdue.setdefault(key, []).append(e)
+    ).values_list("queue_id", "priority", "first_seen_at", "eta_first_forecast")
+    overdue = overdue_errors(
+        (
+            eta_classes(queue_ids.get(queue_id, ""), priority),
+            (forecast - seen).total_seconds(),
+            (now - seen).total_seconds(),
+        )
+        for queue_id, priority, seen, forecast in waiting
+        if seen is not None and forecast is not None  # filtered out; for mypy
+    )
     return residuals.quantiles(overdue)
 
 

@@ -31,7 +31,7 @@ import math
 import re
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -67,6 +67,7 @@ __all__ = [
     "banded",
     "contradictions",
     "eta_classes",
+    "overdue_errors",
     "pooled",
     "qbets_index",
     "wait_band",
@@ -172,6 +173,21 @@ def banded(keys: tuple[str, ...], predicted_wait_s: float) -> tuple[str, ...]:
     """``keys`` with the predicted wait's band, finest first, then ``keys`` alone."""
     band = wait_band(predicted_wait_s)
     return tuple(k + band for k in keys) + keys
+
+
+def overdue_errors(waits: Iterable[tuple[tuple[str, ...], float, float]]) -> dict[str, list[float]]:
+    """The censored errors of workloads still waiting past their first forecast, per
+    class key (``banded``), for :meth:`Residuals.quantiles`: from each wait's classes,
+    predicted wait and time waited so far (those not yet past their forecast add
+    nothing). The simulator's recorder and the database side both feed it."""
+    out: dict[str, list[float]] = {}
+    for classes, predicted_wait_s, waited_s in waits:
+        predicted = max(0.0, predicted_wait_s)
+        if waited_s > predicted:
+            e = (waited_s - predicted) / max(predicted, FLOOR_S)
+            for key in banded(classes, predicted):
+                out.setdefault(key, []).append(e)
+    return out
 
 
 class Residuals:
@@ -429,16 +445,11 @@ class EtaRecorder:
         if not self.calibrate:
             return dataclasses.replace(snap, previous_etas=self.previous)
         self.arrivals.update(snap, ratio)
-        overdue: dict[str, list[float]] = {}
-        for tr in self.tracks.values():
-            if tr.raw_p50 is None:
-                continue
-            predicted = max(0.0, tr.raw_p50 - tr.first_t)
-            waited = now - tr.first_t
-            if waited > predicted:
-                e = (waited - predicted) / max(predicted, FLOOR_S)
-                for key in banded(tr.classes, predicted):
-                    overdue.setdefault(key, []).append(e)
+        overdue = overdue_errors(
+            (tr.classes, tr.raw_p50 - tr.first_t, now - tr.first_t)
+            for tr in self.tracks.values()
+            if tr.raw_p50 is not None
+        )
         arrived, span = self.arrivals.history(now)
         return dataclasses.replace(
             snap,

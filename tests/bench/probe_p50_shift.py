@@ -30,7 +30,14 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from queueing.engine.calibration import FLOOR_S, P50_MINIMUM, SHRINK_N, Residuals, banded
+from queueing.engine.calibration import (
+    FLOOR_S,
+    P50_MINIMUM,
+    SHRINK_N,
+    Residuals,
+    banded,
+    overdue_errors,
+)
 from queueing.engine.scenarios import demo_world, gpu_heavy, kueue_baseline
 from tests.bench.bench_eta_calibration import DEMO_SEEDS, GPU_HEAVY_SEEDS, _world
 
@@ -76,14 +83,9 @@ def replay(rows: list[Row], p50_minimum: int, shrink: float) -> list[tuple[float
                 c, f, s, _, a = admitted[fed]
                 res.add(c, s - f, (a or 0.0) - f)
                 fed += 1
-            overdue: dict[str, list[float]] = {}
-            for c, f, s, _, a in rows:
-                if f < t0 and (a is None or a >= t0):
-                    predicted = max(0.0, s - f)
-                    if t0 - f > predicted:
-                        e = (t0 - f - predicted) / max(predicted, FLOOR_S)
-                        for key in banded(c, predicted):
-                            overdue.setdefault(key, []).append(e)
+            overdue = overdue_errors(
+                (c, s - f, t0 - f) for c, f, s, _, a in rows if f < t0 and (a is None or a >= t0)
+            )
             quantiles = res.quantiles(overdue)
         if at is None:
             continue
