@@ -31,7 +31,7 @@ WORKLOAD_ROW: dict[str, Any] = {
     "required": [
         "id", "name", "namespace", "queue_id", "queue", "quota_id", "quota", "phase",
         "priority", "position", "global_position", "eta_p50", "eta_p90", "reason",
-        "eta_note", "eta_why", "starts_by",
+        "eta_note", "eta_why", "eta_by_age", "starts_by",
         "queue_order_at", "admitted_at", "started_at", "finished_at",
     ],
     "additionalProperties": False,
@@ -52,6 +52,7 @@ WORKLOAD_ROW: dict[str, Any] = {
         "reason": {"type": "string"},
         "eta_note": {"type": "string"},
         "eta_why": {"type": "string"},
+        "eta_by_age": {"type": "boolean"},
         "starts_by": _TIME,
         "queue_order_at": _TIME,
         "admitted_at": _TIME,

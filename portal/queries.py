@@ -288,6 +288,7 @@ ROW_COLUMNS = (
     "quota__name",
     "queue__name",
     "eta__reason",
+    "eta__by_age",
     *(f"explanation__{k}" for k in eta_text.EXPLANATION_KEYS),
 )
 HOLDING_SHOWN = 100  # a queue page lists this many admitted and running, newest first
@@ -297,7 +298,8 @@ FINISHED_SHOWN = 10
 def live_row(values: Mapping[str, Any]) -> dict[str, Any]:
     """The wire form of one workload, from ``values(*ROW_COLUMNS)``: with, when it waits
     without an ETA, why (``eta_note`` in a few words, ``eta_why`` in full), and the
-    latest start aging promises it (``starts_by``), if any."""
+    latest start aging promises it (``starts_by``), if any; ``eta_by_age``: its ETA is
+    earlier than that of work ahead of it, which it passes by age (``Workload.BY_AGE_NOTE``)."""
     note, why = eta_text.of_row(values)
     return {
         "id": values["id"],
@@ -316,6 +318,7 @@ def live_row(values: Mapping[str, Any]) -> dict[str, Any]:
         "reason": values["reason"],
         "eta_note": note,
         "eta_why": why,
+        "eta_by_age": values["eta_p50"] is not None and values.get("eta__by_age") is True,
         "starts_by": iso(eta_text.starts_by(values["phase"], values["explanation__starts_by"])),
         "queue_order_at": iso(values["queue_order_at"]),
         "admitted_at": iso(values["admitted_at"]),

@@ -370,10 +370,18 @@ def stored_eta(eta: Eta | None, before: Mapping[str, Any] | None, now: float) ->
     """What ``Workload.eta`` keeps of the engine's ETA: its numbers (epoch seconds, the
     exact values hysteresis compares against), the reason when there is none, the
     verdict of this cycle and the last movement (``kept`` cycles keep it, so a page can
-    still say what moved the ETA it shows). Unchanged while the ETA is kept, so a kept
+    still say what moved the ETA it shows), and whether it starts before work ahead of
+    it by age (``Eta.by_age``). Unchanged while the ETA is kept, so a kept
     ETA costs no write."""
     if eta is None:
-        return {"p50": None, "p90": None, "reason": "", "moved": "", "last_move": None}
+        return {
+            "p50": None,
+            "p90": None,
+            "reason": "",
+            "moved": "",
+            "last_move": None,
+            "by_age": False,
+        }
     last = (before or {}).get("last_move")
     if eta.moved in ("first", "earlier", "later", "overdue"):
         last = {"moved": eta.moved, "delta_s": round(eta.delta_s, 1), "at": round(now, 1)}
@@ -385,6 +393,7 @@ def stored_eta(eta: Eta | None, before: Mapping[str, Any] | None, now: float) ->
         "reason": eta.reason,
         "moved": eta.moved,
         "last_move": last,
+        "by_age": eta.by_age,
     }
 
 

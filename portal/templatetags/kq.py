@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 from portal import units
 from queueing import compat
 from queueing.choices import priority_band
+from queueing.models import Workload
 
 register = template.Library()
 
@@ -101,12 +102,24 @@ def reltime(value: Any, mode: str = "rel") -> str:
 
 
 @register.simple_tag
+def by_age_note() -> str:
+    """Why a waiting row's p50 is earlier than rows ahead of it (the queue page's hover text)."""
+    return Workload.BY_AGE_NOTE
+
+
+@register.simple_tag
 def eta_cell(row: Mapping[str, Any], which: str) -> str:
     """A waiting row's ETA cell (``which`` "p50" or "p90"; JS: queue.js ``etaCell``): the
     time; else, in the p90 cell, aging's bound ("at the latest in 3 min") when one is
     stated; else why there is no ETA in a few words, in full on hover."""
     value = row.get(f"eta_{which}")
     if value is not None:
+        if which == "p50" and row.get("eta_by_age"):
+            return format_html(
+                '{} <small class="eta-by-age" title="{}">by age</small>',
+                reltime(value),
+                Workload.BY_AGE_NOTE,
+            )
         return reltime(value)
     if which == "p90" and row.get("starts_by"):
         return format_html(

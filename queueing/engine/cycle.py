@@ -49,7 +49,7 @@ from queueing.engine.cyclestate import (
     passes_hold,
 )
 from queueing.engine.drains import Drains
-from queueing.engine.eta import awaited_starts, bound_etas, typical_bound
+from queueing.engine.eta import awaited_starts, bound_etas, mark_by_age, typical_bound
 from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.lazy_explanations import Explanations
@@ -621,6 +621,8 @@ class Cycle(Drains):
             # never after the aging bound stated (a typical p50 below it), nor after
             # the start a preemptor's sentence implies
             bound_etas(explanations, etas, typical_bound(self), awaited_starts(self, explanations))
+            # and say which it is earlier than work ahead of it, by age
+            mark_by_age(self, etas)
         t2 = perf_counter()
         tree = self.tree
         names = tree.names

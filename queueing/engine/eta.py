@@ -63,7 +63,7 @@ from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
 
-__all__ = ["awaited_starts", "bound_etas", "finish_etas", "typical_bound"]
+__all__ = ["awaited_starts", "bound_etas", "finish_etas", "mark_by_age", "typical_bound"]
 
 #: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
 MIN_TOLERANCE_S = 5.0
@@ -245,6 +245,36 @@ def finish_etas(
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def mark_by_age(cy: Cycle, etas: dict[int, Eta]) -> None:
+    """Sets ``by_age`` (in place) on the published ETAs of strict-order queues with
+    aging whose p50 is earlier than that of work ahead of them on their quota: aged by
+    then, they go first (:func:`_order` holds them only to older work), and a page that
+    lists them below later ETAs says why. Run on the ETAs as published (after
+    :func:`bound_etas`)."""
+    out: list[int] = []
+    quota_of = cy.quota_of
+    for q in cy.queues:
+        bound = q.spec.aging_bound_s
+        if not q.spec.blocking or bound is None:
+            continue
+        latest: dict[int, float] = {}
+        for w in q.cands:
+            e = etas.get(w.id)
+            if e is None or e.p50 is None:
+                continue
+            qi = quota_of[w.id]
+            ahead = latest.get(qi)
+            if (
+                ahead is not None
+                and e.p50 < ahead
+                and w.queue_order_at <= aged_cutoff(bound, e.p50)
+            ):
+                out.append(w.id)
+            latest[qi] = e.p50 if ahead is None else max(ahead, e.p50)
+    for wid in out:
+        etas[wid] = dataclasses.replace(etas[wid], by_age=True)
 
 
 def typical_bound(cy: Cycle) -> Callable[[int], float | None]:

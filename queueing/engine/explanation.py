@@ -21,6 +21,12 @@ BOUND_CONDITION = (
     "unless work joins its queue ahead of it or starts in its quota tree and ends after then"
 )
 
+#: Why a waiting workload's ETA is earlier than that of work ahead of it (``Eta.by_age``).
+BY_AGE_NOTE = (
+    "Starts before work ahead of it: by then it will have waited past its queue's aging "
+    "bound, and aged work goes first."
+)
+
 #: Explanation kinds.
 EXPLAIN_QUOTA = "quota"  # a quota node's runtime quota or max is too small right now
 EXPLAIN_NODES = "nodes"  # quota allows it; no gang placement on schedulable nodes

@@ -20,6 +20,7 @@ from typing import Any
 # stands in its own module; importers of this contract find it here as before.
 from queueing.engine.explanation import (
     BOUND_CONDITION,
+    BY_AGE_NOTE,
     EXPLAIN_BACKOFF,
     EXPLAIN_BEHIND,
     EXPLAIN_DEPTH,
@@ -43,6 +44,7 @@ __all__ = [
     "ADMITTED",
     "BACKOFF",
     "BOUND_CONDITION",
+    "BY_AGE_NOTE",
     "EXPLAIN_BACKOFF",
     "EXPLAIN_BEHIND",
     "EXPLAIN_DEPTH",
@@ -563,6 +565,9 @@ class Eta:
     ``kept`` (the new forecast is within the tolerance of the old one: it stays, so it
     does not jitter), ``earlier``/``later`` (the world changed enough to move it, by
     ``delta_s``), ``overdue`` (the old estimate passed while it still waits).
+    ``by_age``: in a strict-order queue with aging, its p50 is earlier than that of
+    work ahead of it: by then it will have waited past the queue's aging bound, and
+    aged work goes first (:func:`.aging.queue_order_key`).
     """
 
     p50: float | None
@@ -576,8 +581,9 @@ class Eta:
     #: ``previous_etas`` to confirm it. A caller that keeps only p50/p90 (``moved`` ""
     #: in what it passes back) gets every move at once.
     pending: float | None = None
+    by_age: bool = False
 
-    def to_dict(self) -> dict[str, float | str | None]:
+    def to_dict(self) -> dict[str, float | str | bool | None]:
         return {
             "p50": self.p50,
             "p90": self.p90,
@@ -586,6 +592,7 @@ class Eta:
             "delta_s": self.delta_s,
             "forecast": self.forecast,
             "pending": self.pending,
+            "by_age": self.by_age,
         }
 
 

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from queueing.choices import ACTIVE_PHASES, Phase, Source
+from queueing.engine.explanation import BY_AGE_NOTE
 from queueing.models.fields import JSONField
 from queueing.models.queue import Queue
 from queueing.models.quota import Quota
@@ -142,6 +143,9 @@ class Workload(models.Model):
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    #: Why its ETA is earlier than that of work ahead of it (``eta["by_age"]``).
+    BY_AGE_NOTE = BY_AGE_NOTE
+
     @property
     def eta_note(self) -> str:
         """What moved the ETA shown (from ``eta``), or the precise reason there is none."""
@@ -160,7 +164,10 @@ class Workload(models.Model):
             return ""
         if stored.get("moved") == "kept":
             text += "; kept since (newer forecasts were within the tolerance)"
-        return text + "."
+        text += "."
+        if stored.get("by_age"):
+            text += " " + BY_AGE_NOTE
+        return text
 
 
 class WorkloadEvent(models.Model):

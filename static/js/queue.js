@@ -13,6 +13,8 @@
   var workloadUrl = root.getAttribute("data-workload-url");
   var partialUrl = root.getAttribute("data-partial-url");
   var announceEl = document.getElementById("queue-announce");
+  // Why a row's p50 is earlier than rows ahead of it (kq.by_age_note: Workload.BY_AGE_NOTE).
+  var BY_AGE_NOTE = root.getAttribute("data-by-age-note") || "";
   var WAITING = { Pending: 1, Backoff: 1 };
   var HOLDING = { Admitted: 1, Running: 1, Preempted: 1 };
   var BANDS = [["koord-prod", 9000, 9999], ["koord-mid", 7000, 7999], ["koord-batch", 5000, 5999], ["koord-free", 3000, 3999]];
@@ -45,7 +47,18 @@
   // time; else in the p90 cell aging's bound; else why there is none, in full on hover.
   function etaCell(cell, r, which) {
     var at = r["eta_" + which];
-    if (at != null) { setTime(cell, at, "rel"); return; }
+    if (at != null) {
+      setTime(cell, at, "rel");
+      if (which === "p50" && r.eta_by_age) {
+        var a = document.createElement("small");
+        a.className = "eta-by-age";
+        a.title = BY_AGE_NOTE;
+        a.textContent = "by age";
+        cell.appendChild(document.createTextNode(" "));
+        cell.appendChild(a);
+      }
+      return;
+    }
     cell.textContent = "";
     if (which === "p90" && r.starts_by) {
       var b = document.createElement("span");
@@ -92,7 +105,7 @@
       }
     }],
     queue_order_at: [["queue_order_at"], function (c, r) { setTime(c, r.queue_order_at, "age"); }],
-    eta_p50: [["eta_p50", "eta_note", "eta_why"], function (c, r) { etaCell(c, r, "p50"); }],
+    eta_p50: [["eta_p50", "eta_note", "eta_why", "eta_by_age"], function (c, r) { etaCell(c, r, "p50"); }],
     eta_p90: [["eta_p90", "eta_note", "eta_why", "starts_by"], function (c, r) { etaCell(c, r, "p90"); }],
     reason: [["reason", "phase"], function (c, r) {
       c.textContent = "";

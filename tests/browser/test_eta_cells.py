@@ -141,3 +141,33 @@ def test_a_live_update_refreshes_every_relative_time_on_the_page(
     cell = page.locator(f'#pending-rows tr[data-id="{second}"] td[data-field=eta_p50]')
     expect(cell).to_have_text("in 2 min")
     assert stale_times(page) == []
+
+
+def test_a_row_that_goes_first_by_age_says_so_loaded_and_live(bsite, server_url, browser_factory):
+    # A row whose p50 is earlier than rows ahead of it (it passes them by age) reads
+    # "by age" beside its time, with why on hover -- as served and as queue.js renders
+    # a live update -- and loses the mark when the cycle no longer sets it.
+    first, second = (submit(bsite.world, f"row-{i}").pk for i in range(2))
+    live.rank([first, second], eta_step_s=40.0)
+    page = browser_factory()
+    log_in(page, server_url, "vic", f"/tenants/{bsite.tenant.name}/queues/{bsite.queue.name}/")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    marks = page.locator("#pending-rows .eta-by-age")
+    expect(marks).to_have_count(0)
+
+    def by_age(wid: int, flag: bool) -> None:
+        w = Workload.objects.get(pk=wid)
+        _as_a_cycle_writes(wid, eta={**(w.eta or {}), "by_age": flag})
+
+    off_loop(by_age, second, True)
+    mark = page.locator(f'#pending-rows tr[data-id="{second}"] td[data-field=eta_p50] .eta-by-age')
+    expect(mark).to_have_text("by age")
+    expect(mark).to_have_attribute("title", Workload.BY_AGE_NOTE)
+    expect(marks).to_have_count(1)
+    # The server renders it the same way.
+    page.reload()
+    expect(mark).to_have_text("by age")
+    expect(mark).to_have_attribute("title", Workload.BY_AGE_NOTE)
+    off_loop(by_age, second, False)
+    expect(marks).to_have_count(0)
+    assert bare_eta_rows(page) == []

@@ -285,3 +285,57 @@ def test_aged_workloads_queued_together_go_in_id_order_and_that_is_no_inversion(
 
     assert inversions({2: 90.0, 1: 80.0}) == 0  # both aged by then: 1 goes first
     assert inversions({2: 90.0, 1: 30.0}) == 1  # not aged at +30: 2 is still ahead
+
+
+def by_age_marks(aging: float | None) -> tuple[list[int], int, int]:
+    """vision-dev's stream simulated with ETAs: the workloads ever marked ``by_age``, how
+    many published ETAs were checked, and the small job's id. Every published ETA of
+    the queue is checked against the rows ahead of it in that cycle: ``by_age`` is set
+    exactly when some row ahead has a later p50."""
+    from queueing.engine.calibration import EtaRecorder
+    from queueing.engine.simulator import simulate
+    from queueing.engine.types import CycleResult, EngineConfig
+
+    scenario, small = vision_dev(aging=aging)
+    marked: list[int] = []
+    checked = 0
+
+    class Watch(EtaRecorder):
+        def after(self, snap: Snapshot, result: CycleResult) -> None:
+            nonlocal checked
+            super().after(snap, result)
+            ranked = sorted(
+                (p.in_queue, wid) for wid, p in result.positions.items() if wid in result.etas
+            )
+            latest: float | None = None
+            for _, wid in ranked:
+                eta = result.etas[wid]
+                if eta.p50 is None:
+                    assert not eta.by_age
+                    continue
+                passes = latest is not None and eta.p50 < latest
+                assert eta.by_age == passes, (snap.now, wid, eta)
+                checked += 1
+                if eta.by_age:
+                    marked.append(wid)
+                latest = eta.p50 if latest is None else max(latest, eta.p50)
+
+    simulate(
+        scenario,
+        cycle_interval_s=5.0,
+        config=EngineConfig(cycle_interval_s=5.0, fair_share_mode="instant"),
+        epoch=EPOCH,
+        observer=Watch({a.workload.id: a.runtime_s for a in scenario.arrivals}),
+    )
+    return marked, checked, small
+
+
+def test_an_eta_earlier_than_work_ahead_of_it_says_it_passes_that_work_by_age() -> None:
+    # Live, vision-dev's page showed a row's "in 4 min" below "in 5 min" at a position
+    # ahead of it, and did not say why: it had queued earlier and goes first once aged.
+    marked, checked, small = by_age_marks(120.0)
+    assert checked > 100
+    assert small in marked, "the small job's ETA is earlier than the stream ahead of it"
+    marked, checked, _ = by_age_marks(None)
+    assert checked > 100
+    assert marked == [], "without aging nothing passes work ahead of it"

@@ -206,3 +206,54 @@ def test_a_job_waiting_for_room_another_tree_holds_reads_so_through_the_whole_st
     page = site.client("vic").get(f"/tenants/{site.tenant.name}/queues/{site.queue.name}/")
     p50, _p90 = _eta_cells(page.content.decode())["mine"]
     assert _shown(p50) == ("room held by other trees", job.reason)
+
+
+def test_an_eta_earlier_than_rows_ahead_says_it_goes_first_by_age(site):
+    # Live, vision-dev's page showed "in 4 min" at position 11 below "in 5 min" at
+    # position 6, and nothing said why: the later row had queued earlier and goes first
+    # once aged. The engine marks such an ETA (``Eta.by_age``, stored as eta["by_age"]);
+    # the page, the live stream, the workload page and the API say so.
+    now = time.time()
+    ahead, aged = submit(site.world, "ahead"), submit(site.world, "aged")
+    last = {"moved": "first", "delta_s": 0.0, "at": now}
+    _store(ahead, position=1, eta_p50=_dt(now + 300), eta_p90=_dt(now + 600),
+           eta={"p50": now + 300, "p90": now + 600, "reason": "", "moved": "first",
+                "last_move": last, "by_age": False})  # fmt: skip
+    _store(aged, position=2, eta_p50=_dt(now + 240), eta_p90=_dt(now + 600),
+           eta={"p50": now + 240, "p90": now + 600, "reason": "", "moved": "first",
+                "last_move": last, "by_age": True})  # fmt: skip
+    vic = site.client("vic")
+    page = vic.get(f"/tenants/{site.tenant.name}/queues/{site.queue.name}/").content.decode()
+    cells = _eta_cells(page)
+    assert "eta-by-age" not in cells["ahead"][0]
+    assert "eta-by-age" not in cells["aged"][1]  # the p50's cell only
+    marker = re.search(
+        r'<small class="eta-by-age" title="([^"]*)">by age</small>', cells["aged"][0]
+    )
+    assert marker is not None
+    assert html.unescape(marker.group(1)) == Workload.BY_AGE_NOTE
+    assert "<time" in cells["aged"][0]
+    # The page hands the same words to queue.js for rows the stream re-renders.
+    assert f'data-by-age-note="{html.escape(Workload.BY_AGE_NOTE)}"' in page
+    wire = {
+        r["name"]: r for r in queries.wire_rows(Workload.objects.filter(pk__in=[ahead.pk, aged.pk]))
+    }
+    assert (wire["ahead"]["eta_by_age"], wire["aged"]["eta_by_age"]) == (False, True)
+    api = vic.get(f"/api/v1/workloads/{aged.pk}/").json()
+    assert api["eta"]["by_age"] is True
+    assert api["eta_note"] == "First forecast. " + Workload.BY_AGE_NOTE
+    assert vic.get(f"/api/v1/workloads/{ahead.pk}/").json()["eta_note"] == "First forecast."
+    detail = vic.get(f"/tenants/{site.tenant.name}/workloads/{aged.pk}/").content.decode()
+    assert html.escape(Workload.BY_AGE_NOTE) in detail
+    # Without an ETA a stale flag shows nothing.
+    _store(aged, eta_p50=None, eta_p90=None,
+           eta={"p50": None, "p90": None, "reason": HORIZON, "moved": "", "last_move": None,
+                "by_age": True})  # fmt: skip
+    row = queries.wire_rows(Workload.objects.filter(pk=aged.pk))[0]
+    assert row["eta_by_age"] is False
+
+
+def _dt(epoch: float):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, tz=UTC)

@@ -91,6 +91,7 @@ def test_waiting_workloads_get_a_p90_above_their_p50_and_the_first_forecast_is_k
             "reason": "",
             "moved": "first",
             "last_move": {"moved": "first", "delta_s": 0.0, "at": world.clock().timestamp()},
+            "by_age": False,
         }
     first = {w.id: (w.first_seen_at, w.eta_first_p50, w.eta_first_p90) for w in waiting}
     # Higher-priority work arrives; the next cycles forecast again and rewrite the rows...

@@ -195,7 +195,8 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         read_only=True,
         help_text=(
             "The engine's ETA: p50/p90 (epoch s), reason when there is none, moved "
-            "(first, kept, earlier, later, overdue) and last_move {moved, delta_s, at}."
+            "(first, kept, earlier, later, overdue), last_move {moved, delta_s, at}, and "
+            "by_age (its p50 is earlier than work ahead of it, which it passes by age)."
         ),
     )
     eta_note = serializers.SerializerMethodField(
