@@ -12,9 +12,10 @@ feeds it during the run. With the settings the run used, the replay gives the
 published figures back (Kueue's exactly; elsewhere up to the strict-order cap that
 follows the shift, ``eta._order``).
 
-Prints one JSON line per setting and scenario: ``p50_minimum`` and ``shrink`` (see
-``calibration.P50_MINIMUM``, ``SHRINK_N``), the p50's median relative error and coverage
-as ``eta_calibration`` counts them, and the simulation's alone.
+Prints one JSON line per setting and scenario: ``p50_minimum``, ``shrink`` and ``band``
+(see ``calibration.P50_MINIMUM``, ``SHRINK_N``, ``P50_BAND``; band null: the class's
+median), the p50's median relative error and coverage as ``eta_calibration`` counts
+them, and the simulation's alone.
 
 Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_p50_shift [scenario]
 [seed ...]``; scenario ``demo`` (default; seeds 7-10, or e.g. 11 12 13 14 held out),
@@ -32,6 +33,7 @@ from typing import Any
 
 from queueing.engine.calibration import (
     FLOOR_S,
+    P50_BAND,
     P50_MINIMUM,
     SHRINK_N,
     Residuals,
@@ -41,9 +43,16 @@ from queueing.engine.calibration import (
 from queueing.engine.scenarios import demo_world, gpu_heavy, kueue_baseline
 from tests.bench.bench_eta_calibration import DEMO_SEEDS, GPU_HEAVY_SEEDS, _world
 
-#: (p50_minimum, shrink) settings replayed: the shift before 6 December 2026, each
-#: change alone, and the settings now.
-SETTINGS = ((10, 0.0), (40, 0.0), (10, SHRINK_N), (P50_MINIMUM, SHRINK_N))
+#: (p50_minimum, shrink, band) settings replayed: the shift before 6 December 2026
+#: (the median from 10 errors), each later change alone, and the settings now.
+SETTINGS: tuple[tuple[int, float, tuple[float, float] | None], ...] = (
+    (10, 0.0, None),
+    (40, 0.0, None),
+    (10, SHRINK_N, None),
+    (P50_MINIMUM, SHRINK_N, None),
+    (P50_MINIMUM, 0.0, P50_BAND),
+    (P50_MINIMUM, SHRINK_N, P50_BAND),
+)
 
 #: One wait's first forecast: classes, first seen, simulated start, published p50,
 #: admitted (None: still waiting at the end).
@@ -66,9 +75,11 @@ def _rows(args: tuple[str, int | None]) -> list[Row]:
     ]
 
 
-def replay(rows: list[Row], p50_minimum: int, shrink: float) -> list[tuple[float, bool]]:
+def replay(
+    rows: list[Row], p50_minimum: int, shrink: float, band: tuple[float, float] | None
+) -> list[tuple[float, bool]]:
     """(relative error, covered) of the replayed p50 of every admitted wait."""
-    res = Residuals(p50_minimum=p50_minimum, shrink=shrink)
+    res = Residuals(p50_minimum=p50_minimum, shrink=shrink, band=band)
     admitted = sorted((r for r in rows if r[4] is not None), key=lambda r: r[4] or 0.0)
     fed = 0
     out: list[tuple[float, bool]] = []
@@ -128,9 +139,10 @@ def main(argv: list[str]) -> int:
     base = {"name": "probe_p50_shift", "scenario": kind, "seeds": seeds, "waits": len(admitted)}
     print(json.dumps({**base, "p50": "published by the run", **_figures(published)}))
     print(json.dumps({**base, "p50": "the simulation alone", **_figures(simulation)}))
-    for p50_minimum, shrink in SETTINGS:
-        got = [x for rows in worlds for x in replay(rows, p50_minimum, shrink)]
+    for p50_minimum, shrink, band in SETTINGS:
+        got = [x for rows in worlds for x in replay(rows, p50_minimum, shrink, band)]
         line = {**base, "p50": "replayed", "p50_minimum": p50_minimum, "shrink": shrink}
+        line["band"] = band
         print(json.dumps({**line, **_figures(got)}), flush=True)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from queueing.engine import run_cycle
 from queueing.engine.calibration import (
     ARRIVALS,
+    P50_BAND,
     P50_MINIMUM,
     SHRINK_N,
     SQUARES,
@@ -41,7 +43,7 @@ def test_qbets_picks_the_order_statistic_that_bounds_the_p90_at_95_percent() -> 
 
 
 def test_residuals_use_the_prior_until_measured_then_their_quantiles() -> None:
-    res = Residuals(window=100, minimum=10, p50_minimum=10, shrink=0)
+    res = Residuals(window=100, minimum=10, p50_minimum=10, shrink=0, band=None)
     assert res.quantiles() == {"": Residuals.PRIOR}
     for i in range(40):
         # Predicted 100 s each time; actual 100 + i s: errors 0.00 .. 0.39.
@@ -78,6 +80,42 @@ def test_the_p50_shift_is_shrunk_toward_the_simulation_by_how_much_it_rests_on()
         Residuals(shrink=-1)
     with pytest.raises(ValueError, match="p50_minimum must be at least 1"):
         Residuals(p50_minimum=0)
+    with pytest.raises(ValueError, match="band must be"):
+        Residuals(band=(0.6, 0.4))
+
+
+def test_the_p50_shift_moves_a_class_only_as_far_as_its_coverage_needs() -> None:
+    # Live, vision-dev's simulation covered 62 % of its waits and erred 0.13; moved by
+    # its class's median error every time, the p50 erred 0.31. A simulation that
+    # covers a share of its measured waits within P50_BAND is not moved at all.
+    def shift(errors: list[float]) -> float | None:
+        res = Residuals(shrink=0)
+        for e in errors:
+            res.add(("q",), 100.0, 100.0 * (1.0 + e))
+        return res.quantiles()["q"][0]
+
+    low, high = P50_BAND
+    # 100 errors, 52 of them at most 0 (covered): within the band, no shift -- where
+    # the median (0.0 here only by chance) would have moved it.
+    in_band = [-0.5] * 52 + [0.4] * 48
+    assert shift(in_band) == 0.0
+    assert shift([-0.5] * 45 + [0.4] * 55) == 0.0  # the band's edges are in it
+    assert shift([-0.5] * 60 + [0.4] * 40) == 0.0
+    # 30 covered of 100 (early forecasts): moved by the 45 % quantile, so that 45 of
+    # the 100 are covered -- not to the median's 50.
+    late = [-0.1] * 30 + [0.1 * i for i in range(1, 71)]
+    assert shift(late) == pytest.approx(sorted(late)[math.ceil(low * 100) - 1])
+    assert shift(late) == pytest.approx(1.5)
+    assert shift(late) < statistics.median(late)
+    # 80 covered of 100 (late forecasts): moved back by the 60 % quantile.
+    early = [-0.01 * i for i in range(1, 81)] + [0.3] * 20
+    assert shift(early) == pytest.approx(sorted(early)[math.ceil(high * 100) - 1])
+    assert shift(early) == pytest.approx(-0.21)
+    # Shrunk like the median was: n / (n + SHRINK_N).
+    res = Residuals()
+    for e in late:
+        res.add(("q",), 100.0, 100.0 * (1.0 + e))
+    assert res.quantiles()["q"][0] == pytest.approx(1.5 * 100 / (100 + SHRINK_N))
 
 
 def test_the_p50_takes_its_shift_from_the_finest_class_measured_enough_for_it() -> None:

@@ -181,8 +181,9 @@ def test_residuals_come_from_stored_first_forecasts(world):
         )
     got = forecasting.eta_residuals([world.quota.id], {world.queue.id: world.queue.name}, now)
     key = f"q/{world.queue.name}/0"
-    # The median error, 2.0, shrunk by n / (n + 20) (calibration.SHRINK_N).
-    assert got[key][0] == pytest.approx(2.0 * 41 / 61)
+    # One forecast of 41 covered its wait: the class is moved by its 45 % quantile
+    # (calibration.P50_BAND), the 19th error, 1.8, shrunk by n / (n + 20) (SHRINK_N).
+    assert got[key][0] == pytest.approx(1.8 * 41 / 61)
     assert got[key][1] == pytest.approx(4.0)  # QBETS: with 41 points, the largest
     # An evicted workload admitted again says nothing of its first wait: left out.
     Workload.objects.filter(name="r40").update(attempts=2)
