@@ -44,14 +44,13 @@ from queueing.engine.cyclestate import (
     F_QUOTA,
     F_WAITING,
     QueueState,
-    hold_rooms,
     order_key,
-    passes_hold,
 )
 from queueing.engine.drains import Drains
 from queueing.engine.eta import awaited_starts, bound_etas, mark_by_age, typical_bound
 from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
+from queueing.engine.holds import hold_rooms, passes_hold
 from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.preemption import find_victims
 from queueing.engine.resources import Resources

@@ -21,7 +21,8 @@ import math
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import HEAD_SCAN, aged_claims
-from queueing.engine.cyclestate import F_NEVER, hold_rooms, passes_hold
+from queueing.engine.cyclestate import F_NEVER
+from queueing.engine.holds import hold_rooms, passes_hold
 from queueing.engine.quota import Claims
 
 if TYPE_CHECKING:

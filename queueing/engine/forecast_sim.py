@@ -66,7 +66,6 @@ from typing import TYPE_CHECKING
 from queueing.engine.cyclestate import (
     F_NEVER,
     QueueState,
-    nonpreemptible_short,
     order_key,
     runtime_of,
 )
@@ -76,6 +75,7 @@ from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
 from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
+from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
 from queueing.engine.unusable import still_unusable

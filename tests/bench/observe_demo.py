@@ -130,6 +130,10 @@ open_runs: dict[tuple[str, str], list] = {}
 breaks: list[dict] = []
 ahead_wrong = 0
 ahead_checked = 0
+# In strict-order queues: rows whose p50 is earlier than a row ahead of them on the same
+# quota, and of those, the ones the page does not mark "by age" (``eta["by_age"]``).
+earlier_than_ahead = 0
+earlier_unmarked = 0
 polls = 0
 raw_cores = 0
 last_cycle = 0
@@ -280,6 +284,20 @@ while time.time() < deadline:
             ahead_checked += 1
             if int(m.group(1)) != r["position"] - 1:
                 ahead_wrong += 1
+    for qname, queue_rows in by_queue.items():
+        if (queues.get(qname) or {}).get("policy") not in ("Block", "FIFO"):
+            continue
+        latest: dict[str, float] = {}
+        for r in sorted(queue_rows, key=lambda r: r["position"] or 10**9):
+            if r["eta_p50"] is None or not r["position"]:
+                continue
+            p50 = r["eta_p50"].timestamp()
+            ahead = latest.get(r["quota__name"])
+            if ahead is not None and p50 < ahead - 1.0:
+                earlier_than_ahead += 1
+                if not (isinstance(r["eta"], dict) and r["eta"].get("by_age")):
+                    earlier_unmarked += 1
+            latest[r["quota__name"]] = p50 if ahead is None else max(ahead, p50)
     # Queues waiting with their quota's guaranteed min unused while a workload the
     # policy lets compete (the head, in a strict-order queue) fits within it.
     quotas = {
@@ -444,6 +462,8 @@ report = {
     "flips_by_kind": dict(flips_by),
     "ahead_wrong": ahead_wrong,
     "ahead_checked": ahead_checked,
+    "earlier_than_ahead": earlier_than_ahead,
+    "earlier_than_ahead_unmarked": earlier_unmarked,
     "millicores_as_cores": raw_cores,
     "min_unused_candidate_polls": dict(min_unused),
     "min_unused_breaks": len(breaks),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from queueing.engine import run_cycle
-from queueing.engine.cyclestate import nonpreemptible_short
+from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.types import EngineConfig, Snapshot, WorkloadSpec
 
 from .builders import node, quota, running, snapshot, workload
