@@ -235,16 +235,60 @@ def finish_etas(
                 delta_s=lo - old.p50,
                 forecast=sim,
             )
-    # Hysteresis may keep an old value behind a moved one: order again.
+    # Hysteresis may keep an old value behind a moved one: order again. A value kept
+    # later than its own fresh forecast would hold the fresh ones behind it to a start
+    # the forecast no longer sees (live, one stale head's p50 raised the first forecasts
+    # of the rows behind it from 25 s to 165 s; they started in 38): such a row ahead
+    # publishes its fresh forecast instead (:func:`_release_stale`), then the order
+    # holds.
     kept: dict[int, tuple[float, float]] = {
         w: (e.p50, e.p90) for w, e in etas.items() if e.p50 is not None and e.p90 is not None
     }
+    for w in _release_stale(cy, raw, kept):
+        e = etas[w]
+        lo, hi = raw[w]
+        old_p50 = e.p50 if e.p50 is not None else lo
+        etas[w] = Eta(lo, hi, moved="earlier", delta_s=lo - old_p50, forecast=e.forecast)
+        kept[w] = (lo, hi)
     if _order(cy, kept):
         for w, (lo, hi) in kept.items():
             e = etas[w]
             if (lo, hi) != (e.p50, e.p90):
                 etas[w] = Eta(lo, hi, moved=e.moved, delta_s=e.delta_s, forecast=e.forecast)
     return etas
+
+
+def _release_stale(
+    cy: Cycle, raw: Mapping[int, tuple[float, float]], kept: Mapping[int, tuple[float, float]]
+) -> list[int]:
+    """The rows of strict-order queues whose kept ETA (hysteresis) is later than their
+    own fresh forecast and than the fresh forecast of a row behind them on their quota:
+    :func:`_order` would hold that row to a start no forecast sees any more. Released
+    to their fresh forecasts (ordered already by the first :func:`_order`), they raise
+    nothing behind them. (A row behind aged by its p50 is held only to older rows; it
+    is counted all the same: at worst a row ahead publishes its fresh forecast one
+    cycle before hysteresis would have, and the check stays one pass.)"""
+    out: list[int] = []
+    quota_of = cy.quota_of
+    for q in cy.queues:
+        if not q.spec.blocking:
+            continue
+        behind: dict[int, float] = {}  # per quota: the earliest fresh p50 behind
+        for w in reversed(q.cands):
+            fresh = raw.get(w.id)
+            if fresh is None:
+                continue
+            qi = quota_of[w.id]
+            earliest = behind.get(qi, math.inf)
+            now_kept = kept.get(w.id)
+            if (
+                now_kept is not None
+                and now_kept[0] > fresh[0] + 1e-6
+                and earliest < now_kept[0] - 1e-6
+            ):
+                out.append(w.id)
+            behind[qi] = min(earliest, fresh[0])
+    return out
 
 
 def mark_by_age(cy: Cycle, etas: dict[int, Eta]) -> None:

@@ -563,3 +563,46 @@ def test_where_cycles_run_on_a_beat_a_short_job_holds_its_quota_until_the_next_c
 
     assert arrivals(1.0)["cpu"] == pytest.approx(1.0 / 10)  # the 4-cpu tree for 1 s, over 10 s
     assert arrivals(0.0)["cpu"] == pytest.approx(0.2 / 10)  # events wake cycles: its runtime
+
+
+def test_a_stale_eta_ahead_does_not_hold_a_first_forecast_behind_it() -> None:
+    # Live, in vision-dev (Block): the head's p50 was kept at +190 s by hysteresis (its
+    # earlier move held for a cycle) while its fresh forecast said +54 s; the rows that
+    # arrived behind it were held to its stale +190 s at their first forecast (their own
+    # simulation: +25 s), and all started 38 s later. Here the head's last ETA was +300 s
+    # and its fresh forecast is +100 s; a workload arrives behind it.
+    def blocked(previous: dict[int, Eta], behind: bool = True) -> dict[int, Eta]:
+        ws = [
+            running(1, "q", "n", req={"cpu": 4}, started_at=NOW, expected_runtime_s=100.0),
+            workload(2, "q", req={"cpu": 4}, expected_runtime_s=50.0, ts=NOW),
+        ]
+        if behind:
+            ws.append(workload(3, "q", req={"cpu": 1}, expected_runtime_s=50.0, ts=NOW + 1))
+        snap = snapshot(
+            quotas=[quota("root"), quota("q", "root")],
+            nodes=[node("n", {"cpu": 4})],
+            workloads=ws,
+            # Aging off: its bound would cap the stale ETA (aging's own test).
+            queues=[QueueSpec("q", policy="Block", aging_bound_s=None)],
+            now=NOW,
+            previous_etas=previous,
+        )
+        return dict(run_cycle(snap).etas)
+
+    fresh = blocked({})
+    assert fresh[2].p50 == pytest.approx(NOW + 100)
+    assert fresh[3].p50 == pytest.approx(NOW + 150)  # after the head, which fills the node
+    stale = Eta(NOW + 300, NOW + 600, moved="first")
+    # The head alone: its earlier move is held one cycle, as hysteresis holds any jump.
+    alone = blocked({2: stale}, behind=False)
+    assert (alone[2].p50, alone[2].moved, alone[2].pending) == (NOW + 300, "kept", NOW + 100)
+    # The newcomer behind it is not held to the stale +300 s: the head publishes its
+    # fresh forecast (moved earlier), and the order holds.
+    got = blocked({2: stale})
+    assert (got[2].p50, got[2].moved) == (pytest.approx(NOW + 100), "earlier")
+    assert got[2].delta_s == pytest.approx(-200.0)
+    assert got[3].p50 == pytest.approx(NOW + 150)
+    # A kept ETA that holds nobody back stays kept.
+    near = blocked({2: Eta(NOW + 95, NOW + 190, moved="first")})
+    assert (near[2].p50, near[2].moved) == (NOW + 95, "kept")
+    assert near[3].p50 == pytest.approx(NOW + 150)
