@@ -147,8 +147,8 @@ def runtime_ratio(queue_ids: Mapping[int, str]) -> dict[str, tuple[float, float]
 def eta_residuals(
     quota_ids: Iterable[int], queue_ids: Mapping[int, str], now: datetime
 ) -> dict[str, tuple[float | None, float]]:
-    """Per class (``calibration.eta_classes``): the p50's shift (the shrunk median, None
-    for a class with too few) and the QBETS p90 bound of the relative error of first
+    """Per class (``calibration.eta_classes``): the p50's shift (``Residuals.shift``,
+    None for a class with too few) and the QBETS p90 bound of the relative error of first
     forecasts, over the tree's last admitted workloads, with the censored errors of
     those still waiting past their forecast (``Residuals.quantiles``)."""
     residuals = Residuals(window=RESIDUAL_WINDOW)

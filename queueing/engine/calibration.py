@@ -104,7 +104,8 @@ HISTORY_S = 600.0
 
 #: A class's errors are used for the p90 once this many are measured, and for the
 #: p50's shift once ``P50_MINIMUM`` are (fewer: the next, coarser class's, or the
-#: prior). The p50's shift, the class's median error, is also shrunk toward none by
+#: prior). The p50's shift (``P50_BAND``, until 6 December 2026 evening the class's
+#: median error) is also shrunk toward none by
 #: ``n / (n + SHRINK_N)`` for ``n`` errors: a class of 40 moves its p50 two thirds of
 #: the way, a full window of 300 94 %. The shift learns a bias from the recent past;
 #: in the demo's waves that bias changes sign from one wave to the next, and a median

@@ -21,13 +21,14 @@ promise one can hold the engine to:
    error of the past, in proportion to the wait. Without it (a cold start), the p90
    comes from a second simulation with p90 runtimes.
 2. **Hysteresis.** Against ``Snapshot.previous_etas``, a new p50 within the tolerance
-   (a tenth of the remaining wait, at least ``min_tolerance_s``) of the old one keeps
+   (a quarter of the remaining wait, ``TOLERANCE``, at least ``MIN_TOLERANCE_S``) of the old one keeps
    the old one (``moved="kept"``); beyond it, the ETA moves and says so
    (``earlier``/``later`` with ``delta_s``) once two forecasts in a row agree it must
    (the first is held as ``pending``), or at once as ``overdue`` when the old one
    passed.
 3. **Order.** In a strict-order queue a workload cannot start before one ahead of it
-   on the same quota: its ETA is at least theirs.
+   on the same quota: its ETA is at least theirs. A kept ETA later than its own fresh
+   forecast that would hold one behind it is released first (:func:`_release_stale`).
 4. **The class ahead (Gott).** Nor, in any queue, before an older workload of its own
    class (same quota, priority and shape: it fails wherever that one fails). When the
    oldest of them has waited ``t``, Gott's Copernican argument puts that one's start
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = ["awaited_starts", "bound_etas", "finish_etas", "mark_by_age", "typical_bound"]
 
-#: A new ETA closer than this to the previous one (or a tenth of the wait) keeps it.
+#: A new ETA closer than this to the previous one (or a quarter of the wait, ``TOLERANCE``) keeps it.
 MIN_TOLERANCE_S = 5.0
 TOLERANCE = 0.25
 #: Higher-priority arrivals stretch a wait at most this many times (a load near or above
@@ -245,10 +246,9 @@ def finish_etas(
         w: (e.p50, e.p90) for w, e in etas.items() if e.p50 is not None and e.p90 is not None
     }
     for w in _release_stale(cy, raw, kept):
-        e = etas[w]
         lo, hi = raw[w]
-        old_p50 = e.p50 if e.p50 is not None else lo
-        etas[w] = Eta(lo, hi, moved="earlier", delta_s=lo - old_p50, forecast=e.forecast)
+        delta = lo - kept[w][0]
+        etas[w] = Eta(lo, hi, moved="earlier", delta_s=delta, forecast=etas[w].forecast)
         kept[w] = (lo, hi)
     if _order(cy, kept):
         for w, (lo, hi) in kept.items():

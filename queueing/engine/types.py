@@ -455,8 +455,8 @@ class Snapshot:
     #: The ETAs published by the previous cycle (for hysteresis, see :class:`Eta`).
     previous_etas: Mapping[int, Eta] = field(default_factory=dict)
     #: Measured error of earlier forecasts per class (see :mod:`.calibration`,
-    #: ``eta_classes``; "" pools all): the p50's shift (the shrunk median; None where a
-    #: class has too few errors for it) and the QBETS upper bound of the p90 of
+    #: ``eta_classes``; "" pools all): the p50's shift (``Residuals.shift``; None where
+    #: a class has too few errors for it) and the QBETS upper bound of the p90 of
     #: ``(actual wait - predicted wait) / max(predicted wait, floor)`` over recently
     #: admitted workloads. Empty: not calibrated; the p90 comes from p90 runtimes.
     eta_residuals: Mapping[str, tuple[float | None, float]] = field(default_factory=dict)
