@@ -65,6 +65,9 @@ def test_the_watchers_teller_tells_and_the_workers_syncs_leave_it_alone(
         assert kubesync._told_elsewhere_until > time.monotonic()
         reasons = lambda: {e["reason"] for e in events_of(fake, "team-a", "told")}  # noqa: E731
         wait_until(lambda: reasons() >= {"Queued", "Admitted"}, timeout=10, interval=0.02)
+        # The events are on the server before the teller's thread counts its telling
+        # (``tell`` returns, then ``tellings += 1``): wait for the count, not race it.
+        wait_until(lambda: teller.tellings > 0, timeout=10, interval=0.01)
         assert teller.tellings > 0
         # Advice yields the cores: the teller's thread alone runs niced (Linux).
         native = int(teller._thread.native_id or 0)  # type: ignore[union-attr]
