@@ -57,7 +57,14 @@ from typing import TYPE_CHECKING
 
 from queueing.engine.aging import aged_cutoff, claim_full_at
 from queueing.engine.bound import tree_holders
-from queueing.engine.calibration import ARRIVALS, FLOOR_S, SQUARES, banded, eta_classes
+from queueing.engine.calibration import (
+    ARRIVALS,
+    FLOOR_S,
+    SQUARES,
+    Residuals,
+    banded,
+    eta_classes,
+)
 from queueing.engine.cyclestate import runtime_of
 from queueing.engine.types import EXPLAIN_PREEMPTING, Eta, Explanation, Position, WorkloadSpec
 
@@ -176,6 +183,7 @@ def finish_etas(
         # finest class measured enough for it (none: no shift).
         err = None
         e50 = None
+        e90_of_shift = None
         for key in banded(classes.get(wid, ()), d):
             got = res.get(key)
             if got is None:
@@ -183,12 +191,21 @@ def finish_etas(
             if err is None:
                 err = got
             if got[0] is not None:
-                e50 = got[0]
+                e50, e90_of_shift = got
                 break
         if err is not None:
             s = max(d, FLOOR_S)
+            e90 = err[1]
+            if e90 <= (e50 or 0.0):
+                # A class too little measured for a shift of its own, whose bound is
+                # not above the shift from a coarser one, would publish p50 = p90: a
+                # few dozen waits of one wave that all started early (in the demo,
+                # "~2": every forecast beyond 2 min had started in under half of it,
+                # and the next wave's started after it). The p90 comes from the class
+                # the p50's shift came from (with none, the prior's).
+                e90 = e90_of_shift if e90_of_shift is not None else Residuals.PRIOR[1]
             lo = now + max(0.0, d + s * (e50 or 0.0))
-            hi = now + max(0.0, d + s * err[1])
+            hi = now + max(0.0, d + s * e90)
         else:
             lo = now + d
             hi = now + max(0.0, p90.get(wid, a) - now) * stretch.get(wid, 1.0)
