@@ -98,11 +98,15 @@ def finish_etas(
     *,
     out_of_time: bool,
     with_arrivals: frozenset[int] = frozenset(),
+    drawn_until: tuple[frozenset[int], float] = (frozenset(), -math.inf),
 ) -> dict[int, Eta]:
     """Calibrated, steady, order-respecting ETAs for every positioned workload.
 
     ``with_arrivals``: workloads whose ``p50`` already counts drawn arrivals
-    (:mod:`.forecast_arrivals`); their p50 is not stretched again."""
+    (:mod:`.forecast_arrivals`); their p50 is not stretched again. ``drawn_until``: the
+    workloads whose ``p50`` is a median of draws with arrivals, and until when every
+    draw had them; one that starts later counts the arrivals up to then, and only the
+    rest of its wait is stretched."""
     now = cy.now
     snap = cy.snapshot
     res = snap.eta_residuals
@@ -163,6 +167,18 @@ def finish_etas(
                         stretch[cw.id] = 1.0 / max(1.0 - low, 1.0 / MAX_STRETCH)
                     if rho >= 1.0 and rho - low <= OVERLOAD_MAX_ERROR * rho:
                         flooded[cw.id] = rho
+    drawn, until = drawn_until
+    if until > now:
+        # A median of draws that starts after the draws' arrivals end counted those up
+        # to then: the stretch is the busy period's for the rest of the wait only
+        # (stretched whole, the first ten minutes' arrivals counted twice: gpu-heavy's
+        # and the demo's long waits).
+        for wid in drawn:
+            f = stretch.get(wid)
+            a = p50.get(wid)
+            if f is None or a is None or wid in with_arrivals or a <= until:
+                continue
+            stretch[wid] = ((until - now) + (a - until) * f) / (a - now)
     stretched = _stretched(cy, pos, p50, stretch) if stretch else None
     model: dict[int, float] = {}
     raw: dict[int, tuple[float, float]] = {}

@@ -133,6 +133,7 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
     # Each waiting workload whose p50 is a median over draws with arrivals in them:
     # arrivals are in its p50 already (no busy-period stretch, see .eta).
     with_arrivals: frozenset[int] = frozenset()
+    drawn_until: tuple[frozenset[int], float] = (frozenset(), -math.inf)
     # The draws cost about DRAWS more of the run just made (more with arrivals in
     # them); the p90's run (when it is made) keeps the budget's last fifth.
     if not out_of_time and spent * (DRAWS + 2) <= budget:
@@ -141,12 +142,21 @@ def forecast(cy: Cycle) -> tuple[dict[int, Position], dict[int, Eta]]:
             mc, covered, drawn = got
             p50 = {**p50, **mc}
             with_arrivals = frozenset(wid for wid, t in mc.items() if t <= covered)
+            drawn_until = (frozenset(mc), covered)
     p90: dict[int, float] = {}
     if not calibrated:
         sim90 = Simulation(cy, 1, p90_events, deadline=t1 + budget)
         p90 = sim90.run()
         out_of_time = out_of_time or sim90.out_of_time
-    etas = finish_etas(cy, pos, p50, p90, out_of_time=out_of_time, with_arrivals=with_arrivals)
+    etas = finish_etas(
+        cy,
+        pos,
+        p50,
+        p90,
+        out_of_time=out_of_time,
+        with_arrivals=with_arrivals,
+        drawn_until=drawn_until,
+    )
     cy.stats["positions_s"] = t1 - t0
     cy.stats["eta_s"] = perf_counter() - t1
     cy.stats["eta_p50_known"] = sum(1 for e in etas.values() if e.p50 is not None)

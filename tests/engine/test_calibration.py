@@ -23,8 +23,10 @@ from queueing.engine.calibration import (
     qbets_index,
     wait_band,
 )
+from queueing.engine.cycle import Cycle
+from queueing.engine.eta import finish_etas
 from queueing.engine.quota import QuotaTree, waterfill
-from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
+from queueing.engine.types import EngineConfig, Eta, Position, QueueSpec, Snapshot
 
 from .builders import node, quota, running, snapshot, workload
 
@@ -357,6 +359,29 @@ def test_a_preemptors_eta_agrees_with_what_its_sentence_says_it_waits_for() -> N
     e = evicting.explanations[2]
     assert (e.kind, e.limit, e.victims) == ("preempting", "evicting", (1,))
     assert (evicting.etas[2].p50, evicting.etas[2].p90) == pytest.approx((NOW + 2, NOW + 20))
+
+
+def test_a_drawn_start_past_the_draws_arrivals_is_stretched_only_beyond_them() -> None:
+    # Work of priority 10 arrives at 50 % of the tree's capacity: a priority-0 wait is
+    # stretched twice. A median of draws with arrivals in them starting at t+250 whose
+    # draws replayed arrivals until t+50 counted those of the first 50 s already: only
+    # the 200 s after them are stretched (t+450, not t+500). (Before its aging bound,
+    # 300 s: aged, it would go before every arrival of its queue.)
+    cy = Cycle(world(arrival_load={"q": {10: {"cpu": 0.5}}}))
+    cy.run()
+    pos = {2: Position(1, 1)}
+    p50 = {2: NOW + 250.0}
+
+    def forecast(**kw: object) -> float | None:
+        return finish_etas(cy, pos, p50, {}, out_of_time=False, **kw)[2].forecast  # type: ignore[arg-type]
+
+    assert forecast() == pytest.approx(NOW + 500)
+    assert forecast(drawn_until=(frozenset({2}), NOW + 50)) == pytest.approx(NOW + 450)
+    # Within the draws' arrivals: not stretched at all; not from the draws: all of it.
+    assert forecast(with_arrivals=frozenset({2}), drawn_until=(frozenset({2}), NOW + 400)) == (
+        pytest.approx(NOW + 250)
+    )
+    assert forecast(drawn_until=(frozenset(), NOW + 50)) == pytest.approx(NOW + 500)
 
 
 def test_declared_runtimes_are_limits_scaled_by_what_the_queue_uses() -> None:
