@@ -7,7 +7,7 @@ told -- the runtimes of the jobs running then (the demo's run a uniform 40-100 %
 their declared limit) and the jobs that arrive later. This probe measures it with
 the engine itself, not with the forecast's model of it.
 
-For each workload of a demo world that waits (as the benchmark counts them: still
+For each workload of a demo (or GPU) world that waits (as the benchmark counts them: still
 waiting at the first cycle after it arrived, at ``t0``), it replays the world ``K``
 times: everything that happened up to ``t0`` is the same (same arrivals, same runtimes
 of the jobs that ended by then, so the same cycles and decisions), and what was not
@@ -30,8 +30,10 @@ replays within 30 % of their own median: how often even the law's median is a hi
 A ``best`` error above 0.3 means no forecast made at ``t0`` -- from any model, however
 exact -- meets the target in that world on average.
 
-Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_wait_spread [--waves] [K]
-[seed ...]`` (``--waves``: the demo as ``make run`` runs it, the benchmark's world) (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
+Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_wait_spread [--waves |
+--gpu-heavy] [K] [seed ...]`` (``--waves``: the demo as ``make run`` runs it, the
+benchmark's world; ``--gpu-heavy``: the benchmark's GPU world, runtimes a uniform 30-100 %
+of their limits, seeds 11-14 by default) (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
 seed, about 5 minutes of CPU per seed with K = 16). One JSON line per seed, then one
 pooled.
 """
@@ -51,16 +53,25 @@ from unittest import mock
 import queueing.engine.simulator as simulator_mod
 from queueing.engine.calibration import FLOOR_S
 from queueing.engine.cycle import run_cycle
-from queueing.engine.scenarios import demo_world
+from queueing.engine.scenarios import demo_world, gpu_heavy
 from queueing.engine.simulator import Arrival, Scenario, simulate
 from queueing.engine.types import CycleResult, EngineConfig, Snapshot
 
 EPOCH = 1_700_000_000.0
 INTERVAL_S = 2.0
-#: The demo's runtimes: a uniform share of the declared limit (``demo_world``'s usage).
-USAGE = (0.4, 1.0)
+#: The runtimes: a uniform share of the declared limit (``demo_world``'s usage, and
+#: ``gpu_heavy``'s).
+USAGE = {"demo": (0.4, 1.0), "waves": (0.4, 1.0), "gpu-heavy": (0.3, 1.0)}
 #: Another seed of the generator for each replay's arrivals after t0.
 SEED_BASE = 100_000
+
+
+def _world(kind: str, seed: int) -> Scenario:
+    """The scenario ``kind`` (``demo``, ``waves``: the demo as ``make run`` runs it, or
+    ``gpu-heavy``) of ``seed``."""
+    if kind == "gpu-heavy":
+        return gpu_heavy(seed=seed)
+    return demo_world(seed=seed, waves=kind == "waves")
 
 
 class _Stop(Exception):
@@ -108,7 +119,7 @@ def _run(scenario: Scenario, stop_id: int | None = None) -> _Log:
 
 
 def _replay(
-    base: Scenario, log: _Log, wid: int, t0: float, k: int, seed: int, waves: bool = False
+    base: Scenario, log: _Log, wid: int, t0: float, k: int, seed: int, kind: str = "demo"
 ) -> tuple[float | None, bool]:
     """One replay for ``wid`` waiting at ``t0``: its start, and whether the past matched."""
     rng = random.Random(seed * 1_000_003 + wid * 7919 + k)
@@ -118,7 +129,7 @@ def _replay(
             continue
         w = a.workload
         declared = w.expected_runtime_s or a.runtime_s
-        lo, hi = USAGE[0] * declared, USAGE[1] * declared
+        lo, hi = USAGE[kind][0] * declared, USAGE[kind][1] * declared
         starts = [s for s in log.admitted.get(w.id, []) if s <= t0]
         runtime = a.runtime_s
         if not starts:
@@ -127,7 +138,7 @@ def _replay(
             ran = t0 - starts[-1]
             runtime = rng.uniform(max(lo, ran + 1e-3), max(hi, ran + 1e-3))
         arrivals.append(dataclasses.replace(a, runtime_s=round(runtime, 3)))
-    other = demo_world(seed=SEED_BASE + seed * 1000 + k, waves=waves)
+    other = _world(kind, SEED_BASE + seed * 1000 + k)
     offset = 1_000_000
     for a in other.arrivals:
         if a.at <= t0:
@@ -155,8 +166,8 @@ def _best(xs: list[float]) -> float:
     return max(cands, key=lambda m: (sum(1 for x in xs if _err(x, m) <= 0.3), -m))
 
 
-def probe_seed(seed: int, k: int, waves: bool = False) -> dict[str, Any]:
-    base = demo_world(seed=seed, waves=waves)
+def probe_seed(seed: int, k: int, kind: str = "demo") -> dict[str, Any]:
+    base = _world(kind, seed)
     log = _run(base)
     rows: list[dict[str, float]] = []
     mismatched = 0
@@ -169,7 +180,7 @@ def probe_seed(seed: int, k: int, waves: bool = False) -> dict[str, Any]:
         actual = starts[0] - t0
         waits: list[float] = []
         for j in range(k):
-            got, same = _replay(base, log, wid, t0, j, seed, waves)
+            got, same = _replay(base, log, wid, t0, j, seed, kind)
             mismatched += not same
             if got is not None:
                 waits.append(got - t0)
@@ -207,20 +218,22 @@ def _figures(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    waves = "--waves" in argv
-    argv = [a for a in argv if a != "--waves"]
+    kind = "waves" if "--waves" in argv else "gpu-heavy" if "--gpu-heavy" in argv else "demo"
+    argv = [a for a in argv if a not in ("--waves", "--gpu-heavy")]
     k = int(argv[0]) if argv else 16
-    seeds = [int(x) for x in argv[1:]] or [7, 8, 9, 10]
+    seeds = [int(x) for x in argv[1:]] or (
+        [11, 12, 13, 14] if kind == "gpu-heavy" else [7, 8, 9, 10]
+    )
     with ProcessPoolExecutor(max_workers=min(len(seeds), 2)) as pool:
-        done = list(pool.map(probe_seed, seeds, [k] * len(seeds), [waves] * len(seeds)))
+        done = list(pool.map(probe_seed, seeds, [k] * len(seeds), [kind] * len(seeds)))
     everything: list[dict[str, float]] = []
     for d in done:
-        line = {"name": "probe_wait_spread", "seed": d["seed"], "replays": k, "waves": waves}
+        line = {"name": "probe_wait_spread", "seed": d["seed"], "replays": k, "world": kind}
         line.update(_figures(d["rows"]))
         line["past_mismatches"] = d["past_mismatches"]
         print(json.dumps(line), flush=True)
         everything.extend(d["rows"])
-    pooled = {"name": "probe_wait_spread", "seed": "pooled", "replays": k, "waves": waves}
+    pooled = {"name": "probe_wait_spread", "seed": "pooled", "replays": k, "world": kind}
     pooled.update(_figures(everything))
     print(json.dumps(pooled), flush=True)
     return 0
