@@ -171,8 +171,8 @@ def finish_etas(
     if until > now:
         # A median of draws that starts after the draws' arrivals end counted those up
         # to then: the stretch is the busy period's for the rest of the wait only
-        # (stretched whole, the first ten minutes' arrivals counted twice: gpu-heavy's
-        # and the demo's long waits).
+        # (stretched whole, what the draws had replayed was counted twice: gpu-heavy's
+        # waits beyond the streams' ten minutes).
         for wid in drawn:
             f = stretch.get(wid)
             a = p50.get(wid)
@@ -216,8 +216,8 @@ def finish_etas(
                 # A class too little measured for a shift of its own, whose bound is
                 # not above the shift from a coarser one, would publish p50 = p90: a
                 # few dozen waits of one wave that all started early (in the demo,
-                # "~2": every forecast beyond 2 min had started in under half of it,
-                # and the next wave's started after it). The p90 comes from the class
+                # "~2": every forecast beyond 2 min had started in under 60 % of it,
+                # and the next wave's started after theirs). The p90 comes from the class
                 # the p50's shift came from (with none, the prior's).
                 e90 = e90_of_shift if e90_of_shift is not None else Residuals.PRIOR[1]
             lo = now + max(0.0, d + s * (e50 or 0.0))

@@ -20,11 +20,12 @@ An arrival enters its queue at its place in the queue's order (priority, then ti
 the cycle after it would see it; one that lands beyond the queue's look-ahead is left
 out (it would wait behind at least ``eta_max_depth`` workloads and is not forecast).
 A start after the streams end (or after ``MAX_ARRIVALS`` cut a draw's) has not seen
-every arrival before it: :mod:`.eta` stretches such a wait by the arrivals' load as it
-does without draws. Two arrivals between the same two waiting workloads keep their
-arrival order, whatever their priorities (a simplification). Each draw's streams are
-its own and the same at every cycle, seeded by the draw's index: from one cycle to
-the next only the history moves them, not the dice.
+every arrival before it: :mod:`.eta` stretches the rest of such a wait (after the
+streams' end) by the arrivals' load, as it does without draws. Two arrivals between
+the same two waiting workloads keep their arrival order, whatever their priorities (a
+simplification). Each draw's streams are its own and the same at every cycle, seeded
+by the draw's index: from one cycle to the next only the history moves them, not the
+dice.
 """
 
 from __future__ import annotations
