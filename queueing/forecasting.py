@@ -453,6 +453,9 @@ def with_history(snapshot: Snapshot, index: SnapshotIndex, *, previous: bool = T
             ),
             "recent_arrivals": recent,
             "arrival_span_s": span,
+            # The tree's age: how long its inflow has been seen (the world's own span
+            # may be shorter, since a rebuild; the inflow is not younger for it).
+            "arrival_age_s": (now - oldest).total_seconds() if oldest is not None else 0.0,
         }
         _cache[key] = (time.monotonic(), learnt)
     waiting = [wid for wid, row in index.rows.items() if row["phase"] in WAITING_PHASES]

@@ -402,6 +402,10 @@ class ArrivalLoad:
         span = min(self.history_s, max(now - (self.start or now), 0.0))
         return tuple(w for _, w in self.arrived), span
 
+    def age(self, now: float) -> float:
+        """How long arrivals have been seen (``Snapshot.arrival_age_s``)."""
+        return max(now - (self.start or now), 0.0)
+
     def load(self, now: float) -> dict[str, dict[int, dict[str, float]]]:
         span = min(self.window_s, max(now - (self.start or now), 1.0))
         out: dict[str, dict[int, dict[str, float]]] = {}
@@ -496,6 +500,7 @@ class EtaRecorder:
             arrival_load=self.arrivals.load(now),
             recent_arrivals=arrived,
             arrival_span_s=span,
+            arrival_age_s=self.arrivals.age(now),
         )
 
     def after(self, snap: Snapshot, result: CycleResult) -> None:

@@ -225,7 +225,9 @@ def _median_starts(cy: Cycle, deadline: float) -> tuple[dict[int, float], float,
         arrivals: list[Arrival] = []
         until = math.inf
         if past:
-            arrivals, until = draw_arrivals(cy, past, j, lambda w, u: law(w).at(u))
+            arrivals, until = draw_arrivals(
+                cy, past, j, lambda w, u: law(w).at(u), lasts=_INFLOW[j]
+            )
         drawn = {arrival_id(k): r for k, (_, _, r) in enumerate(arrivals)}
 
         def draw(w: WorkloadSpec, j: int = j, drawn: dict[int, float] = drawn) -> float:
@@ -299,6 +301,12 @@ class _Law:
         if self.limit > 0:
             return u * max(0.0, self.limit - ran)
         return u * 2 * OVERDUE_FACTOR[0] * self.m
+
+
+#: Each draw's quantile of how long the inflow lasts (``forecast_arrivals.inflow_lasts``):
+#: the centres of the ``DRAWS`` strata in an order of their own, so that the draws a
+#: budget cuts short are still a sample of the law; the middle draw's is the median.
+_INFLOW = [(k + 0.5) / DRAWS for k in random.Random(0x51ED).sample(range(DRAWS), DRAWS)]
 
 
 def _uniforms(wid: int) -> list[float]:

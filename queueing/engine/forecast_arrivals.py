@@ -11,10 +11,13 @@ a copy of one of that queue's recent workloads picked at random, with a runtime 
 from its law. The streams run ``REPLAY_S`` ahead (as long as the history they are read
 from, ten minutes: ``calibration.HISTORY_S``), at most ``MAX_ARRIVALS`` a run; a
 history whose streams would bring more is a flood, left to the busy-period stretch of
-:mod:`.eta` (cut short, it read as a burst that ends at once). A rate read over a
-short history (the first seconds of a system) still runs the whole ``REPLAY_S``:
-replayed only as long as its history, the first seconds of Kueue's baseline burst
-read as an inflow about to end.
+:mod:`.eta` (cut short, it read as a burst that ends at once). Within that horizon
+each draw's inflow lasts its own quantile of Gott's law for an inflow seen as long as
+the system has seen arrivals (``Snapshot.arrival_age_s``, :func:`inflow_lasts`): as
+long again at the median. A young system's first minute is no ten-minute inflow; an
+hour-old one replays nearly all of the horizon. (The flood test still counts the
+whole horizon: Kueue's first seconds, 160 jobs a second, are a flood whatever their
+age.)
 
 An arrival enters its queue at its place in the queue's order (priority, then time) as
 the cycle after it would see it; one that lands beyond the queue's look-ahead is left
@@ -31,6 +34,7 @@ dice.
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -45,7 +49,16 @@ if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
     from queueing.engine.forecast_sim import Simulation
 
-__all__ = ["MAX_ARRIVALS", "Arrival", "arrival_id", "arrive", "draw_arrivals", "history", "spawn"]
+__all__ = [
+    "MAX_ARRIVALS",
+    "Arrival",
+    "arrival_id",
+    "arrive",
+    "draw_arrivals",
+    "history",
+    "inflow_lasts",
+    "spawn",
+]
 
 #: At most this many arrivals in one run (their cost: each is one more candidate).
 MAX_ARRIVALS = 512
@@ -102,15 +115,21 @@ def draw_arrivals(
     past: dict[str, list[WorkloadSpec]],
     j: int,
     runtime: Callable[[WorkloadSpec, float], float],
+    lasts: float = 0.5,
 ) -> tuple[list[Arrival], float]:
     """Draw ``j``'s arrivals, in time order: per queue a Poisson stream at the rate of
     ``past`` over the snapshot's span, each one of them to copy (:func:`spawn`), whose
     runtime is ``runtime(template, u)`` for a uniform ``u``; and until when
     they are the whole stream (earlier than its end when ``MAX_ARRIVALS`` cut it: a
-    start after that time saw only part of what arrives before it)."""
+    start after that time saw only part of what arrives before it).
+
+    The inflow lasts, in this draw, its quantile ``lasts`` of Gott's law
+    (:func:`inflow_lasts`): a stream that ends before the horizon is still the whole
+    of what this draw has arrive."""
     now = cy.now
     span = cy.snapshot.arrival_span_s
     until = now + _replay_s(cy)
+    end = min(until, now + inflow_lasts(cy.snapshot.arrival_age_s, lasts))
     rng = random.Random(j * 0x9E3779B1 + 0x2545F491)
     out: list[Arrival] = []
     for name in sorted(past):
@@ -119,7 +138,7 @@ def draw_arrivals(
         t = now
         while True:
             t += rng.expovariate(rate)
-            if t > until:
+            if t > end:
                 break
             tpl = ws[rng.randrange(len(ws))]
             out.append((t, tpl, runtime(tpl, rng.random())))
@@ -128,6 +147,18 @@ def draw_arrivals(
         until = out[MAX_ARRIVALS][0]
         del out[MAX_ARRIVALS:]
     return out, until
+
+
+def inflow_lasts(age_s: float, u: float) -> float:
+    """How much longer an inflow seen for ``age_s`` lasts, at quantile ``u`` of Gott's
+    law (J. R. Gott, Nature 363, 1993: what has lasted ``t`` lasts more than ``x`` with
+    probability ``t / (t + x)``): ``age_s (1 / (1 - u) - 1)``, ``age_s`` at the median.
+    A system's first minute (the demo's first wave, read at 0.6 jobs a second into one
+    queue) is no ten-minute inflow: replayed as one, the low-priority work of that
+    queue was forecast at its aging bound, 300 s, and started in 4-48 s."""
+    if u >= 1.0 or math.isinf(age_s):
+        return math.inf
+    return max(0.0, age_s) * (1.0 / (1.0 - u) - 1.0)
 
 
 def arrival_id(k: int) -> int:

@@ -471,6 +471,10 @@ class Snapshot:
     #: (see :mod:`.forecast_arrivals`). Empty: none, or no span to read a rate over.
     recent_arrivals: tuple[WorkloadSpec, ...] = ()
     arrival_span_s: float = 0.0
+    #: How long the system has seen arrivals (its oldest workload's age): an inflow seen
+    #: for that long lasts, by Gott's argument, as long again at the median (see
+    #: :mod:`.forecast_arrivals`). Infinite: not known, taken as long established.
+    arrival_age_s: float = float("inf")
 
 
 # -- decisions ------------------------------------------------------------------------

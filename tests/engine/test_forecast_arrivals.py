@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+import pytest
 
 from queueing.engine import run_cycle
 from queueing.engine.calibration import ArrivalLoad
@@ -14,6 +17,7 @@ from queueing.engine.forecast_arrivals import (
     arrival_id,
     draw_arrivals,
     history,
+    inflow_lasts,
     spawn,
 )
 from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
@@ -197,3 +201,41 @@ def test_a_flood_is_left_to_the_stretch() -> None:
     # A history that brings fewer than MAX_ARRIVALS over REPLAY_S is replayed.
     n = int(MAX_ARRIVALS * 100.0 / REPLAY_S)
     assert len(history(Cycle(strict_world(past(n, 100.0))))["q"]) == n
+
+
+def test_an_inflow_lasts_as_long_again_as_it_has_been_seen_at_the_median() -> None:
+    assert inflow_lasts(100.0, 0.5) == pytest.approx(100.0)
+    # Gott: what has lasted t lasts more than x with probability t / (t + x).
+    assert inflow_lasts(100.0, 0.9) == pytest.approx(900.0)
+    assert inflow_lasts(100.0, 0.1) == pytest.approx(100.0 / 9)
+    assert inflow_lasts(math.inf, 0.1) == math.inf
+    assert inflow_lasts(100.0, 1.0) == math.inf
+    assert inflow_lasts(0.0, 0.5) == 0.0
+
+
+def test_a_young_systems_inflow_is_not_replayed_as_ten_minutes_of_it() -> None:
+    # The same 20 higher-priority arrivals in the last 100 s, but the system is 100 s
+    # old: all it has seen is that inflow. Replayed for ten minutes, it holds job 2
+    # (priority 0, strict order) to its aging bound (t+300); each draw's inflow lasts its
+    # own quantile of Gott's law (as long again at the median), and job 2 starts
+    # earlier, after the first arrivals.
+    old = run_cycle(strict_world(past(20, 100.0)))
+    assert old.etas[2].p50 == NOW + 300
+    young = run_cycle(strict_world(past(20, 100.0), arrival_age_s=100.0))
+    p50 = young.etas[2].p50
+    assert p50 is not None
+    assert NOW + 10 < p50 < NOW + 300
+    assert young.stats["eta_with_arrivals"] == 1
+    # Each draw's streams end at its own length: the median draw's after 100 s.
+    cy = Cycle(strict_world(past(20, 100.0), arrival_age_s=100.0))
+    past_q = history(cy)
+
+    def same(w: WorkloadSpec, u: float) -> float:
+        return 10.0
+
+    drawn, until = draw_arrivals(cy, past_q, 0, same, lasts=0.5)
+    assert until == NOW + REPLAY_S  # the whole of what this draw has arrive
+    assert drawn
+    assert all(NOW < t <= NOW + 100.0 for t, _, _ in drawn)
+    longer, _ = draw_arrivals(cy, past_q, 0, same, lasts=0.9)
+    assert len(longer) > len(drawn)

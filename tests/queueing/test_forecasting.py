@@ -245,6 +245,8 @@ def test_recent_arrivals_reach_the_forecast_as_specs(world, monkeypatch):
     # Oldest first, over the tree's age (younger than the window).
     assert [w.name for w in snapshot.recent_arrivals] == ["hi", "lo"]
     assert snapshot.arrival_span_s == pytest.approx((index.now - created).total_seconds())
+    # The inflow has been seen for as long as the tree has had workloads.
+    assert snapshot.arrival_age_s == pytest.approx((index.now - created).total_seconds())
     # Capped: the latest only, over their own span (the rate stays theirs).
     monkeypatch.setattr(forecasting, "RECENT_ARRIVALS_MAX", 1)
     snapshot, index = state.build_snapshot(
@@ -253,6 +255,8 @@ def test_recent_arrivals_reach_the_forecast_as_specs(world, monkeypatch):
     lo = Workload.objects.get(name="lo").created_at
     assert [w.name for w in snapshot.recent_arrivals] == ["lo"]
     assert snapshot.arrival_span_s == pytest.approx(max((index.now - lo).total_seconds(), 1.0))
+    # The inflow is not younger for it.
+    assert snapshot.arrival_age_s == pytest.approx((index.now - created).total_seconds())
     # Past the load's window the forecast still replays them (its history is longer)...
     monkeypatch.setattr(forecasting, "RECENT_ARRIVALS_MAX", 2_000)
     snapshot, _ = state.build_snapshot(
