@@ -124,8 +124,8 @@ def draw_arrivals(
     start after that time saw only part of what arrives before it).
 
     The inflow lasts, in this draw, its quantile ``lasts`` of Gott's law
-    (:func:`inflow_lasts`): a stream that ends before the horizon is still the whole
-    of what this draw has arrive."""
+    (:func:`inflow_lasts`): a stream that ends before the horizon is still all that
+    arrives in this draw."""
     now = cy.now
     span = cy.snapshot.arrival_span_s
     until = now + _replay_s(cy)

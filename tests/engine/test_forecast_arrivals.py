@@ -234,7 +234,7 @@ def test_a_young_systems_inflow_is_not_replayed_as_ten_minutes_of_it() -> None:
         return 10.0
 
     drawn, until = draw_arrivals(cy, past_q, 0, same, lasts=0.5)
-    assert until == NOW + REPLAY_S  # the whole of what this draw has arrive
+    assert until == NOW + REPLAY_S  # all that arrives in this draw
     assert drawn
     assert all(NOW < t <= NOW + 100.0 for t, _, _ in drawn)
     longer, _ = draw_arrivals(cy, past_q, 0, same, lasts=0.9)
