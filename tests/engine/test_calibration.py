@@ -372,8 +372,20 @@ def test_a_drawn_start_past_the_draws_arrivals_is_stretched_only_beyond_them() -
     pos = {2: Position(1, 1)}
     p50 = {2: NOW + 250.0}
 
-    def forecast(**kw: object) -> float | None:
-        return finish_etas(cy, pos, p50, {}, out_of_time=False, **kw)[2].forecast  # type: ignore[arg-type]
+    def forecast(
+        with_arrivals: frozenset[int] = frozenset(),
+        drawn_until: tuple[frozenset[int], float] = (frozenset(), -math.inf),
+    ) -> float | None:
+        got = finish_etas(
+            cy,
+            pos,
+            p50,
+            {},
+            out_of_time=False,
+            with_arrivals=with_arrivals,
+            drawn_until=drawn_until,
+        )
+        return got[2].forecast
 
     assert forecast() == pytest.approx(NOW + 500)
     assert forecast(drawn_until=(frozenset({2}), NOW + 50)) == pytest.approx(NOW + 450)
