@@ -4,7 +4,7 @@ Once aging has made a head's claim whole (:func:`.aging.claim_full_at`), nothing
 its quota tree keeps its capacity past the declared limit of the work holding it.
 The bound is the later of the two, stated in the head's explanation (:mod:`.explain`)
 and, with typical runtimes instead of declared limits, used for the p50 beside it
-(:func:`.eta.typical_bound`). Both read the work holding capacity in a tree from
+(:func:`.eta_bounds.typical_bound`). Both read the work holding capacity in a tree from
 :func:`tree_holders`: what holds it in the snapshot and what the cycle itself has
 just admitted there (explanations and ETAs are made after the admissions; a bound
 that left those out was untrue when stated, and the next cycle, counting them as

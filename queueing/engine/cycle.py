@@ -47,7 +47,8 @@ from queueing.engine.cyclestate import (
     order_key,
 )
 from queueing.engine.drains import Drains
-from queueing.engine.eta import awaited_starts, bound_etas, mark_by_age, typical_bound
+from queueing.engine.eta import mark_by_age
+from queueing.engine.eta_bounds import awaited_starts, bound_etas, typical_bound
 from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.holds import hold_rooms, passes_hold

@@ -166,7 +166,7 @@ def test_the_head_names_the_victims_still_being_evicted_in_later_cycles() -> Non
 
 
 def test_an_eta_is_never_later_than_the_aging_bound_its_explanation_states() -> None:
-    from queueing.engine.eta import bound_etas
+    from queueing.engine.eta_bounds import bound_etas
     from queueing.engine.types import Eta, Explanation
 
     bounded = Explanation(1, "quota", starts_by=100.0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from queueing.engine import run_cycle
 from queueing.engine.bound import tree_holders
 from queueing.engine.cycle import Cycle
-from queueing.engine.eta import typical_bound
+from queueing.engine.eta_bounds import typical_bound
 from queueing.engine.scenarios import demo_world
 from queueing.engine.simulator import simulate
 from queueing.engine.types import CycleResult, EngineConfig, QueueSpec, Snapshot

@@ -72,7 +72,7 @@ def test_room_held_only_by_pods_the_queue_does_not_manage_is_never() -> None:
 
 
 def test_a_workload_without_an_eta_beside_a_stated_bound_gets_the_bound_as_its_eta() -> None:
-    from queueing.engine.eta import bound_etas
+    from queueing.engine.eta_bounds import bound_etas
     from queueing.engine.types import Eta, Explanation
 
     horizon = "not admitted within the forecast horizon (24 h)"
