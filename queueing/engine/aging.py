@@ -167,10 +167,16 @@ def aged_before(spec: QueueSpec, now: float) -> float:
 
 
 def admitted_by_age_ahead(
-    vspec: QueueSpec | None, v: WorkloadSpec, w: WorkloadSpec, w_aged: bool
+    vspec: QueueSpec | None,
+    v: WorkloadSpec,
+    w: WorkloadSpec,
+    w_aged: bool,
+    admitted_at: float | None = None,
 ) -> bool:
     """Whether running ``v`` was admitted by age ahead of waiting ``w`` (``w_aged``:
     whether ``w`` has aged now), so that preemption never takes it for ``w``.
+    ``admitted_at``: when ``v`` was admitted, if not ``v.admitted_at`` (the forecast's
+    virtual time, :mod:`.forecast_preempt`).
 
     An aged workload goes ahead of every one that has not aged, the aged in the order
     they queued; evicting it for a fresher one of higher priority would undo that (the
@@ -178,9 +184,11 @@ def admitted_by_age_ahead(
     one, past ten minutes). Only a workload that had aged when it was admitted is
     spared: one admitted at once keeps its priority's terms.
     """
-    if vspec is None or v.admitted_at is None:
+    if admitted_at is None:
+        admitted_at = v.admitted_at
+    if vspec is None or admitted_at is None:
         return False
-    if v.queue_order_at > aged_before(vspec, v.admitted_at):
+    if v.queue_order_at > aged_before(vspec, admitted_at):
         return False  # it was not admitted by age: priority decides
     return not w_aged or v.queue_order_at <= w.queue_order_at
 

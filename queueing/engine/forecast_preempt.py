@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -27,7 +28,12 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     ``preempt_within_quota``), and -- when its quota stays within its ``min`` --
     work of other quotas of the tree using more than their runtime quota
     (``reclaim``; of lower priority only under ``LowerPriority``). Victims expected
-    to end within ``preempt_grace_s`` are awaited, not evicted. Lowest priority
+    to end within ``preempt_grace_s`` are awaited, not evicted; work admitted by age
+    ahead of the preemptor is never taken (:func:`.aging.admitted_by_age_ahead`, with
+    the start in virtual time of what the simulation started: without it gpu-heavy's
+    speech gangs, admitted by age, were evicted in the forecast by fresher ones of
+    higher priority that the cycle keeps waiting, and forecast up to 530 s early).
+    Lowest priority
     first, latest end first; enough to fit the quota chain and place the gang. The
     victims release at once (they are not simulated again: they were running, and
     have no ETA of their own); the preemptor starts a cycle after its queue's next
@@ -59,10 +65,18 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
             if d > 0:
                 need.setdefault(node_q, {})[k] = d
     grace = cy.config.preempt_grace_s
+    specs = cy.queue_specs
+    w_aged = w.queue_order_at <= aged_before(spec, t)
+    started = sim.started
+
+    def spared(v: WorkloadSpec) -> bool:
+        """Admitted by age ahead of ``w``: the cycle never takes it for ``w``."""
+        return admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged, started.get(v.id))
+
     pool: list[tuple[int, float, int, int]] = []
     if spec.preempt_within_quota != "Never":
         for vid, (v, _, end) in sim.running.get(qi, {}).items():
-            if v.priority < w.priority and end - t > grace:
+            if v.priority < w.priority and end - t > grace and not spared(v):
                 pool.append((v.priority, -end, vid, qi))
     if spec.reclaim != "Never" and (not need or any(x != qi for x in need)):
         mins = tree.mins[qi]
@@ -79,7 +93,7 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
                 if not any(u.get(k, 0) > rt.get(k, 0) for k in req):
                     continue
                 for vid, (v, _, end) in members.items():
-                    if (not lower or v.priority < w.priority) and end - t > grace:
+                    if (not lower or v.priority < w.priority) and end - t > grace and not spared(v):
                         pool.append((v.priority, -end, vid, vq))
     if not pool:
         return False

@@ -9,7 +9,8 @@ Simplifications, on purpose:
   a candidate that does not fit takes lower-priority work of its own quota
   (``preempt_within_quota``) and -- within its quota's ``min`` -- work of quotas of its
   tree above their runtime quota (``reclaim``), lowest priority and latest end first,
-  sparing work due to end within ``preempt_grace_s``; it starts a cycle after its
+  sparing work due to end within ``preempt_grace_s`` and work admitted by age ahead
+  of the preemptor (:func:`.aging.admitted_by_age_ahead`, judged at its virtual start); it starts a cycle after its
   queue's next victim search (one per queue and quota per cycle). Victims release at
   once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``), not
@@ -183,6 +184,8 @@ class Simulation:
             int, dict[int, tuple[WorkloadSpec, dict[int, dict[str, int]] | None, float]]
         ] = {}
         self.evicted: set[int] = set()
+        #: When each workload started in virtual time (what preemption spares by age).
+        self.started: dict[int, float] = {}
         self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
         self.preempts_left = MAX_SIM_PREEMPTIONS
         self.next_search: dict[tuple[int, int], float] = {}
@@ -759,6 +762,7 @@ class Simulation:
         heapq.heappush(self.events, (end, self.seq, qi, w, per_node))
         if qi >= 0 and w.preemptible:
             self.running.setdefault(qi, {})[w.id] = (w, per_node, end)
+            self.started[w.id] = t
 
     def _preempt(self, sq: SimQueue, c: SimCand, t: float, fail_c: int) -> bool:
         """Whether ``c`` gets in by preempting (:func:`.forecast_preempt.preempt`)."""

@@ -653,3 +653,59 @@ def test_the_split_is_recomputed_only_when_what_a_sibling_leaves_can_start_somet
     assert times(result.etas[2]) == times_of(NOW + 50, NOW + 50)
     # (Later splits are the aged head's claim becoming whole, t+295, in each draw.)
     assert min(splits) == 50.0
+
+
+def test_the_forecast_spares_work_it_admitted_by_age_as_the_cycle_does() -> None:
+    # Quota max 4, held by w1 (priority 9) until t+50. w3 (priority 1) queued at 0 has
+    # aged (bound 100 s): it starts first, at t+50, by age, and runs 300 s. w2
+    # (priority 9, fresh) may not evict it -- the cycle never takes work admitted by
+    # age for a workload that queued later (aging.admitted_by_age_ahead) -- so it
+    # starts when w3 ends, not a cycle after w3 started (gpu-heavy's speech gangs
+    # were forecast 530 s early by a simulation that evicted them).
+    spec = QueueSpec("q", preempt_within_quota="LowerPriority", aging_bound_s=100.0)
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(4))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(
+                1,
+                "q",
+                "n",
+                req=one(4),
+                priority=9,
+                started_at=NOW - 50,
+                ts=NOW - 60,
+                admitted_at=NOW - 50,
+                expected_runtime_s=100.0,
+            ),
+            workload(3, "q", req=one(4), priority=1, ts=0.0, expected_runtime_s=300.0),
+            workload(2, "q", req=one(4), priority=9, ts=NOW, expected_runtime_s=30.0),
+        ],
+        queues=[spec],
+    )
+    result = run_cycle(snap)
+    assert result.preemptions == ()
+    assert result.etas[3].p50 == NOW + 50
+    assert result.etas[2].p50 == NOW + 350
+    # The cycle, once w3 runs, keeps it (what the forecast said it would do).
+    later = world(
+        quotas=[quota("root"), quota("q", "root", max=one(4))],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(
+                3,
+                "q",
+                "n",
+                req=one(4),
+                priority=1,
+                started_at=NOW + 50,
+                ts=0.0,
+                admitted_at=NOW + 50,
+                expected_runtime_s=300.0,
+            ),
+            workload(2, "q", req=one(4), priority=9, ts=NOW, expected_runtime_s=30.0),
+        ],
+        queues=[spec],
+        now=NOW + 60,
+    )
+    assert run_cycle(later).preemptions == ()
