@@ -31,9 +31,11 @@ A ``best`` error above 0.3 means no forecast made at ``t0`` -- from any model, h
 exact -- meets the target in that world on average.
 
 Run: ``env -u DATABASE_URL .venv/bin/python -m tests.bench.probe_wait_spread [--waves |
---gpu-heavy] [K] [seed ...]`` (``--waves``: the demo as ``make run`` runs it, the
-benchmark's world; ``--gpu-heavy``: the benchmark's GPU world, runtimes a uniform 30-100 %
-of their limits, seeds 11-14 by default) (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
+--gpu-heavy [--hours=H]] [K] [seed ...]`` (``--waves``: the demo as ``make run`` runs it,
+the benchmark's world; ``--gpu-heavy``: the benchmark's GPU world, runtimes a uniform
+30-100 % of their limits, seeds 11-14 by default; ``--hours=H`` its first ``H`` hours
+only, since a wait's replays run the world from its start and a 4-hour world's take
+hours of CPU) (default K = 16, seeds 7-10, the benchmark's demo worlds; one process per
 seed, about 5 minutes of CPU per seed with K = 16). One JSON line per seed, then one
 pooled.
 """
@@ -66,11 +68,11 @@ USAGE = {"demo": (0.4, 1.0), "waves": (0.4, 1.0), "gpu-heavy": (0.3, 1.0)}
 SEED_BASE = 100_000
 
 
-def _world(kind: str, seed: int) -> Scenario:
+def _world(kind: str, seed: int, hours: float | None = None) -> Scenario:
     """The scenario ``kind`` (``demo``, ``waves``: the demo as ``make run`` runs it, or
-    ``gpu-heavy``) of ``seed``."""
+    ``gpu-heavy``, over its first ``hours`` if given) of ``seed``."""
     if kind == "gpu-heavy":
-        return gpu_heavy(seed=seed)
+        return gpu_heavy(seed=seed) if hours is None else gpu_heavy(hours, seed=seed)
     return demo_world(seed=seed, waves=kind == "waves")
 
 
@@ -119,7 +121,14 @@ def _run(scenario: Scenario, stop_id: int | None = None) -> _Log:
 
 
 def _replay(
-    base: Scenario, log: _Log, wid: int, t0: float, k: int, seed: int, kind: str = "demo"
+    base: Scenario,
+    log: _Log,
+    wid: int,
+    t0: float,
+    k: int,
+    seed: int,
+    kind: str = "demo",
+    hours: float | None = None,
 ) -> tuple[float | None, bool]:
     """One replay for ``wid`` waiting at ``t0``: its start, and whether the past matched."""
     rng = random.Random(seed * 1_000_003 + wid * 7919 + k)
@@ -138,7 +147,7 @@ def _replay(
             ran = t0 - starts[-1]
             runtime = rng.uniform(max(lo, ran + 1e-3), max(hi, ran + 1e-3))
         arrivals.append(dataclasses.replace(a, runtime_s=round(runtime, 3)))
-    other = _world(kind, SEED_BASE + seed * 1000 + k)
+    other = _world(kind, SEED_BASE + seed * 1000 + k, hours)
     offset = 1_000_000
     for a in other.arrivals:
         if a.at <= t0:
@@ -166,8 +175,8 @@ def _best(xs: list[float]) -> float:
     return max(cands, key=lambda m: (sum(1 for x in xs if _err(x, m) <= 0.3), -m))
 
 
-def probe_seed(seed: int, k: int, kind: str = "demo") -> dict[str, Any]:
-    base = _world(kind, seed)
+def probe_seed(seed: int, k: int, kind: str = "demo", hours: float | None = None) -> dict[str, Any]:
+    base = _world(kind, seed, hours)
     log = _run(base)
     rows: list[dict[str, float]] = []
     mismatched = 0
@@ -180,7 +189,7 @@ def probe_seed(seed: int, k: int, kind: str = "demo") -> dict[str, Any]:
         actual = starts[0] - t0
         waits: list[float] = []
         for j in range(k):
-            got, same = _replay(base, log, wid, t0, j, seed, kind)
+            got, same = _replay(base, log, wid, t0, j, seed, kind, hours)
             mismatched += not same
             if got is not None:
                 waits.append(got - t0)
@@ -219,21 +228,39 @@ def _figures(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     kind = "waves" if "--waves" in argv else "gpu-heavy" if "--gpu-heavy" in argv else "demo"
-    argv = [a for a in argv if a not in ("--waves", "--gpu-heavy")]
+    hours = None
+    for a in argv:
+        if a.startswith("--hours="):
+            hours = float(a.split("=", 1)[1])
+    argv = [a for a in argv if a not in ("--waves", "--gpu-heavy") and not a.startswith("--hours=")]
     k = int(argv[0]) if argv else 16
     seeds = [int(x) for x in argv[1:]] or (
         [11, 12, 13, 14] if kind == "gpu-heavy" else [7, 8, 9, 10]
     )
     with ProcessPoolExecutor(max_workers=min(len(seeds), 2)) as pool:
-        done = list(pool.map(probe_seed, seeds, [k] * len(seeds), [kind] * len(seeds)))
+        done = list(
+            pool.map(probe_seed, seeds, [k] * len(seeds), [kind] * len(seeds), [hours] * len(seeds))
+        )
     everything: list[dict[str, float]] = []
     for d in done:
-        line = {"name": "probe_wait_spread", "seed": d["seed"], "replays": k, "world": kind}
+        line = {
+            "name": "probe_wait_spread",
+            "seed": d["seed"],
+            "replays": k,
+            "world": kind,
+            "hours": hours,
+        }
         line.update(_figures(d["rows"]))
         line["past_mismatches"] = d["past_mismatches"]
         print(json.dumps(line), flush=True)
         everything.extend(d["rows"])
-    pooled = {"name": "probe_wait_spread", "seed": "pooled", "replays": k, "world": kind}
+    pooled = {
+        "name": "probe_wait_spread",
+        "seed": "pooled",
+        "replays": k,
+        "world": kind,
+        "hours": hours,
+    }
     pooled.update(_figures(everything))
     print(json.dumps(pooled), flush=True)
     return 0
