@@ -107,9 +107,18 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     tries = _SIM_PLACEMENTS
     placed = None
     quota_short = bool(need)
+    # What victims of other quotas take from each quota of their chain below the
+    # common ancestor, as the cycle counts it (``reclaim_ok`` in :mod:`.preemption`).
+    taken: dict[int, dict[str, int]] = {}
+    own_chain = set(chain)
     for _, _, vid, vq in pool:
         v, held, _ = sim.running[vq][vid]
         vreq = v._request._d
+        below: list[int] = []
+        if vq != qi:
+            below = _reclaimable(sim, vq, vreq, req, own_chain, taken)
+            if not below:
+                continue  # its quota no longer borrows, or a min would break
         missing = [
             (node_q, k)
             for node_q in chains[vq]
@@ -119,6 +128,10 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
         ]
         if quota_short and not any(vreq.get(k, 0) > 0 for _, k in missing):
             continue  # it does not lower what is missing
+        for x in below:
+            tx = taken.setdefault(x, {})
+            for k, amount in vreq.items():
+                tx[k] = tx.get(k, 0) + amount
         for node_q in chains[vq]:
             if node_q in need:
                 got = freed.setdefault(node_q, {})
@@ -169,3 +182,37 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     sim.eta[w.id] = start
     sim._start(start, qi, w, dict(placed.per_node))
     return True
+
+
+def _reclaimable(
+    sim: Simulation,
+    vq: int,
+    vreq: dict[str, int],
+    req: dict[str, int],
+    own_chain: set[int],
+    taken: dict[int, dict[str, int]],
+) -> list[int]:
+    """The quotas of victim quota ``vq``'s chain below the common ancestor with the
+    preemptor (whose chain is ``own_chain``) when taking ``vreq`` from them is a
+    reclaim the cycle makes: some of them uses more than its runtime quota of a
+    resource the preemptor needs, net of what victims chosen before take
+    (``taken``), and none goes below its ``min`` in such a resource. Empty otherwise.
+    """
+    tree = sim.tree
+    used = sim.used
+    runtime = sim.runtime
+    below: list[int] = []
+    borrowing = False
+    for x in tree.chains[vq]:
+        if x in own_chain:
+            break  # the lowest common ancestor
+        below.append(x)
+        ux, tx, rx, mx = used[x], taken.get(x, {}), runtime[x], tree.mins[x]
+        for k in req:
+            a = ux.get(k, 0) - tx.get(k, 0)
+            if a > rx.get(k, 0):
+                borrowing = True
+            t = vreq.get(k, 0)
+            if t and a - t < mx.get(k, 0):
+                return []
+    return below if borrowing else []
