@@ -437,6 +437,10 @@ class CycleState:
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
+        #: What waiting preemptors hold back on nodes beyond what their victims release
+        #: (:meth:`reserve`; the forecast gives it back too: they come first in its
+        #: order, and held there they could not use their own room).
+        self.reserved: list[dict[int, dict[str, int]]] = []
         #: The drains of heads whose claim is beyond their quota's min (the same dicts
         #: as in ``drained``): work within its own min may place on their room
         #: (``Cycle.place_within_min``), a guarantee before an aged claim.
@@ -725,6 +729,7 @@ class CycleState:
                     take[i] = t
             if take:
                 self.nodes.commit(take)
+                self.reserved.append(take)
 
     def victims_release(
         self, victims: list[WorkloadSpec]

@@ -709,3 +709,59 @@ def test_the_forecast_spares_work_it_admitted_by_age_as_the_cycle_does() -> None
         now=NOW + 60,
     )
     assert run_cycle(later).preemptions == ()
+
+
+def test_the_forecast_reclaims_only_what_the_cycle_would() -> None:
+    # root (max 10): a (min 6) holds 2 cpu until t+900 (w1, of w3's priority), b (min 4)
+    # holds 6 until t+1000 (4 preemptible, 2 not): b borrows 2. w3 (a, 4 cpu) is within
+    # a's min, and the root is short by 2; the only victim, w2 (4 cpu), would take b
+    # below its min, so the cycle takes nothing and w3 waits for w1's end. The forecast
+    # searches again once capacity frees elsewhere (c's job, another tree, at t+50):
+    # it must not take w2 either (it did, and put w3 at t+301).
+    snap = world(
+        quotas=[
+            quota("root", max=one(10)),
+            quota("a", "root", min=one(6)),
+            quota("b", "root", min=one(4)),
+            quota("root2", max=one(2)),
+            quota("c", "root2"),
+        ],
+        nodes=[node("n", one(16))],
+        workloads=[
+            running(1, "a", "n", req=one(2), priority=9, started_at=NOW, expected_runtime_s=900.0),
+            running(2, "b", "n", req=one(4), priority=1, started_at=NOW, expected_runtime_s=1000.0),
+            running(
+                5,
+                "b",
+                "n",
+                req=one(2),
+                priority=1,
+                started_at=NOW,
+                expected_runtime_s=1000.0,
+                preemptible=False,
+            ),
+            running(6, "c", "n", req=one(1), started_at=NOW, expected_runtime_s=50.0),
+            workload(3, "a", req=one(4), priority=9, ts=NOW, expected_runtime_s=30.0),
+        ],
+        queues=[QueueSpec("a"), QueueSpec("b"), QueueSpec("c")],
+    )
+    result = run_cycle(snap)
+    assert result.preemptions == ()
+    assert result.etas[3].p50 == NOW + 900
+
+
+def test_a_preemptor_places_on_the_room_it_holds_back() -> None:
+    # A 2 x 4-cpu gang evicts w1 (n1) and holds n2's free room back until w1 is gone
+    # (CycleState.reserve). The forecast gives it that room: held there, the gang
+    # could place only one pod (on n1) and waited for work that never ends.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root", max=one(8))],
+        nodes=[node("n1", one(4)), node("n2", one(4))],
+        workloads=[
+            running(1, "q", "n1", req=one(4), priority=1, started_at=NOW, expected_runtime_s=900.0),
+            workload(2, "q", req=one(4), count=2, priority=9, expected_runtime_s=60.0),
+        ],
+    )
+    result = run_cycle(snap)
+    assert [p.victim_id for p in result.preemptions] == [1]
+    assert result.etas[2].p50 == NOW
