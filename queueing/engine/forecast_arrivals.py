@@ -57,6 +57,7 @@ __all__ = [
     "draw_arrivals",
     "history",
     "inflow_lasts",
+    "replayable",
     "spawn",
 ]
 
@@ -80,30 +81,35 @@ def history(cy: Cycle) -> dict[str, list[WorkloadSpec]]:
     snap = cy.snapshot
     if not snap.recent_arrivals or snap.arrival_span_s <= 0:
         return {}
-    specs = cy.queue_specs
-    tree = cy.tree
-    capacity = cy.nodes.capacity
     never_nodes: dict[object, bool] = {}
     out: dict[str, list[WorkloadSpec]] = {}
     for w in snap.recent_arrivals:
-        qi = tree.index.get(w.quota)
-        if w.queue not in specs or qi is None or not w.pod_sets:
-            continue
-        # One that can never fit is set aside by the cycle (it blocks nobody): not
-        # replayed either.
-        if any(
-            v > min([capacity.get(k, 0), *(tree.maxes[x].get(k, v) for x in tree.chains[qi])])
-            for k, v in w._request._d.items()
-        ):
-            continue
-        shape = cy.shape(w)
-        never = never_nodes.get(shape)
-        if never is None:
-            never = never_nodes[shape] = cy.nodes.never_fits(cy.reqs(w)) is not None
-        if not never:
+        if replayable(cy, w, never_nodes):
             out.setdefault(w.queue, []).append(w)
     expected = sum(map(len, out.values())) * _replay_s(cy) / snap.arrival_span_s
     return {} if expected > MAX_ARRIVALS else out
+
+
+def replayable(cy: Cycle, w: WorkloadSpec, never_nodes: dict[object, bool]) -> bool:
+    """Whether ``w`` arriving would compete in this cycle's world: of a queue and a
+    quota it knows, asking for something, and not one that can never fit (beyond a
+    max on its quota's chain, the cluster, or every node: the cycle sets such work
+    aside and it blocks nobody). ``never_nodes``: a memo per gang shape."""
+    tree = cy.tree
+    qi = tree.index.get(w.quota)
+    if w.queue not in cy.queue_specs or qi is None or not w.pod_sets:
+        return False
+    capacity = cy.nodes.capacity
+    if any(
+        v > min([capacity.get(k, 0), *(tree.maxes[x].get(k, v) for x in tree.chains[qi])])
+        for k, v in w._request._d.items()
+    ):
+        return False
+    shape = cy.shape(w)
+    never = never_nodes.get(shape)
+    if never is None:
+        never = never_nodes[shape] = cy.nodes.never_fits(cy.reqs(w)) is not None
+    return not never
 
 
 def _replay_s(cy: Cycle) -> float:

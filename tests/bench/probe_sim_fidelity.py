@@ -9,7 +9,8 @@ simulation again from the same cycle state:
 - ``runtimes``: every workload's *actual* runtime, no arrivals (the oracle of
   ``probe_eta_floor``);
 - ``everything``: every actual runtime *and* the scenario's actual arrivals after
-  now, each with its actual runtime (:mod:`.forecast_arrivals`' way in).
+  now, each with its actual runtime (:mod:`.forecast_arrivals`' way in), less those
+  the cycle sets aside as never fitting (``forecast_arrivals.replayable``).
 
 What ``everything`` misses is the simulation's own simplification (the preemption,
 runtime quota and look-ahead rules its docstring lists); what ``runtimes`` misses
@@ -37,7 +38,7 @@ import queueing.engine.forecast as forecast_mod
 import queueing.engine.forecast_sim as sim_mod
 from queueing.engine.calibration import FLOOR_S, EtaRecorder
 from queueing.engine.cyclestate import CycleState
-from queueing.engine.forecast_arrivals import Arrival, arrival_id
+from queueing.engine.forecast_arrivals import Arrival, arrival_id, replayable
 from queueing.engine.scenarios import demo_world, gpu_heavy, kueue_baseline
 from queueing.engine.simulator import Scenario, simulate
 from queueing.engine.types import CycleResult, EngineConfig, Eta, Position, Snapshot, WorkloadSpec
@@ -59,7 +60,7 @@ class _Probe(EtaRecorder):
             key=lambda x: x[0],
         )
         self.cycle: dict[int, tuple[float, float]] = {}
-        self.first: dict[int, tuple[float, float]] = {}
+        self.first: dict[tuple[int, float], tuple[float, float]] = {}
         self.names = {a.workload.id: a.workload.name for a in scenario.arrivals}
 
     def after(self, snap: Snapshot, result: CycleResult) -> None:
@@ -68,7 +69,8 @@ class _Probe(EtaRecorder):
         for wid in set(self.tracks) - known:
             got = self.cycle.get(wid)
             if got is not None:
-                self.first[wid] = got
+                # A workload waits again after a preemption: each wait its own.
+                self.first[(wid, self.tracks[wid].first_t)] = got
 
     def rerun(self, cy: CycleState, waiting: Mapping[int, float]) -> None:
         if all(wid in self.tracks for wid in waiting):
@@ -104,7 +106,9 @@ class _Probe(EtaRecorder):
                 return sim.run()
 
         alone = run([])
-        later = [(t, w, r) for t, w, r in self.future if t > now]
+        # What the cycle sets aside on arrival (it can never fit) blocks nobody.
+        memo: dict[object, bool] = {}
+        later = [(t, w, r) for t, w, r in self.future if t > now and replayable(cy, w, memo)]
         told = run(later)
         self.cycle = {
             wid: (alone.get(wid, now + NEVER) - now, told.get(wid, now + NEVER) - now)
@@ -139,7 +143,7 @@ def _one(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for tr in rec.done:
         if tr.first_p50 is None or tr.admitted_at is None:
             continue
-        got = rec.first.get(tr.workload_id)
+        got = rec.first.get((tr.workload_id, tr.first_t))
         if got is None:
             continue
         rows.append(
