@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
@@ -187,8 +188,8 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
 def _reclaimable(
     sim: Simulation,
     vq: int,
-    vreq: dict[str, int],
-    req: dict[str, int],
+    vreq: Mapping[str, int],
+    req: Mapping[str, int],
     own_chain: set[int],
     taken: dict[int, dict[str, int]],
 ) -> list[int]:
