@@ -289,10 +289,11 @@ def _probe_one(
         pos: Mapping[int, Position],
         p50: Mapping[int, float],
         p90: Mapping[int, float],
-        *,
-        out_of_time: bool,
+        **kw: Any,
     ) -> dict[int, Eta]:
-        etas = finish(cy, pos, p50, p90, out_of_time=out_of_time)
+        # The forecast passes what it knows (out_of_time, with_arrivals, drawn_until):
+        # taken as is, so that a new argument does not break the probe (one did).
+        etas = finish(cy, pos, p50, p90, **kw)
         rec.rerun(cy, p50)
         return etas
 
