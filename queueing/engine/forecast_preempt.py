@@ -28,7 +28,9 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     The cycle's rules, cheaply: in-quota victims of lower priority (its queue's
     ``preempt_within_quota``), and -- when its quota stays within its ``min`` --
     work of other quotas of the tree using more than their runtime quota
-    (``reclaim``; of lower priority only under ``LowerPriority``). Victims expected
+    (``reclaim``; of lower priority only under ``LowerPriority``), each taken only
+    while its chain below the common ancestor still borrows and none of it goes
+    below its ``min`` (:func:`_reclaimable`, the cycle's ``reclaim_ok``). Victims expected
     to end within ``preempt_grace_s`` are awaited, not evicted; work admitted by age
     ahead of the preemptor is never taken (:func:`.aging.admitted_by_age_ahead`, with
     the start in virtual time of what the simulation started: without it gpu-heavy's

@@ -10,7 +10,8 @@ Simplifications, on purpose:
   (``preempt_within_quota``) and -- within its quota's ``min`` -- work of quotas of its
   tree above their runtime quota (``reclaim``), lowest priority and latest end first,
   sparing work due to end within ``preempt_grace_s`` and work admitted by age ahead
-  of the preemptor (:func:`.aging.admitted_by_age_ahead`, judged at its virtual start); it starts a cycle after its
+  of the preemptor (:func:`.aging.admitted_by_age_ahead`, judged at its virtual start),
+  and taking another quota's work only while it borrows and no min breaks; it starts a cycle after its
   queue's next victim search (one per queue and quota per cycle). Victims release at
   once and are not simulated again; at most ``MAX_SIM_PREEMPTIONS`` searches per run;
 * each queue looks ``eta_max_depth`` candidates ahead (or its ``max_depth``), not
