@@ -75,7 +75,7 @@ from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
-from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt
+from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt, within_min
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
@@ -188,7 +188,13 @@ class Simulation:
         #: When each workload started in virtual time (what preemption spares by age).
         self.started: dict[int, float] = {}
         self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
+        #: Per quota, candidates that may reclaim once that quota is back within its
+        #: min (they asked no more than it): looked at again when its usage falls
+        #: (``_rewatch``), where filing alone would wait for room to free.
+        self.reclaim_watch: dict[int, list[SimCand]] = {}
         self.preempts_left = MAX_SIM_PREEMPTIONS
+        #: Evicted workloads queued again (:func:`.forecast_preempt.preempt`).
+        self.requeued = 0
         self.next_search: dict[tuple[int, int], float] = {}
         #: (time its next workload ages, queue index), built at the first step.
         self.age_heap: list[tuple[float, int]] | None = None
@@ -363,7 +369,9 @@ class Simulation:
                     self._tick(self.claim_times[0]) if self.claim_times else math.inf,
                 ):
                     t = ta
-                    self._arrive_until(t)
+                    if self._arrive_until(t):
+                        self._requota(t)
+                        wake_quota(self, set(self.quota_files))
                     age(self, t)
                     continue
             if self.claim_times and (not self.events or self.claim_times[0] < self.events[0][0]):
@@ -381,9 +389,9 @@ class Simulation:
                 if t > self.end:
                     break
                 age(self, t)
+                self._arrive_until(t)
                 self._requota(t)
                 wake_quota(self, set(self.quota_files))
-                self._arrive_until(t)
                 continue
             t = self.events[0][0]
             if t > self.end:
@@ -427,11 +435,13 @@ class Simulation:
                 since += 1
             if freed:
                 self.nodes.release(freed)
+            came = self._arrive_until(window)
             surplus = self._unused_share(ended)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
             if (
-                since >= recompute_every
+                came
+                or since >= recompute_every
                 or (surplus and self._surplus_helps(surplus))
                 or (
                     self.unusable_ws
@@ -452,7 +462,8 @@ class Simulation:
             wake_quota(self, touched_q)
             wake_nodes(self, touched_n)
             wake_behind(self, fell)
-            self._arrive_until(window)
+            if self.reclaim_watch:
+                self._rewatch(fell)
             age(self, t)
         return self.eta
 
@@ -463,13 +474,28 @@ class Simulation:
             return self.now + math.ceil((t - self.now) / tick - 1e-9) * tick
         return t
 
-    def _arrive_until(self, t: float) -> None:
-        """What arrives by ``t`` enters its queue (:func:`.forecast_arrivals.arrive`)."""
+    def _arrive_until(self, t: float) -> bool:
+        """What arrives by ``t`` enters its queue (:func:`.forecast_arrivals.arrive`);
+        whether any of it may move the runtime quota's split: it entered a quota whose
+        runtime quota covered its demand (the cycle splits again with that demand; a
+        quota held at its share by the water level gains nothing by more)."""
         arrivals = self.arrivals
+        index = self.tree.index
+        runtime = self.runtime
+        demand = self.own_demand
+        moved = False
         while self.arrived < len(arrivals) and arrivals[self.arrived][0] <= t:
             at, tpl, _ = arrivals[self.arrived]
-            arrive(self, spawn(self.arrived, at, tpl))
+            qi = index.get(tpl.quota, -1)
+            below = (
+                not moved
+                and qi >= 0
+                and any(runtime[qi].get(k, 0) >= demand[qi].get(k, 0) for k in tpl._request._d)
+            )
+            if arrive(self, spawn(self.arrived, at, tpl)) and below:
+                moved = True
             self.arrived += 1
+        return moved
 
     def _requota(self, t: float) -> None:
         """Runtime quota (and fair share) for the simulation's state at ``t``.
@@ -693,7 +719,41 @@ class Simulation:
                     if fail_c >= 0 and (b is None or i < b):
                         sq.block_at[qi] = i
                 file_cand(self, c, fail_c, fail_k)
+                if not c.first:
+                    self.watch_reclaim(sq, c)
             self._schedule(sq)
+
+    def watch_reclaim(self, sq: SimQueue, c: SimCand) -> None:
+        """Watch ``c``, which could neither start nor preempt, if it may reclaim once
+        its quota is back within its min: it asks no more than that min (in the
+        resources it names) and is not within it now (a reclaim needs it, see :func:`.forecast_preempt.preempt`)."""
+        if not self.cy.config.preemption or not sq.state.may_preempt:
+            return
+        if sq.state.spec.reclaim == "Never":
+            return
+        mins = self.tree.mins[c.qi]
+        if within_min({}, mins, c.req) and not within_min(self.used[c.qi], mins, c.req):
+            self.reclaim_watch.setdefault(c.qi, []).append(c)
+
+    def _rewatch(self, fell: set[int]) -> None:
+        """Look again at the watched candidates of the quotas whose usage fell and
+        that are now within their min (the cycle tries them every cycle: once their
+        own work ends, they take back what a borrowing sibling holds)."""
+        watch = self.reclaim_watch
+        for qi in fell & watch.keys():
+            keep = []
+            for c in watch[qi]:
+                sq = self.queues[c.queue]
+                if sq.cands.get(c.idx) is not c or c.w.id in self.eta:
+                    continue  # started, or gone
+                if within_min(self.used[qi], self.tree.mins[qi], c.req):
+                    self._mark(c)
+                else:
+                    keep.append(c)
+            if keep:
+                watch[qi] = keep
+            else:
+                del watch[qi]
 
     @staticmethod
     def _aged_at(sq: SimQueue, w: WorkloadSpec, t: float) -> bool:

@@ -155,6 +155,7 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
                     sq.window -= 1
                     continue
                 file_cand(sim, c, -1, "")
+                sim.watch_reclaim(sq, c)
                 if blocks(w):
                     sq.block_at[qi] = i
                 continue
@@ -165,6 +166,7 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
                     sq.window -= 1
                     continue
                 file_cand(sim, c, fc, fk)
+                sim.watch_reclaim(sq, c)
                 # A strict-order head blocks its quota's work behind it; so does the
                 # aged head of a Priority queue short of quota that the cycle made
                 # hold its quota's room (Cycle.hold_aged: it is the quota's blocker).

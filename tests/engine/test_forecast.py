@@ -8,11 +8,12 @@ import statistics
 import pytest
 
 from queueing.engine import forecast, forecast_sim, run_cycle
-from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot
+from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot, WorkloadSpec
 
 from .builders import node, podset, quota, running, snapshot, workload
 
 NOW = 1000.0
+GPU = "nvidia.com/gpu"
 
 
 def one(cpu: int) -> dict[str, int]:
@@ -709,6 +710,174 @@ def test_the_forecast_spares_work_it_admitted_by_age_as_the_cycle_does() -> None
         now=NOW + 60,
     )
     assert run_cycle(later).preemptions == ()
+
+
+def test_a_reclaim_takes_work_admitted_by_age_as_the_cycle_does() -> None:
+    # root of 8: a (min 4) runs w5 (2 cpu) until t+50; b (no min) runs w1 (6 cpu,
+    # until t+1000), admitted by age (queued at 0, bound 100 s). a's w2 (4 cpu) is
+    # not within a's min while w5 runs; once w5 ends it is, and b borrows 6 of a
+    # split of 4: the cycle reclaims w1 though it was admitted by age (age spares
+    # work from in-quota preemption only). The forecast spared it from reclaims too,
+    # and put w2 at w1's end (t+1000); and, w2 having failed to preempt at the
+    # forecast's instant, it looked at w2 again only once the root had room for it
+    # (at its aged claim, t+300), not when a's usage fell back within its min.
+    def snap(now: float, *, w5: bool) -> Snapshot:
+        return world(
+            now=now,
+            quotas=[
+                quota("root", max=one(8)),
+                quota("a", "root", min=one(4)),
+                quota("b", "root"),
+            ],
+            nodes=[node("n", one(8))],
+            workloads=[
+                *(
+                    [running(5, "a", "n", req=one(2), started_at=NOW - 10, expected_runtime_s=60.0)]
+                    if w5
+                    else []
+                ),
+                running(
+                    1,
+                    "b",
+                    "n",
+                    req=one(6),
+                    started_at=NOW - 10,
+                    ts=0.0,
+                    admitted_at=NOW - 10,
+                    expected_runtime_s=1010.0,
+                ),
+                workload(2, "a", req=one(4), ts=NOW, expected_runtime_s=30.0),
+            ],
+            queues=[QueueSpec("a"), QueueSpec("b", aging_bound_s=100.0)],
+        )
+
+    result = run_cycle(snap(NOW, w5=True))
+    assert result.preemptions == ()
+    assert NOW + 50 < result.etas[2].p50 <= NOW + 60
+    # The cycle once w5 has ended takes w1 back for w2: what the forecast said.
+    later = run_cycle(snap(NOW + 50, w5=False))
+    assert [(p.victim_id, p.reason) for p in later.preemptions] == [(1, "Reclaim")]
+
+
+def test_a_reclaim_needs_its_quota_within_min_only_in_what_the_min_names() -> None:
+    # The world above in cpu and GPUs, a's min naming GPUs only: once w5 has ended, a
+    # is within its guarantee though it has none in cpu (the cycle's within_min). The
+    # forecast asked every resource of the request to be within the min, and never
+    # let a reclaim when the min named fewer (gpu-heavy's mins name GPUs only).
+    def req(gpus: int) -> dict[str, int]:
+        return {"cpu": 1, GPU: gpus}
+
+    def snap(now: float, *, w5: bool) -> Snapshot:
+        return world(
+            now=now,
+            quotas=[
+                quota("root", max={"cpu": 64, GPU: 8}),
+                quota("a", "root", min={GPU: 4}),
+                quota("b", "root"),
+            ],
+            nodes=[node("n", {"cpu": 64, GPU: 8})],
+            workloads=[
+                *(
+                    [running(5, "a", "n", req=req(2), started_at=NOW - 10, expected_runtime_s=60.0)]
+                    if w5
+                    else []
+                ),
+                running(1, "b", "n", req=req(6), started_at=NOW - 10, expected_runtime_s=1010.0),
+                workload(2, "a", req=req(4), ts=NOW, expected_runtime_s=30.0),
+            ],
+            queues=[QueueSpec("a"), QueueSpec("b")],
+        )
+
+    result = run_cycle(snap(NOW, w5=True))
+    assert result.preemptions == ()
+    assert NOW + 50 < result.etas[2].p50 <= NOW + 60
+    later = run_cycle(snap(NOW + 50, w5=False))
+    assert [(p.victim_id, p.reason) for p in later.preemptions] == [(1, "Reclaim")]
+
+
+def test_the_forecast_evicts_no_victim_the_preemptor_can_do_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # n1 holds a's w5 (1 cpu, until t+50; of w2's priority, so not its victim), b's v3
+    # (1 cpu, lowest priority) and v4 (2 cpu); n2 holds b's v6 (4 cpu). Once w5 ends,
+    # a's w2 (4 cpu, one pod) is within a's min and reclaims: the
+    # root is short by 3, v3 is taken first and is not enough, v6 is. v6 alone lets w2
+    # in (on n2): the cycle drops v3 again (its add-back), and so must the forecast,
+    # which had evicted both and handed v3's slot to whatever came next.
+    def snap(now: float, *, w5: bool) -> Snapshot:
+        return world(
+            now=now,
+            quotas=[
+                quota("root", max=one(8)),
+                quota("a", "root", min=one(4)),
+                quota("b", "root"),
+            ],
+            nodes=[node("n1", one(4)), node("n2", one(4))],
+            workloads=[
+                *(
+                    [
+                        running(
+                            5,
+                            "a",
+                            "n1",
+                            req=one(1),
+                            priority=9,
+                            started_at=NOW - 10,
+                            expected_runtime_s=60.0,
+                        )
+                    ]
+                    if w5
+                    else []
+                ),
+                running(
+                    3,
+                    "b",
+                    "n1",
+                    req=one(1),
+                    priority=1,
+                    started_at=NOW - 10,
+                    expected_runtime_s=1010.0,
+                ),
+                running(
+                    4,
+                    "b",
+                    "n1",
+                    req=one(2),
+                    priority=5,
+                    started_at=NOW - 10,
+                    expected_runtime_s=1010.0,
+                ),
+                running(
+                    6,
+                    "b",
+                    "n2",
+                    req=one(4),
+                    priority=2,
+                    started_at=NOW - 10,
+                    expected_runtime_s=1010.0,
+                ),
+                workload(2, "a", req=one(4), priority=9, ts=NOW, expected_runtime_s=30.0),
+            ],
+            queues=[QueueSpec("a"), QueueSpec("b")],
+        )
+
+    evicted: list[int] = []
+    release = forecast_sim.Simulation._release
+
+    def recorded(
+        self: forecast_sim.Simulation, qi: int, w: WorkloadSpec, *a: object, **kw: object
+    ) -> set[int]:
+        if w.id in self.evicted:
+            evicted.append(w.id)
+        return release(self, qi, w, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(forecast_sim.Simulation, "_release", recorded)
+    result = run_cycle(snap(NOW, w5=True))
+    assert result.preemptions == ()
+    assert NOW + 50 < result.etas[2].p50 <= NOW + 60
+    assert set(evicted) == {6}
+    later = run_cycle(snap(NOW + 50, w5=False))
+    assert [p.victim_id for p in later.preemptions] == [6]
 
 
 def test_the_forecast_reclaims_only_what_the_cycle_would() -> None:

@@ -11,6 +11,7 @@ import pytest
 from queueing.engine import run_cycle
 from queueing.engine.calibration import ArrivalLoad
 from queueing.engine.cycle import Cycle
+from queueing.engine.forecast import _holding_events
 from queueing.engine.forecast_arrivals import (
     MAX_ARRIVALS,
     REPLAY_S,
@@ -20,6 +21,7 @@ from queueing.engine.forecast_arrivals import (
     inflow_lasts,
     spawn,
 )
+from queueing.engine.forecast_sim import Simulation
 from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
 
 from .builders import node, quota, running, snapshot, workload
@@ -239,3 +241,46 @@ def test_a_young_systems_inflow_is_not_replayed_as_ten_minutes_of_it() -> None:
     assert all(NOW < t <= NOW + 100.0 for t, _, _ in drawn)
     longer, _ = draw_arrivals(cy, past_q, 0, same, lasts=0.9)
     assert len(longer) > len(drawn)
+
+
+def test_an_arrival_moves_the_split_as_the_cycle_would() -> None:
+    # root of 8 shared by a and b (no mins). b runs 4 until t+50 and 4 until t+1000,
+    # and its w3 (4) waits; a has nothing: b's runtime quota is the whole 8. At t+20 a
+    # 4-cpu job x arrives in a (which preempts nothing): the cycle splits again, 4 and
+    # 4, so when b's first job ends at t+50 x starts, not w3, which waits for x's end
+    # (t+150). The simulation kept the split of its instant until work ended (the
+    # arrival's demand counted only at the next recomputation): w3 at t+50.
+    snap = snapshot(
+        quotas=[quota("root", max=one(8)), quota("a", "root"), quota("b", "root")],
+        nodes=[node("n", one(8))],
+        workloads=[
+            running(1, "b", "n", req=one(4), started_at=NOW, expected_runtime_s=50.0),
+            running(4, "b", "n", req=one(4), started_at=NOW, expected_runtime_s=1000.0),
+            workload(3, "b", req=one(4), ts=NOW, expected_runtime_s=10.0),
+        ],
+        queues=[
+            QueueSpec("a", reclaim="Never", preempt_within_quota="Never"),
+            QueueSpec("b"),
+        ],
+        now=NOW,
+        config=EngineConfig(fair_share_mode="instant"),
+    )
+    cy = Cycle(snap)
+    cy.run()
+    x = workload(50, "a", req=one(4), ts=NOW + 20, expected_runtime_s=100.0)
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 20, x, 100.0)])
+    starts = sim.run()
+    assert starts.get(arrival_id(0)) == NOW + 50
+    assert starts.get(3) == NOW + 150
+    # What the cycle does at t+50, x waiting since t+20 and b's first job gone.
+    then = dataclasses.replace(
+        snap,
+        now=NOW + 50,
+        workloads=(
+            snap.workloads[1],
+            snap.workloads[2],
+            dataclasses.replace(x, id=5),
+        ),
+    )
+    assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [5]
