@@ -880,6 +880,59 @@ def test_the_forecast_evicts_no_victim_the_preemptor_can_do_without(
     assert [p.victim_id for p in later.preemptions] == [6]
 
 
+def test_work_the_forecast_evicts_waits_again_in_its_queue() -> None:
+    # The world of the reclaim above (b's queue strict-order, no aging), with b's w3
+    # (4 cpu, queued now) behind w1 in b's queue. Once w5 ends, a's w2 (4 cpu, 30 s)
+    # reclaims w1 (6 cpu). The cycle requeues w1 in its old place, ahead of w3: w1
+    # starts again when w2 ends and leaves room for its 6, and w3 waits behind it for
+    # w1's whole run. The forecast dropped its victims from the run: w3 at w2's end.
+    def snap(now: float, *, w5: bool, w1_running: bool = True) -> Snapshot:
+        w1 = running(
+            1,
+            "b",
+            "n",
+            req=one(6),
+            started_at=NOW - 10,
+            ts=0.0,
+            admitted_at=NOW - 10,
+            expected_runtime_s=1010.0,
+        )
+        return world(
+            now=now,
+            quotas=[
+                quota("root", max=one(8)),
+                quota("a", "root", min=one(4)),
+                quota("b", "root"),
+            ],
+            nodes=[node("n", one(8))],
+            workloads=[
+                *(
+                    [running(5, "a", "n", req=one(2), started_at=NOW - 10, expected_runtime_s=60.0)]
+                    if w5
+                    else []
+                ),
+                w1
+                if w1_running
+                else workload(1, "b", req=one(6), ts=0.0, expected_runtime_s=1010.0),
+                workload(2, "a", req=one(4), ts=NOW, expected_runtime_s=30.0),
+                workload(3, "b", req=one(4), ts=NOW, expected_runtime_s=30.0),
+            ],
+            queues=[QueueSpec("a"), QueueSpec("b", policy="Block", aging_bound_s=None)],
+        )
+
+    result = run_cycle(snap(NOW, w5=True))
+    assert result.preemptions == ()
+    w2 = result.etas[2].p50
+    assert w2 is not None
+    assert NOW + 50 < w2 <= NOW + 60
+    w3 = result.etas[3].p50
+    assert w3 is not None
+    assert w3 > w2 + 30 + 1000
+    # The cycle, w1 evicted and requeued, w2 running: w3 stays behind w1.
+    later = run_cycle(snap(NOW + 60, w5=False, w1_running=False), forecast=False)
+    assert [a.workload_id for a in later.admissions] == [2]
+
+
 def test_the_forecast_reclaims_only_what_the_cycle_would() -> None:
     # root (max 10): a (min 6) holds 2 cpu until t+900 (w1, of w3's priority), b (min 4)
     # holds 6 until t+1000 (4 preemptible, 2 not): b borrows 2. w3 (a, 4 cpu) is within
