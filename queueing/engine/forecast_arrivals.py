@@ -176,8 +176,13 @@ def spawn(k: int, t: float, tpl: WorkloadSpec) -> WorkloadSpec:
     """The ``k``-th arrival of a draw: a waiting copy of ``tpl`` queued at ``t``, made
     only when the simulation reaches it (most of a draw's streams come after every
     waiting workload has started, and are never made)."""
+    return waiting_copy(tpl, arrival_id(k), t)
+
+
+def waiting_copy(tpl: WorkloadSpec, wid: int, t: float) -> WorkloadSpec:
+    """A waiting copy of ``tpl`` under id ``wid``, queued at ``t``."""
     w = WorkloadSpec(
-        id=arrival_id(k),
+        id=wid,
         name=tpl.name,
         quota=tpl.quota,
         queue=tpl.queue,

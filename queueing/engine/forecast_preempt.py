@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
-from queueing.engine.forecast_arrivals import arrive
-from queueing.engine.types import PENDING, WorkloadSpec
+from queueing.engine.forecast_arrivals import arrive, waiting_copy
+from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
@@ -213,20 +213,7 @@ def _requeue(sim: Simulation, v: WorkloadSpec) -> None:
     when it starts. A copy under an id of its own (its first start, if the simulation
     made it, stays its ETA), counted with the arrivals."""
     sim.requeued += 1
-    w = WorkloadSpec(
-        id=_REQUEUED_IDS - sim.requeued,
-        name=v.name,
-        quota=v.quota,
-        queue=v.queue,
-        priority=v.priority,
-        queue_order_at=v.queue_order_at,
-        pod_sets=v.pod_sets,
-        phase=PENDING,
-        expected_runtime_s=v.expected_runtime_s,
-        preemptible=v.preemptible,
-    )
-    object.__setattr__(w, "_placer", v._placer)
-    arrive(sim, w)
+    arrive(sim, waiting_copy(v, _REQUEUED_IDS - sim.requeued, v.queue_order_at))
 
 
 def _add_back(
