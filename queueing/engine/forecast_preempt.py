@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from queueing.engine.forecast_window import SimCand, SimQueue
     from queueing.engine.nodes import Placement, PodSetReq
 
-__all__ = ["MAX_SIM_PREEMPTIONS", "MAX_SIM_VICTIMS", "preempt", "within_min"]
+__all__ = [
+    "MAX_SIM_PREEMPTIONS",
+    "MAX_SIM_VICTIMS",
+    "preempt",
+    "rewatch",
+    "watch_reclaim",
+    "within_min",
+]
 
 #: Victim searches one forward run may make (each looks at ``MAX_SIM_VICTIMS`` at most).
 MAX_SIM_PREEMPTIONS = 256
@@ -307,3 +314,37 @@ def _reclaimable(
             if t and a - t < mx.get(k, 0):
                 return []
     return below if borrowing else []
+
+
+def watch_reclaim(sim: Simulation, sq: SimQueue, c: SimCand) -> None:
+    """Watch ``c``, which could neither start nor preempt, if it may reclaim once its
+    quota is back within its min: it asks no more than that min (in the resources it
+    names) and is not within it now (a reclaim needs it, see :func:`preempt`)."""
+    if not sim.cy.config.preemption or not sq.state.may_preempt:
+        return
+    if sq.state.spec.reclaim == "Never":
+        return
+    mins = sim.tree.mins[c.qi]
+    if within_min({}, mins, c.req) and not within_min(sim.used[c.qi], mins, c.req):
+        sim.reclaim_watch.setdefault(c.qi, []).append(c)
+
+
+def rewatch(sim: Simulation, fell: set[int]) -> None:
+    """Look again at the watched candidates of the quotas whose usage fell and that
+    are now within their min (the cycle tries them every cycle: once their own work
+    ends, they take back what a borrowing sibling holds)."""
+    watch = sim.reclaim_watch
+    for qi in fell & watch.keys():
+        keep = []
+        for c in watch[qi]:
+            sq = sim.queues[c.queue]
+            if sq.cands.get(c.idx) is not c or c.w.id in sim.eta:
+                continue  # started, or gone
+            if within_min(sim.used[qi], sim.tree.mins[qi], c.req):
+                sim._mark(c)
+            else:
+                keep.append(c)
+        if keep:
+            watch[qi] = keep
+        else:
+            del watch[qi]

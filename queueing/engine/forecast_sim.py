@@ -75,7 +75,7 @@ from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
-from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt, within_min
+from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt, rewatch, watch_reclaim
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
@@ -190,7 +190,7 @@ class Simulation:
         self.preempt_failed: set[tuple[int, int, object]] = set(cy.preempt_failed)
         #: Per quota, candidates that may reclaim once that quota is back within its
         #: min (they asked no more than it): looked at again when its usage falls
-        #: (``_rewatch``), where filing alone would wait for room to free.
+        #: (:func:`.forecast_preempt.rewatch`), where filing alone would wait for room to free.
         self.reclaim_watch: dict[int, list[SimCand]] = {}
         self.preempts_left = MAX_SIM_PREEMPTIONS
         #: Evicted workloads queued again (:func:`.forecast_preempt.preempt`).
@@ -463,7 +463,7 @@ class Simulation:
             wake_nodes(self, touched_n)
             wake_behind(self, fell)
             if self.reclaim_watch:
-                self._rewatch(fell)
+                rewatch(self, fell)
             age(self, t)
         return self.eta
 
@@ -720,40 +720,8 @@ class Simulation:
                         sq.block_at[qi] = i
                 file_cand(self, c, fail_c, fail_k)
                 if not c.first:
-                    self.watch_reclaim(sq, c)
+                    watch_reclaim(self, sq, c)
             self._schedule(sq)
-
-    def watch_reclaim(self, sq: SimQueue, c: SimCand) -> None:
-        """Watch ``c``, which could neither start nor preempt, if it may reclaim once
-        its quota is back within its min: it asks no more than that min (in the
-        resources it names) and is not within it now (a reclaim needs it, see :func:`.forecast_preempt.preempt`)."""
-        if not self.cy.config.preemption or not sq.state.may_preempt:
-            return
-        if sq.state.spec.reclaim == "Never":
-            return
-        mins = self.tree.mins[c.qi]
-        if within_min({}, mins, c.req) and not within_min(self.used[c.qi], mins, c.req):
-            self.reclaim_watch.setdefault(c.qi, []).append(c)
-
-    def _rewatch(self, fell: set[int]) -> None:
-        """Look again at the watched candidates of the quotas whose usage fell and
-        that are now within their min (the cycle tries them every cycle: once their
-        own work ends, they take back what a borrowing sibling holds)."""
-        watch = self.reclaim_watch
-        for qi in fell & watch.keys():
-            keep = []
-            for c in watch[qi]:
-                sq = self.queues[c.queue]
-                if sq.cands.get(c.idx) is not c or c.w.id in self.eta:
-                    continue  # started, or gone
-                if within_min(self.used[qi], self.tree.mins[qi], c.req):
-                    self._mark(c)
-                else:
-                    keep.append(c)
-            if keep:
-                watch[qi] = keep
-            else:
-                del watch[qi]
 
     @staticmethod
     def _aged_at(sq: SimQueue, w: WorkloadSpec, t: float) -> bool:

@@ -20,6 +20,7 @@ from queueing.engine.aging import OrderKey
 from queueing.engine.cyclestate import F_NEVER, F_NODES, QueueState
 from queueing.engine.forecast_aging import SPACE, passes_hold_at
 from queueing.engine.forecast_filing import file_cand
+from queueing.engine.forecast_preempt import watch_reclaim
 from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
                     sq.window -= 1
                     continue
                 file_cand(sim, c, -1, "")
-                sim.watch_reclaim(sq, c)
+                watch_reclaim(sim, sq, c)
                 if blocks(w):
                     sq.block_at[qi] = i
                 continue
@@ -166,7 +167,7 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
                     sq.window -= 1
                     continue
                 file_cand(sim, c, fc, fk)
-                sim.watch_reclaim(sq, c)
+                watch_reclaim(sim, sq, c)
                 # A strict-order head blocks its quota's work behind it; so does the
                 # aged head of a Priority queue short of quota that the cycle made
                 # hold its quota's room (Cycle.hold_aged: it is the quota's blocker).
