@@ -865,11 +865,17 @@ def test_the_forecast_evicts_no_victim_the_preemptor_can_do_without(
     release = forecast_sim.Simulation._release
 
     def recorded(
-        self: forecast_sim.Simulation, qi: int, w: WorkloadSpec, *a: object, **kw: object
+        self: forecast_sim.Simulation,
+        qi: int,
+        w: WorkloadSpec,
+        per_node: dict[int, dict[str, int]] | None,
+        *,
+        demand: bool,
+        into: dict[int, dict[str, int]] | None = None,
     ) -> set[int]:
         if w.id in self.evicted:
             evicted.append(w.id)
-        return release(self, qi, w, *a, **kw)  # type: ignore[arg-type]
+        return release(self, qi, w, per_node, demand=demand, into=into)
 
     monkeypatch.setattr(forecast_sim.Simulation, "_release", recorded)
     result = run_cycle(snap(NOW, w5=True))
