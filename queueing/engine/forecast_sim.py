@@ -645,6 +645,11 @@ class Simulation:
             heapq.heappush(self.qheap, (self._key(sq, c), sq.index))
             sq.in_heap = True
 
+    def refill(self, sq: SimQueue) -> None:
+        """Top the queue's window up (:func:`.forecast_window.fill`) and look at it."""
+        fill(self, sq)
+        self._schedule(sq)
+
     def _mark(self, c: SimCand) -> None:
         c.filed = False
         sq = self.queues[c.queue]

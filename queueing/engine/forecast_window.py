@@ -71,6 +71,7 @@ class SimQueue:
         "in_heap",
         "index",
         "keys",
+        "later",
         "moved",
         "nxt",
         "state",
@@ -100,6 +101,10 @@ class SimQueue:
         #: the order keys of ``ws`` they are placed by (made at the first).
         self.arrived = 0
         self.keys: list[OrderKey] | None = None
+        #: Arrivals that landed beyond the window, (index, candidate), a heap: each
+        #: comes into the window when the window reaches its place in the queue's
+        #: order (before the waiting workload it landed ahead of).
+        self.later: list[tuple[int, SimCand]] = []
 
 
 def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
@@ -124,8 +129,16 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
     admitted = cy.admitted_ids
     ws = sq.ws
     n = len(ws)
+    later = sq.later
     parked = 0
-    while sq.window < depth and sq.nxt < n and parked < _PARK_SCAN:
+    while sq.window < depth and (sq.nxt < n or later) and parked < _PARK_SCAN:
+        if later and (sq.nxt >= n or later[0][0] < sq.nxt << SPACE):
+            # An arrival that landed here, beyond the window when it came.
+            i, c = heapq.heappop(later)
+            sq.window += 1
+            sq.cands[i] = c
+            heapq.heappush(sq.dirty, i)
+            continue
         li = sq.nxt
         w = ws[li]
         sq.nxt += 1

@@ -284,3 +284,53 @@ def test_an_arrival_moves_the_split_as_the_cycle_would() -> None:
         ),
     )
     assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [5]
+
+
+def test_an_arrival_beyond_the_look_ahead_still_goes_ahead_of_those_behind_it() -> None:
+    # One 1-cpu node, held by job 1 until t+10; jobs 2-5 (priority 10) and 6-7
+    # (priority 0) wait, 10 s each: one after another, 6 at t+60, 7 at t+70. At t+5 a
+    # priority-5 job x arrives: it lands behind 5 and ahead of 6, beyond the
+    # simulation's look-ahead of four candidates (2-5). It waits there and comes into
+    # the window as the window reaches its place: x at t+50, 6 at t+60, 7 at t+70. Left
+    # out, as it was, 6 and 7 started 10 s early (Kueue's baseline lost hundreds of jobs
+    # that way, and its smallest started 17 s early with every arrival known).
+    jobs = [
+        workload(
+            i,
+            "q",
+            req=one(1),
+            priority=10 if i <= 5 else 0,
+            ts=NOW - 10 + i,
+            expected_runtime_s=10.0,
+        )
+        for i in range(2, 8)
+    ]
+    snap = snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(1))],
+        workloads=[
+            running(1, "q", "n", req=one(1), started_at=NOW, expected_runtime_s=10.0),
+            *jobs,
+        ],
+        queues=[QueueSpec("q")],
+        now=NOW,
+        runtime_ratio={"q": (1.0, 1.0)},
+        config=EngineConfig(fair_share_mode="instant"),
+    )
+    assert snap.config.eta_max_depth == 4
+    cy = Cycle(snap)
+    cy.run()
+    x = workload(50, "q", req=one(1), priority=5, ts=NOW + 5, expected_runtime_s=10.0)
+    events, _ = _holding_events(cy)
+    alone = Simulation(cy, 0, events, deadline=math.inf).run()
+    assert [alone.get(i) for i in (5, 6, 7)] == [NOW + 40, NOW + 50, NOW + 60]
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 5, x, 10.0)])
+    starts = sim.run()
+    assert starts.get(arrival_id(0)) == NOW + 50
+    assert [starts.get(i) for i in (5, 6, 7)] == [NOW + 40, NOW + 60, NOW + 70]
+    # The cycle at t+50, x waiting since t+5 beside 6 and 7, admits x.
+    then = dataclasses.replace(
+        snap, now=NOW + 50, workloads=(*snap.workloads[5:], dataclasses.replace(x, id=8))
+    )
+    assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [8]
