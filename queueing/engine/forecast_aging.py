@@ -33,8 +33,10 @@ __all__ = ["SPACE", "age", "aged", "claims_at", "passes_hold_at", "wake_behind"]
 
 #: A candidate's key in its queue is its list index shifted by this many bits; one
 #: that ages in virtual time is given a key between the workloads aged at the start
-#: and the rest (:func:`aged`).
-SPACE = 24
+#: and the rest (:func:`aged`), and an arrival one between the two waiting workloads
+#: it lands between, placed among other arrivals there by its own order
+#: (:func:`.forecast_arrivals.arrive`, whose rank takes 95 bits).
+SPACE = 100
 
 
 def age(sim: Simulation, t: float) -> None:

@@ -334,3 +334,46 @@ def test_an_arrival_beyond_the_look_ahead_still_goes_ahead_of_those_behind_it() 
         snap, now=NOW + 50, workloads=(*snap.workloads[5:], dataclasses.replace(x, id=8))
     )
     assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [8]
+
+
+def test_arrivals_between_the_same_two_waiting_workloads_keep_the_queues_order() -> None:
+    # One 1-cpu node, held by job 1 until t+10; job 2 (priority 0) waits. x (priority
+    # 5) arrives at t+1, y (priority 9) at t+2: both land ahead of job 2. The cycle at
+    # t+10 starts y first (priority), then x at t+20, then job 2 at t+30. In the order
+    # they came, x went first.
+    snap = snapshot(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(1))],
+        workloads=[
+            running(1, "q", "n", req=one(1), started_at=NOW, expected_runtime_s=10.0),
+            workload(2, "q", req=one(1), priority=0, ts=NOW - 1, expected_runtime_s=10.0),
+        ],
+        queues=[QueueSpec("q")],
+        now=NOW,
+        runtime_ratio={"q": (1.0, 1.0)},
+        config=EngineConfig(fair_share_mode="instant"),
+    )
+    cy = Cycle(snap)
+    cy.run()
+    x = workload(50, "q", req=one(1), priority=5, ts=NOW + 1, expected_runtime_s=10.0)
+    y = workload(51, "q", req=one(1), priority=9, ts=NOW + 2, expected_runtime_s=10.0)
+    events, _ = _holding_events(cy)
+    sim = Simulation(
+        cy, 0, events, deadline=math.inf, arrivals=[(NOW + 1, x, 10.0), (NOW + 2, y, 10.0)]
+    )
+    starts = sim.run()
+    assert [starts.get(arrival_id(1)), starts.get(arrival_id(0)), starts.get(2)] == [
+        NOW + 10,
+        NOW + 20,
+        NOW + 30,
+    ]
+    then = dataclasses.replace(
+        snap,
+        now=NOW + 10,
+        workloads=(
+            snap.workloads[1],
+            dataclasses.replace(x, id=8),
+            dataclasses.replace(y, id=9),
+        ),
+    )
+    assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [9]
