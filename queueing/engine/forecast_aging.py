@@ -131,20 +131,23 @@ def claims_at(sim: Simulation, t: float) -> Claims | None:
     simulation's. A claim grows with its head's wait and lapses when it starts;
     each head whose claim is not yet whole schedules a look at the time it is.
     """
-    cy = sim.cy
     eta = sim.eta
     queues = []
+    # The quota of each head, arrivals and requeued victims included (the cycle's
+    # ``quota_of`` knows neither: an arrival at the head of its queue claimed nothing,
+    # and the workload behind it claimed in its place).
+    quota_of: dict[int, int] = {}
     for sq in sim.queues:
         spec = sq.state.spec
         if spec.aging_bound_s is None or not sq.cands:
             continue
-        heads = [
-            sq.cands[i].w
-            for i in sorted(sq.cands)[:HEAD_SCAN]
-            if sq.cands[i].w.id not in eta and not sq.cands[i].first
-        ]
+        window = [sq.cands[i] for i in sorted(sq.cands)[:HEAD_SCAN]]
+        heads = [x.w for x in window if x.w.id not in eta and not x.first]
         if not heads:
             continue
+        for x in window:
+            if x.qi >= 0:
+                quota_of[x.w.id] = x.qi
         queues.append((spec, heads))
         full = t
         for w in heads:
@@ -165,7 +168,7 @@ def claims_at(sim: Simulation, t: float) -> Claims | None:
             for k, v in used[c].items():
                 o[k] = o.get(k, 0) - v
     unusable = {w.id for _, w in sim.unusable_ws}  # (those that still ask too much)
-    return aged_claims(tree, queues, cy.quota_of, own_used, t, unusable=unusable)
+    return aged_claims(tree, queues, quota_of, own_used, t, unusable=unusable)
 
 
 def passes_hold_at(sim: Simulation, sq: SimQueue, qi: int, b: int, c: SimCand) -> bool:

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_SIM_PREEMPTIONS",
     "MAX_SIM_VICTIMS",
     "preempt",
+    "preempt_deferred",
     "rewatch",
     "watch_reclaim",
     "within_min",
@@ -83,6 +84,14 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
             d = u.get(k, 0) + amount - lim.get(k, 0)
             if d > 0:
                 need.setdefault(node_q, {})[k] = d
+    if not need and sim.nodes.place(cy.reqs(w)) is not None:
+        # Its quota fits by the split without aged claims and the nodes hold it as they
+        # are: no victim helps, it waits for the claims to move (the cycle's rule:
+        # aging takes back what siblings borrow as their work ends, it never evicts).
+        # Without it a 1-GPU job of llm, short only of the runtime quota its sibling's
+        # aged claim took, evicted another in the forecast and started at once (gpu-heavy
+        # seed 20, gpu-1-127; the cycle kept it waiting).
+        return False
     grace = cy.config.preempt_grace_s
     specs = cy.queue_specs
     w_aged = w.queue_order_at <= aged_before(spec, t)
@@ -208,6 +217,22 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     sim.eta[w.id] = start
     sim._start(start, qi, w, dict(placed.per_node))
     return True
+
+
+def preempt_deferred(sim: Simulation, t: float) -> None:
+    """The preemptions the simulation's start deferred (``Simulation.defer_preempts``),
+    now that the cycle's waiting preemptors have started: each candidate still filed
+    tries again, by the quota of now (filed, it stays as it was if it cannot)."""
+    deferred = sim.defer_preempts or []
+    sim.defer_preempts = None
+    for sq, c in deferred:
+        if not c.filed or sq.cands.get(c.idx) is not c:
+            continue  # woken, started or moved by age since
+        fail_c, _ = sim._quota_fail(c.qi, c.req, w=c.w)
+        if sim._preempt(sq, c, t, fail_c):
+            c.filed = False
+            sim._admitted(sq, c.idx, c.qi)
+            sim._schedule(sq)
 
 
 #: Ids of evicted work queued again in virtual time: negative, below any arrival's.

@@ -75,7 +75,13 @@ from queueing.engine.fairshare import FairShare
 from queueing.engine.forecast_aging import age, claims_at, passes_hold_at, wake_behind
 from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
-from queueing.engine.forecast_preempt import MAX_SIM_PREEMPTIONS, preempt, rewatch, watch_reclaim
+from queueing.engine.forecast_preempt import (
+    MAX_SIM_PREEMPTIONS,
+    preempt,
+    preempt_deferred,
+    rewatch,
+    watch_reclaim,
+)
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
@@ -193,6 +199,12 @@ class Simulation:
         #: (:func:`.forecast_preempt.rewatch`), where filing alone would wait for room to free.
         self.reclaim_watch: dict[int, list[SimCand]] = {}
         self.preempts_left = MAX_SIM_PREEMPTIONS
+        #: With waiting preemptors in the cycle, the candidates that may preempt at the
+        #: start do so after those have started (:func:`.forecast_preempt.preempt_deferred`): the
+        #: victim of a preemptor, back in its queue, took the room it was evicted from
+        #: by evicting another, and its preemptor waited 150 s where the cycle
+        #: admitted it at the next cycle (gpu-heavy seed 20, gang-2x4-126).
+        self.defer_preempts: list[tuple[SimQueue, SimCand]] | None = [] if cy.waiting else None
         #: Evicted workloads queued again (:func:`.forecast_preempt.preempt`).
         self.requeued = 0
         self.next_search: dict[tuple[int, int], float] = {}
@@ -332,6 +344,9 @@ class Simulation:
         for sq in self.queues:
             fill(self, sq, initial=True)
             self._schedule(sq)
+        if self.defer_preempts is not None:
+            self._admit_round(self.now)  # the waiting preemptors go first
+            preempt_deferred(self, self.now)
         if self.claims_mode:
             claims_at(self, self.now)  # when the heads' claims become whole
         if self.arrivals:

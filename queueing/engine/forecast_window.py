@@ -114,7 +114,9 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
     waits for nodes, one whose quota is still short waits for that quota node, one
     behind a failing Block/Intelligent head, or behind an aged head that holds its
     quota unless it passes that hold (:func:`.forecast_aging.passes_hold_at`),
-    waits for that head.
+    waits for that head. Such a candidate may get in by preempting at once -- after
+    the cycle's waiting preemptors have taken the room of their victims, when there
+    are any (``Simulation.defer_preempts``).
     """
     cy = sim.cy
     depth = sim.depth
@@ -164,7 +166,9 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
             if f is not None and f[0] == F_NODES:
                 # The cycle just failed to place it; it waits for nodes to free up
                 # -- unless it gets in by preempting at one of the next cycles.
-                if sim._preempt(sq, c, sim.now, -1):
+                if sim.defer_preempts is not None:
+                    sim.defer_preempts.append((sq, c))
+                elif sim._preempt(sq, c, sim.now, -1):
                     del sq.cands[i]
                     sq.window -= 1
                     continue
@@ -175,7 +179,9 @@ def fill(sim: Simulation, sq: SimQueue, *, initial: bool = False) -> None:
                 continue
             fc, fk = sim._quota_fail(qi, c.req, w=w)
             if fc >= 0:
-                if sim._preempt(sq, c, sim.now, fc):
+                if sim.defer_preempts is not None:
+                    sim.defer_preempts.append((sq, c))
+                elif sim._preempt(sq, c, sim.now, fc):
                     del sq.cands[i]
                     sq.window -= 1
                     continue

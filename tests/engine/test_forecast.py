@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 import pytest
 
 from queueing.engine import forecast, forecast_sim, run_cycle
+from queueing.engine.cycle import Cycle
+from queueing.engine.forecast import _holding_events
+from queueing.engine.forecast_aging import claims_at
+from queueing.engine.forecast_sim import Simulation
+from queueing.engine.forecast_window import fill
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot, WorkloadSpec
 
 from .builders import node, podset, quota, running, snapshot, workload
@@ -993,3 +999,101 @@ def test_a_preemptor_places_on_the_room_it_holds_back() -> None:
     result = run_cycle(snap)
     assert [p.victim_id for p in result.preemptions] == [1]
     assert result.etas[2].p50 == NOW
+
+
+def test_a_waiting_preemptor_takes_its_room_before_others_preempt_for_it() -> None:
+    # One 4-cpu node: w1 and w2, priority 1, 2 cpu each, long. P (w3, priority 9, 2
+    # cpu) evicts w2 and holds its room. C (w4, priority 5, 4 cpu) finds no victims:
+    # w1 alone frees 2 and the rest is P's. At the next cycle P starts in w2's room.
+    # The forecast let C preempt first, at its start, with w2's room counted free: C
+    # evicted w1, took both rooms, and P waited for C's end.
+    snap = world(
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(
+                1, "q", "n", req=one(2), priority=1, started_at=NOW - 5, expected_runtime_s=1000.0
+            ),
+            running(
+                2, "q", "n", req=one(2), priority=1, started_at=NOW - 10, expected_runtime_s=1000.0
+            ),
+            workload(3, "q", req=one(2), priority=9, ts=NOW - 2, expected_runtime_s=10.0),
+            workload(4, "q", req=one(4), priority=5, ts=NOW - 1, expected_runtime_s=10.0),
+        ],
+    )
+    result = run_cycle(snap)
+    assert [(p.victim_id, p.preemptor_id) for p in result.preemptions] == [(2, 3)]
+    assert result.etas[3].p50 == NOW
+    c = result.etas[4].p50
+    assert c is not None
+    assert c > NOW + 10  # once P has run: w1 alone never makes room for C's 4 cpu
+
+
+def aged_claim_world(*extra: WorkloadSpec) -> Snapshot:
+    """One 4-cpu node full: a's job (3 cpu) and b's (1 cpu) run for long; b's w3 (4
+    cpu) has waited 150 s of its 300-s aging bound and claims half of its request."""
+    return world(
+        quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(1, "b", "n", req=one(1), started_at=NOW - 10, expected_runtime_s=1000.0),
+            running(2, "a", "n", req=one(3), started_at=NOW - 10, expected_runtime_s=1000.0),
+            workload(3, "b", req=one(4), ts=NOW - 150, expected_runtime_s=100.0),
+            *extra,
+        ],
+        queues=[QueueSpec("a"), QueueSpec("b")],
+    )
+
+
+def test_an_arrival_at_the_head_of_its_queue_is_the_one_that_claims() -> None:
+    # z (priority 9) arrives at t+1 ahead of w3: the cycle then reads z as b's head,
+    # whose claim (a second's wait, of 1 cpu) is nothing. The simulation read its
+    # heads' quotas from the cycle's own workloads, skipped z, and kept w3's claim.
+    cy = Cycle(aged_claim_world())
+    cy.run()
+    assert cy.claims is not None
+    assert cy.claims[cy.tree.index["b"]] == {"cpu": 1 + 2}
+    z = workload(50, "b", req=one(1), priority=9, ts=NOW + 1, expected_runtime_s=10.0)
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 1, z, 10.0)])
+    sim.setup()
+    for sq in sim.queues:
+        fill(sim, sq, initial=True)
+    sim._arrive_until(NOW + 2)
+    assert claims_at(sim, NOW + 2) is None
+    then = Cycle(dataclasses.replace(aged_claim_world(dataclasses.replace(z, id=4)), now=NOW + 2))
+    then.run()
+    assert then.claims is None
+
+
+def test_the_forecast_evicts_nothing_for_work_its_quota_fits_without_claims() -> None:
+    # Two quotas on a 4-cpu node: a runs w1 (1 cpu, long), b runs w2 (1 cpu, 60 s) and
+    # its aged w3 (3 cpu) waits for the node. Split without claims a gets 2, so a's w4
+    # (priority 9, 1 cpu) fits its quota, and the node holds it; w3's claim takes a's
+    # share, and w4 waits for it. The cycle evicts nothing for w4 (aging never evicts):
+    # w3 starts when w2 ends, w4 when w3 ends. The forecast, asked again (as for
+    # work that arrived: the cycle's failed search is not carried over), evicted w1.
+    snap = world(
+        quotas=[quota("root"), quota("a", "root"), quota("b", "root")],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(
+                1, "a", "n", req=one(1), priority=1, started_at=NOW - 10, expected_runtime_s=1000.0
+            ),
+            running(
+                2, "b", "n", req=one(1), priority=1, started_at=NOW - 10, expected_runtime_s=60.0
+            ),
+            workload(3, "b", req=one(3), priority=1, ts=NOW - 900, expected_runtime_s=100.0),
+            workload(4, "a", req=one(1), priority=9, ts=NOW - 1, expected_runtime_s=10.0),
+        ],
+        queues=[QueueSpec("a"), QueueSpec("b", reclaim="Never", preempt_within_quota="Never")],
+    )
+    result = run_cycle(snap)
+    assert result.preemptions == ()
+    assert result.etas[4].p50 == NOW + 150
+    cy = Cycle(snap)
+    cy.run()
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf)
+    sim.preempt_failed.clear()
+    assert sim.run().get(4) == NOW + 150
