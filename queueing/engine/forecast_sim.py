@@ -82,11 +82,11 @@ from queueing.engine.forecast_preempt import (
     rewatch,
     watch_reclaim,
 )
+from queueing.engine.forecast_split import any_usable, requota, surplus_helps, unused_share
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
 from queueing.engine.types import PREEMPTED, WorkloadSpec
-from queueing.engine.unusable import still_unusable
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -451,17 +451,17 @@ class Simulation:
             if freed:
                 self.nodes.release(freed)
             came = self._arrive_until(window)
-            surplus = self._unused_share(ended)
+            surplus = unused_share(self, ended)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
             self.preempt_failed.clear()
             if (
                 came
                 or since >= recompute_every
-                or (surplus and self._surplus_helps(surplus))
+                or (surplus and surplus_helps(self, surplus))
                 or (
                     self.unusable_ws
                     and not fell.isdisjoint(self.unusable_near)
-                    and self._any_usable()
+                    and any_usable(self)
                 )
             ):
                 # Every so many completions, with the claims of that time (they grow
@@ -513,116 +513,8 @@ class Simulation:
         return moved
 
     def _requota(self, t: float) -> None:
-        """Runtime quota (and fair share) for the simulation's state at ``t``.
-
-        As the cycle splits it: without aged claims (``limit_base``, what a waiting
-        preemptor is judged by) and, where some claim is not met by water-filling
-        alone, again with the claims (``limit``).
-        """
-        tree = self.tree
-        cap = self.nodes.capacity
-        unusable = self._unusable(cap)
-        self.runtime, _ = tree.runtime(self.own_demand, cap, unusable=unusable)
-        self.limit = self.limit_base = self._limits()
-        if self.claims_mode:
-            claims = claims_at(self, t)
-            base = self.runtime
-            if claims is not None and any(
-                v > base[i].get(k, 0) for i, c in enumerate(claims) for k, v in c.items()
-            ):
-                # Some claim is not met by water-filling alone: split again with them.
-                self.runtime, _ = tree.runtime(self.own_demand, cap, claims, unusable=unusable)
-                self.limit = self._limits()
-        self.fair = self._fair()
-
-    def _unused_share(self, ended: set[tuple[int, str]]) -> dict[tuple[int, str], int]:
-        """Per (quota, resource) whose demand fell, the runtime quota it no longer
-        uses and does not keep: above its demand, beyond a min it holds whatever its
-        demand (a quota that does not lend it). A quota with workloads of its own and
-        quotas below counts its whole runtime quota (its demand is theirs too: an
-        over-estimate, which costs only a recomputation)."""
-        tree = self.tree
-        out: dict[tuple[int, str], int] = {}
-        for qi, k in ended:
-            r = self.runtime[qi].get(k, 0)
-            if tree.children[qi]:
-                out[qi, k] = r
-                continue
-            held = self.own_demand[qi].get(k, 0)
-            if not tree.allow_lent[qi]:
-                held = max(held, tree.mins[qi].get(k, 0))
-            if r > held:
-                out[qi, k] = r - held
-        return out
-
-    def _surplus_helps(self, surplus: Mapping[tuple[int, str], int]) -> bool:
-        """Whether the demand that fell below its runtime quota (``surplus``, per
-        ending quota and resource) may let a candidate filed under a quota's room start.
-
-        The split hands a quota's unused share to the other quotas of its tree, at most
-        what fell: only a candidate filed under another quota of that tree (not one
-        above the ending work, whose room grew with the release itself), for that
-        resource, whose need fits its quota's headroom plus that much, may start on it.
-        Recomputing whenever anything waited for quota did so at almost every end (a
-        quota with nothing waiting has a runtime quota equal to its demand), which took
-        the live forecast's budget from its draws.
-        """
-        tree = self.tree
-        for (c, k), lst in self.quota_files.items():
-            while lst and not lst[0][3].filed:
-                heapq.heappop(lst)  # stale: woken or started since (as _wake drops it)
-            if not lst:
-                continue
-            head = self.limit[c].get(k, 0) - self.used[c].get(k, 0)
-            if lst[0][0] <= head:
-                continue  # it fits already: the next release there wakes it
-            gain = 0
-            for (qi, rk), v in surplus.items():
-                if rk == k and c not in tree.chains[qi] and tree.root_of(c) == tree.root_of(qi):
-                    gain += v
-            if gain and lst[0][0] <= head + gain:
-                return True
-        return False
-
-    def _any_usable(self) -> bool:
-        """Whether one of the unusable workloads still waiting fits what its quota can
-        get now."""
-        live = [(qi, w) for qi, w in self.unusable_ws if w.id not in self.eta]
-        still = still_unusable(self.tree, self.nodes.capacity, self.own_demand, live, self.eta)
-        return len(still) < len(live)
-
-    def _unusable(self, cap: Mapping[str, int]) -> dict[int, dict[str, int]] | None:
-        """Per quota, the requests of the cycle's unusable workloads that still ask more
-        than their quota can get now (as ``CycleState.unusable_demand``), and of the work
-        behind those that block their queue. In virtual time demand falls as work ends
-        (only evicted victims come back), so one that fits is not looked at again."""
-        if not self.unusable_ws:
-            return None
-        self.unusable_ws = still_unusable(
-            self.tree, cap, self.own_demand, self.unusable_ws, self.eta
-        )
-        out: dict[int, dict[str, int]] = {}
-        for qi, w in self.unusable_ws:
-            d = out.setdefault(qi, {})
-            for k, v in w._request._d.items():
-                d[k] = d.get(k, 0) + v
-            behind = self.unusable_behind.get(w.id)
-            if behind is not None:
-                # (Less what has started behind it meanwhile: nothing can.)
-                for k, v in behind[1].items():
-                    d[k] = d.get(k, 0) + v
-        return out or None
-
-    def _limits(self) -> list[dict[str, int]]:
-        maxes = self.tree.maxes
-        limit = []
-        for i, rt in enumerate(self.runtime):
-            lim = dict(rt)
-            for k, cap in maxes[i].items():
-                if lim.get(k, 0) > cap:
-                    lim[k] = cap
-            limit.append(lim)
-        return limit
+        """Runtime quota (and fair share) for the state at ``t`` (:func:`.forecast_split.requota`)."""
+        requota(self, t)
 
     def _key(self, sq: SimQueue, c: SimCand) -> tuple[int, int, float, int, float, int]:
         if c.first:
