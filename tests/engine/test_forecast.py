@@ -12,6 +12,7 @@ from queueing.engine import forecast, forecast_sim, run_cycle
 from queueing.engine.cycle import Cycle
 from queueing.engine.forecast import _holding_events
 from queueing.engine.forecast_aging import claims_at
+from queueing.engine.forecast_arrivals import arrival_id
 from queueing.engine.forecast_sim import Simulation
 from queueing.engine.forecast_window import fill
 from queueing.engine.types import EngineConfig, Eta, QueueSpec, Snapshot, WorkloadSpec
@@ -1097,3 +1098,39 @@ def test_the_forecast_evicts_nothing_for_work_its_quota_fits_without_claims() ->
     sim = Simulation(cy, 0, events, deadline=math.inf)
     sim.preempt_failed.clear()
     assert sim.run().get(4) == NOW + 150
+
+
+def test_a_preemptor_in_virtual_time_awaits_work_ending_within_the_grace_period() -> None:
+    # One 4-cpu node held by w1 (priority 1) until t+20. w3 (queue r, of higher queue
+    # priority, which may not preempt) waits for it. P (priority 9) arrives at t+5 in
+    # queue q: its only victim ends within the grace period, so the cycle evicts nothing
+    # and P awaits it, nominated: at t+20 the room is P's, and w3 starts after it. In
+    # the forecast P waited as any other, w3 came first in the round and took the room.
+    def snap_at(now: float, ws: list[WorkloadSpec]) -> Snapshot:
+        return world(
+            now=now,
+            quotas=[quota("root"), quota("q", "root")],
+            nodes=[node("n", one(4))],
+            workloads=ws,
+            queues=[
+                QueueSpec("q"),
+                QueueSpec("r", priority=5, preempt_within_quota="Never", reclaim="Never"),
+            ],
+        )
+
+    v = running(1, "q", "n", req=one(4), priority=1, started_at=NOW - 10, expected_runtime_s=30.0)
+    r = workload(3, "q", "r", req=one(4), priority=5, ts=NOW - 2, expected_runtime_s=10.0)
+    p = workload(2, "q", req=one(4), priority=9, ts=NOW + 5, expected_runtime_s=10.0)
+    cy = Cycle(snap_at(NOW, [v, r]))
+    cy.run()
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 5, p, 10.0)])
+    starts = sim.run()
+    assert (starts.get(arrival_id(0)), starts.get(3)) == (NOW + 20, NOW + 30)
+    # The cycle: at t+6 P awaits w1 (nothing evicted, P nominated); at t+20 it is P's.
+    then = run_cycle(snap_at(NOW + 6, [v, r, p]), forecast=False)
+    assert then.preemptions == ()
+    assert then.nominations == (2,)
+    nominated = dataclasses.replace(p, nominated=True)
+    at_end = run_cycle(snap_at(NOW + 20, [r, nominated]), forecast=False)
+    assert [a.workload_id for a in at_end.admissions] == [2]
