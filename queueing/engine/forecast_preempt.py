@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
+from queueing.engine.preemption import awaited_by
 from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -202,12 +203,15 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
         return False
     if len(chosen) > 1:
         placed = _add_back(sim, chosen, need, chains, reqs, extra, placed)
-    if any(sim.running[vq][v.id][2] - t <= grace for v, vq, _ in chosen):
-        # Some of the victims end within the grace period: as in the cycle, nothing is
-        # evicted and the preemptor awaits them, first in line for what they free
-        # (its reservation). Left to wait as any other, what they freed went to work
-        # of another queue that came first in the round (the demo, seed 7: medium-90,
-        # admitted by the cycle at +10 s, told everything +56 s).
+    history = cy.snapshot.runtime_history
+    if any(
+        awaited_by(v, t, grace, history, sim.started.get(v.id)) is not None for v, _, _ in chosen
+    ):
+        # Some of the victims are due to end within the grace period (by their declared
+        # runtime, as the cycle judges it, :func:`.preemption.awaited_by`): nothing is
+        # evicted and the preemptor awaits them, first in line for what they free (the
+        # cycle's reservation). Left to wait as any other, what they freed went to
+        # work of another queue that came first in the round.
         c.first = True
         return False
     # Evict: quota usage and node capacity come back now (their end events are void).

@@ -63,6 +63,7 @@ __all__ = [
     "MAX_EXAMINED_NODES_ONLY",
     "MAX_PLACEMENTS",
     "Preemptor",
+    "awaited_by",
     "find_victims",
 ]
 
@@ -271,6 +272,39 @@ def _share(
     return best
 
 
+def awaited_by(
+    v: WorkloadSpec,
+    now: float,
+    grace: float,
+    history: Mapping[str, tuple[float, float]],
+    start: float | None = None,
+) -> float | None:
+    """Until when ``v`` is awaited rather than evicted, or None: not finishing soon.
+
+    Expected to end within the grace period (its declared runtime, else its queue's
+    p50 in ``history``, from its start: ``start``, else ``v.started_at``, else ``now``):
+    better wait than evict. A workload past its expected end is still about to end only
+    while it has overrun by less than the grace period too: past that, when it ends is
+    not known, and waiting for it could last for ever (it was awaited, cycle after
+    cycle, while it ran on). The forecast's simulation asks it too
+    (:func:`.forecast_preempt.preempt`), with the start in virtual time.
+    """
+    if grace <= 0:
+        return None
+    total = v.expected_runtime_s
+    if total is None or total <= 0:
+        hist = history.get(v.queue)
+        total = hist[0] if hist else None
+    if total is None or total <= 0:
+        return None
+    if start is None:
+        start = v.started_at if v.started_at is not None else now
+    end = start + total
+    if end - now > grace or now - end > grace:
+        return None
+    return end + grace
+
+
 def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found | None:
     """Victims that let ``w`` (in quota ``qi``, queue ``spec``) fit, or None.
 
@@ -411,26 +445,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     history = cy.snapshot.runtime_history
 
     def awaited_until(v: WorkloadSpec) -> float | None:
-        """Until when ``v`` is awaited rather than evicted, or None: not finishing soon.
-
-        Expected to end within the grace period: better wait than evict. A workload
-        past its expected end is still about to end only while it has overrun by less
-        than the grace period too: past that, when it ends is not known, and waiting
-        for it could last for ever (it was awaited, cycle after cycle, while it ran on).
-        """
-        if grace <= 0:
-            return None
-        total = v.expected_runtime_s
-        if total is None or total <= 0:
-            hist = history.get(v.queue)
-            total = hist[0] if hist else None
-        if total is None or total <= 0:
-            return None
-        start = v.started_at if v.started_at is not None else now
-        end = start + total
-        if end - now > grace or now - end > grace:
-            return None
-        return end + grace
+        return awaited_by(v, now, grace, history)
 
     if not need:
         # Its quota fits once the evictions under way have ended, and the nodes hold it
