@@ -1134,3 +1134,32 @@ def test_a_preemptor_in_virtual_time_awaits_work_ending_within_the_grace_period(
     nominated = dataclasses.replace(p, nominated=True)
     at_end = run_cycle(snap_at(NOW + 20, [r, nominated]), forecast=False)
     assert [a.workload_id for a in at_end.admissions] == [2]
+
+
+def test_a_preemptor_in_virtual_time_awaits_by_the_declared_runtime_as_the_cycle_does() -> None:
+    # w1 declares 200 s (from t-10) and its queue's jobs use a quarter of their limit:
+    # the forecast's runs end it at t+40. P (priority 9) arrives at t+5. The cycle judges
+    # "about to end" by the declared runtime (t+190, beyond the 60-s grace period) and
+    # evicts w1: P starts a cycle after its search. Judged by the simulated end, the
+    # forecast awaited w1 until t+40. (w3, priority 0, waits behind them all.)
+    def snap_at(now: float, ws: list[WorkloadSpec]) -> Snapshot:
+        return world(
+            now=now,
+            quotas=[quota("root"), quota("q", "root")],
+            nodes=[node("n", one(4))],
+            workloads=ws,
+            runtime_ratio={"q": (0.25, 0.25)},
+        )
+
+    v = running(1, "q", "n", req=one(4), priority=1, started_at=NOW - 10, expected_runtime_s=200.0)
+    p = workload(2, "q", req=one(4), priority=9, ts=NOW + 5, expected_runtime_s=10.0)
+    w3 = workload(3, "q", req=one(4), priority=0, ts=NOW - 1, expected_runtime_s=10.0)
+    cy = Cycle(snap_at(NOW, [v, w3]))
+    cy.run()
+    events, _ = _holding_events(cy)
+    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 5, p, 10.0)])
+    start = sim.run().get(arrival_id(0))
+    assert start is not None
+    assert start < NOW + 20
+    then = run_cycle(snap_at(NOW + 6, [v, w3, p]), forecast=False)
+    assert [(x.victim_id, x.preemptor_id) for x in then.preemptions] == [(1, 2)]
