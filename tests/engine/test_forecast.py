@@ -1100,6 +1100,27 @@ def test_the_forecast_evicts_nothing_for_work_its_quota_fits_without_claims() ->
     assert sim.run().get(4) == NOW + 150
 
 
+def one_node_world(now: float, ws: list[WorkloadSpec], **kw: object) -> Snapshot:
+    """One 4-cpu node, one quota ``q``: ``ws`` at ``now``."""
+    return world(
+        now=now,
+        quotas=[quota("root"), quota("q", "root")],
+        nodes=[node("n", one(4))],
+        workloads=ws,
+        **kw,
+    )
+
+
+def simulate_told(snap: Snapshot, w: WorkloadSpec, at: float) -> dict[int, float]:
+    """The starts in the forecast's simulation of ``snap``'s cycle (one run, p50
+    runtimes) told that ``w`` arrives at ``at`` and runs its declared runtime."""
+    cy = Cycle(snap)
+    cy.run()
+    events, _ = _holding_events(cy)
+    runtime = w.expected_runtime_s or 0.0
+    return Simulation(cy, 0, events, deadline=math.inf, arrivals=[(at, w, runtime)]).run()
+
+
 def test_a_preemptor_in_virtual_time_awaits_work_ending_within_the_grace_period() -> None:
     # One 4-cpu node held by w1 (priority 1) until t+20. w3 (queue r, of higher queue
     # priority, which may not preempt) waits for it. P (priority 9) arrives at t+5 in
@@ -1107,25 +1128,16 @@ def test_a_preemptor_in_virtual_time_awaits_work_ending_within_the_grace_period(
     # and P awaits it, nominated: at t+20 the room is P's, and w3 starts after it. In
     # the forecast P waited as any other, w3 came first in the round and took the room.
     def snap_at(now: float, ws: list[WorkloadSpec]) -> Snapshot:
-        return world(
-            now=now,
-            quotas=[quota("root"), quota("q", "root")],
-            nodes=[node("n", one(4))],
-            workloads=ws,
-            queues=[
-                QueueSpec("q"),
-                QueueSpec("r", priority=5, preempt_within_quota="Never", reclaim="Never"),
-            ],
-        )
+        queues = [
+            QueueSpec("q"),
+            QueueSpec("r", priority=5, preempt_within_quota="Never", reclaim="Never"),
+        ]
+        return one_node_world(now, ws, queues=queues)
 
     v = running(1, "q", "n", req=one(4), priority=1, started_at=NOW - 10, expected_runtime_s=30.0)
     r = workload(3, "q", "r", req=one(4), priority=5, ts=NOW - 2, expected_runtime_s=10.0)
     p = workload(2, "q", req=one(4), priority=9, ts=NOW + 5, expected_runtime_s=10.0)
-    cy = Cycle(snap_at(NOW, [v, r]))
-    cy.run()
-    events, _ = _holding_events(cy)
-    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 5, p, 10.0)])
-    starts = sim.run()
+    starts = simulate_told(snap_at(NOW, [v, r]), p, NOW + 5)
     assert (starts.get(arrival_id(0)), starts.get(3)) == (NOW + 20, NOW + 30)
     # The cycle: at t+6 P awaits w1 (nothing evicted, P nominated); at t+20 it is P's.
     then = run_cycle(snap_at(NOW + 6, [v, r, p]), forecast=False)
@@ -1143,22 +1155,12 @@ def test_a_preemptor_in_virtual_time_awaits_by_the_declared_runtime_as_the_cycle
     # evicts w1: P starts a cycle after its search. Judged by the simulated end, the
     # forecast awaited w1 until t+40. (w3, priority 0, waits behind them all.)
     def snap_at(now: float, ws: list[WorkloadSpec]) -> Snapshot:
-        return world(
-            now=now,
-            quotas=[quota("root"), quota("q", "root")],
-            nodes=[node("n", one(4))],
-            workloads=ws,
-            runtime_ratio={"q": (0.25, 0.25)},
-        )
+        return one_node_world(now, ws, runtime_ratio={"q": (0.25, 0.25)})
 
     v = running(1, "q", "n", req=one(4), priority=1, started_at=NOW - 10, expected_runtime_s=200.0)
     p = workload(2, "q", req=one(4), priority=9, ts=NOW + 5, expected_runtime_s=10.0)
     w3 = workload(3, "q", req=one(4), priority=0, ts=NOW - 1, expected_runtime_s=10.0)
-    cy = Cycle(snap_at(NOW, [v, w3]))
-    cy.run()
-    events, _ = _holding_events(cy)
-    sim = Simulation(cy, 0, events, deadline=math.inf, arrivals=[(NOW + 5, p, 10.0)])
-    start = sim.run().get(arrival_id(0))
+    start = simulate_told(snap_at(NOW, [v, w3]), p, NOW + 5).get(arrival_id(0))
     assert start is not None
     assert start < NOW + 20
     then = run_cycle(snap_at(NOW + 6, [v, w3, p]), forecast=False)
