@@ -1008,10 +1008,9 @@ def test_a_waiting_preemptor_takes_its_room_before_others_preempt_for_it() -> No
     # w1 alone frees 2 and the rest is P's. At the next cycle P starts in w2's room.
     # The forecast let C preempt first, at its start, with w2's room counted free: C
     # evicted w1, took both rooms, and P waited for C's end.
-    snap = world(
-        quotas=[quota("root"), quota("q", "root")],
-        nodes=[node("n", one(4))],
-        workloads=[
+    snap = one_node_world(
+        NOW,
+        [
             running(
                 1, "q", "n", req=one(2), priority=1, started_at=NOW - 5, expected_runtime_s=1000.0
             ),
