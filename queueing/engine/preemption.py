@@ -444,9 +444,6 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     now = cy.now
     history = cy.snapshot.runtime_history
 
-    def awaited_until(v: WorkloadSpec) -> float | None:
-        return awaited_by(v, now, grace, history)
-
     if not need:
         # Its quota fits once the evictions under way have ended, and the nodes hold it
         # as they are: no victim helps, it waits for those evictions. (Taking one would
@@ -634,7 +631,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             else:
                 add(v, vq, 1)
 
-    until = [(v, t) for v, _ in chosen if (t := awaited_until(v)) is not None]
+    until = [(v, t) for v, _ in chosen if (t := awaited_by(v, now, grace, history)) is not None]
     if until:
         # Wait for all of them rather than evict some now: the next cycle, woken by
         # their completion, searches again and evicts only if still needed (and, past
