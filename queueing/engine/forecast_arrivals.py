@@ -30,9 +30,9 @@ A start after the streams end (or after ``MAX_ARRIVALS`` cut a draw's) has not s
 every arrival before it: :mod:`.eta` stretches the rest of such a wait (after the
 streams' end) by the arrivals' load, as it does without draws. Two arrivals between
 the same two waiting workloads are in the queue's order too (priority, then time;
-not, as they once were, in the order they came). Each draw's streams are its own and the same at every cycle, seeded
-by the draw's index: from one cycle to the next only the history moves them, not the
-dice.
+not, as they once were, in the order they came). Each draw's streams are its own and
+the same at every cycle, seeded by the draw's index: from one cycle to the next only
+the history moves them, not the dice.
 """
 
 from __future__ import annotations

@@ -200,10 +200,8 @@ class Simulation:
         self.reclaim_watch: dict[int, list[SimCand]] = {}
         self.preempts_left = MAX_SIM_PREEMPTIONS
         #: With waiting preemptors in the cycle, the candidates that may preempt at the
-        #: start do so after those have started (:func:`.forecast_preempt.preempt_deferred`): the
-        #: victim of a preemptor, back in its queue, took the room it was evicted from
-        #: by evicting another, and its preemptor waited 150 s where the cycle
-        #: admitted it at the next cycle (gpu-heavy seed 20, gang-2x4-126).
+        #: start do so once those have started (:func:`.forecast_preempt.preempt_deferred`):
+        #: before, one could take the room of their victims, counted free already.
         self.defer_preempts: list[tuple[SimQueue, SimCand]] | None = [] if cy.waiting else None
         #: Evicted workloads queued again (:func:`.forecast_preempt.preempt`).
         self.requeued = 0
