@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.types import PREEMPTED, WorkloadSpec
+from queueing.engine.victim_lists import keeps_min
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -52,6 +53,7 @@ def guarded_victims(
     used = cy.used
     runtime = cy.runtime_base
     mins = tree.mins
+    maxes = tree.maxes
     order: list[tuple[tuple[int, float, int], WorkloadSpec, int]] = []
     for vq in tree.subtree(c):
         if vq in chain:
@@ -66,6 +68,17 @@ def guarded_victims(
                 order.append(((v.priority, -(v.admitted_at or 0.0), -v.id), v, vq))
                 if len(order) > MAX_LOOKED_AT:
                     return None
+
+    def keeps(v: WorkloadSpec, vq: int, x: int, k: str) -> bool:
+        # As the search judges it: its own quota's min within its max if it holds more
+        # than that (victim_lists.keeps_min).
+        u = used[x].get(k, 0)
+        left = u - v._request._d[k]
+        if x != vq:
+            return left >= mins[x].get(k, 0)
+        limits = (mins[x].get(k, 0), maxes[x].get(k))
+        return keeps_min(cy.holding[vq], v, k, limits, left, u, skip)
+
     order.sort(key=lambda e: e[0])
     chosen: list[WorkloadSpec] = []
     freed: dict[str, int] = {}
@@ -74,9 +87,7 @@ def guarded_victims(
         path = [x for x in chains[vq] if x not in chain]
         if not any(used[x].get(k, 0) > runtime[x].get(k, 0) for x in path for k in short):
             continue  # not borrowing
-        if not any(
-            d.get(k, 0) and used[x].get(k, 0) - d[k] < mins[x].get(k, 0) for x in path for k in keys
-        ):
+        if all(keeps(v, vq, x, k) for x in path for k in keys if d.get(k, 0)):
             return None  # reclaim may take it: not this case
         if len(chosen) < most and any(freed.get(k, 0) < x for k, x in short.items()):
             chosen.append(v)

@@ -53,7 +53,14 @@ from typing import TYPE_CHECKING
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.nodes import EligKey
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
-from queueing.engine.victim_lists import FilteredVictims, OrderedVictims, VKey, first
+from queueing.engine.victim_lists import (
+    FilteredVictims,
+    OrderedVictims,
+    VKey,
+    first,
+    held_beyond_max,
+    keeps_min,
+)
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -505,6 +512,39 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         less_v = _merge(releasing[vq], freed.get(vq), incoming[vq])
         return _share(used[qi], runtime[qi], less_q, req) <= _share(used[vq], runtime[vq], less_v)
 
+    #: Victims held beyond their quota's max, and that quota's share with them, where
+    #: the preemptor's share with it is below that (see ``beyond_fair``).
+    over_share: dict[int, float] = {}
+
+    def beyond_fair(v: WorkloadSpec, vq: int) -> None:
+        """Work a quota holds beyond its max (a max lowered under running work) is no
+        share of its own: fair share may take it where the preemptor's share with it
+        is below that quota's share *with* the work (Kueue's second fair-sharing
+        strategy, LessThanInitialShare), not only below its share without it. Judged
+        without it, work over a max stayed while the work within it was taken, came
+        back and evicted it in its quota (victim_lists.kept_within_max); a quota's max
+        otherwise kept no one else out. Only where its quota keeps its min without
+        it: below its min, that quota would reclaim the room back at once (the
+        property test, seed 1303: a min above the max)."""
+        vr = v._request._d
+        mx = maxes[vq]
+        if not mx or not any(x and k in mx and held(vq, k) > mx[k] for k, x in vr.items()):
+            return  # (the common case: a quota within its max)
+        if any(x and held(vq, k) - x < mins[vq].get(k, 0) for k, x in vr.items()):
+            return
+        gone = {u.id for u, _ in chosen}
+        if not held_beyond_max(cy.holding[vq], v, mx, lambda k: held(vq, k), skip, gone):
+            return
+        mine = _share(
+            used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi), incoming[qi]), req
+        )
+        theirs = _share(used[vq], runtime[vq], _merge(releasing[vq], freed.get(vq), incoming[vq]))
+        if mine < theirs:
+            over_share[v.id] = theirs
+
+    def fair(v: WorkloadSpec, vq: int) -> bool:
+        return v.id in over_share or fair_ok(vq)
+
     def reclaim_ok(v: WorkloadSpec, vq: int) -> bool:
         """Is ``v``'s subtree still borrowing, and does taking it respect every min?
 
@@ -526,15 +566,26 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 if a > rt.get(k, 0):
                     borrowing = True
                 t = vr.get(k, 0)
-                if t and a - t < m.get(k, 0):
+                if t and not (keeps(v, x, k, a - t) if x == vq else a - t >= m.get(k, 0)):
                     return False
             if by_min:
                 # Taken for room on nodes, it gives up all it holds: no min may break,
                 # counting only what the quota holds (not preemptors still to arrive).
                 for k, t in vr.items():
-                    if t and held(x, k) - t < m.get(k, 0):
+                    left = held(x, k) - t
+                    if t and not (keeps(v, x, k, left) if x == vq else left >= m.get(k, 0)):
                         return False
         return borrowing
+
+    def keeps(v: WorkloadSpec, vq: int, k: str, left: int) -> bool:
+        # Its own quota's min, judged within its max if it holds more than that (a max
+        # lowered under running work: victim_lists.keeps_min).
+        m, mx = mins[vq].get(k, 0), maxes[vq].get(k)
+        h = held(vq, k)
+        if mx is None or h <= mx:
+            return left >= m  # (the common case)
+        gone = {u.id for u, _ in chosen}
+        return keeps_min(cy.holding[vq], v, k, (m, mx), left, h, skip, gone)
 
     def held(x: int, k: str) -> int:
         return used[x].get(k, 0) - releasing[x].get(k, 0) - freed.get(x, {}).get(k, 0)
@@ -598,12 +649,14 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 continue
             if vq != qi and not reclaim_ok(v, vq):
                 continue
+            if vq != qi:
+                beyond_fair(v, vq)  # judged on the victim's quota with it
             add(v, vq, 1)
             # Outside the preemptor's min only fair share may take it -- and not work
             # admitted by age ahead of the preemptor: admitted on its aged claim, it
             # borrows beyond its quota's share without claims, and taking it sent it
             # back to claim again (gpu-heavy: one 8-GPU job evicted 16 times).
-            if vq != qi and not within_min() and (ahead(v) or not fair_ok(vq)):
+            if vq != qi and not within_min() and (ahead(v) or not fair(v, vq)):
                 add(v, vq, -1)
                 continue
             chosen.append((v, vq))
@@ -622,7 +675,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             add(v, vq, -1)
             pl = fits() if placements_left > 0 else None
             if pl is not None and all(
-                vq2 == qi or within_min() or (fair_ok(vq2) and not ahead(v2))
+                vq2 == qi or within_min() or (fair(v2, vq2) and not ahead(v2))
                 for v2, vq2 in chosen
                 if v2 is not v
             ):
@@ -666,7 +719,7 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
                 )
             )
         else:
-            if ahead(v) or not fair_ok(vq):
+            if ahead(v) or not fair(v, vq):
                 return None
             mine = _share(
                 used[qi], runtime[qi], _merge(releasing[qi], freed.get(qi), incoming[qi]), req
@@ -674,6 +727,17 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
             theirs = _share(
                 used[vq], runtime[vq], _merge(releasing[vq], freed.get(vq), incoming[vq])
             )
+            if not fair_ok(vq):
+                reasons.append(
+                    (
+                        FAIRSHARE,
+                        f"fair share: quota {w.quota} with {w.name} would be at "
+                        f"{mine:.2f} of its runtime quota, quota {v.quota} at "
+                        f"{over_share[v.id]:.2f} with this workload, which it holds "
+                        f"beyond its max",
+                    )
+                )
+                continue
             reasons.append(
                 (
                     FAIRSHARE,

@@ -8,12 +8,21 @@ with the nodes-only search's useless prefixes cached).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from operator import itemgetter
 
-from queueing.engine.types import WorkloadSpec
+from queueing.engine.types import PREEMPTED, WorkloadSpec
 
-__all__ = ["FilteredVictims", "OrderedVictims", "VKey", "first"]
+__all__ = [
+    "FilteredVictims",
+    "OrderedVictims",
+    "VKey",
+    "first",
+    "held_beyond_max",
+    "keeps_min",
+    "kept_within_max",
+    "vkey",
+]
 
 #: A holding's victim order: ``(priority, -admitted_at, -id)``.
 VKey = tuple[int, float, int]
@@ -22,6 +31,97 @@ VKey = tuple[int, float, int]
 #: ``(priority, -admitted_at, -id)`` -- lower priority, then the most recently
 #: admitted, then the higher id (built inline, it is made for every holding).
 first = itemgetter(0)
+
+
+def vkey(v: WorkloadSpec) -> VKey:
+    """``v``'s victim order (:data:`VKey`)."""
+    return (v.priority, -(v.admitted_at or 0.0), -v.id)
+
+
+def keeps_min(
+    holding: Iterable[WorkloadSpec],
+    v: WorkloadSpec,
+    k: str,
+    limits: tuple[int, int | None],
+    left: int,
+    held: int,
+    *gone: Container[int],
+) -> bool:
+    """Whether taking ``v`` leaves its quota the ``min`` of ``k`` it guarantees.
+
+    ``limits``: the quota's (min, max) of ``k``; ``left``: what it has of ``k`` once
+    ``v`` is gone; ``held``: what it holds of ``k`` now. A quota holding no more than its
+    max must keep ``left`` at its min. One holding more (a max lowered under running
+    work) is judged by what it keeps within its max (:func:`kept_within_max`): taking
+    ``v`` may not take that below the min, nor lower it where it is below already."""
+    m, mx = limits
+    if mx is None or held <= mx:
+        return left >= m
+    before, after, _ = kept_within_max(holding, v, k, mx, *gone)
+    return after >= min(m, before)
+
+
+def held_beyond_max(
+    holding: Iterable[WorkloadSpec],
+    v: WorkloadSpec,
+    maxes: Mapping[str, int],
+    held: Callable[[str], int],
+    *gone: Container[int],
+) -> bool:
+    """Whether ``v`` is work its quota holds beyond its max in some resource (its
+    quota, holding more than its max there, keeps it out of what it keeps within it:
+    :func:`kept_within_max`). ``held``: what the quota holds of a resource now."""
+    for k, x in v._request._d.items():
+        mx = maxes.get(k)
+        if (
+            x
+            and mx is not None
+            and held(k) > mx
+            and not kept_within_max(holding, v, k, mx, *gone)[2]
+        ):
+            return True
+    return False
+
+
+def kept_within_max(
+    holding: Iterable[WorkloadSpec], v: WorkloadSpec, k: str, mx: int, *gone: Container[int]
+) -> tuple[int, int, bool]:
+    """What a quota holding more than its max ``mx`` of ``k`` keeps of it within that
+    max, with ``v`` and without it, and whether ``v`` is kept. What it keeps is its work
+    (``holding``, less evictions under way and the ids in ``gone``) in its own order --
+    the reverse of victim order: priority, then the earliest admitted -- up to the
+    first that goes beyond the max.
+
+    A quota holds more than its max when the max was lowered under running work. Its
+    min guarantees it room up to that max, not the work beyond it, which is what its
+    own queue's higher-priority jobs evict first. Judged by all it held, the min
+    protected that work and let other quotas take the higher-priority work instead,
+    which came back and evicted it in its quota, leaving the quota below its min to
+    reclaim what had been taken for: a ping-pong (the property test, seeds 33425 and
+    14407). Judged by what it keeps within its max, taking work beyond the max takes
+    nothing the min guarantees (and that work cannot be admitted again while the work
+    ahead of it holds), and taking work within it must leave the min kept."""
+    ws = sorted(
+        (u for u in holding if u.phase != PREEMPTED and not any(u.id in g for g in gone)),
+        key=vkey,
+        reverse=True,
+    )
+    before = after = 0
+    full_before = full_after = kept = False
+    for u in ws:
+        x = u._request._d.get(k, 0)
+        if not full_before:
+            if before + x > mx:
+                full_before = True
+            else:
+                before += x
+                kept = kept or u is v
+        if u is not v and not full_after:
+            if after + x > mx:
+                full_after = True
+            else:
+                after += x
+    return before, after, kept
 
 
 class OrderedVictims:
