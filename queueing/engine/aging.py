@@ -229,10 +229,11 @@ def aged_claims(
     (``fraction * request``, rounded down; one head per queue), capped by every
     ``max`` on its chain.
 
-    ``frozen``: quotas whose siblings have a preemption under way (victims releasing
-    for a waiting preemptor). Their heads claim nothing until it completes: a claim
-    there would move the runtime quota the preemption was decided on, the preemptor
-    would no longer fit, and its victims would come back (ping-pong).
+    ``frozen``: quotas of a tree with a preemption under way (victims releasing for a
+    waiting preemptor, or gone and the preemptor still to be admitted). Their heads
+    claim nothing until it completes: a claim there would move the runtime quota the
+    preemption was decided on, the preemptor would no longer fit, and its victims
+    would come back (ping-pong).
 
     ``unusable``: workloads that ask more than their quota can get while its
     siblings' demand holds their mins (``CycleState.unusable_ids``). Such a head

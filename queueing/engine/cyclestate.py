@@ -312,14 +312,16 @@ class CycleState:
                         d[k] = d.get(k, 0) + v
                 self.unusable = total
         #: Per quota, what its aged heads claim (usage included), or None (:mod:`.aging`).
-        # While victims release, the preemptor's siblings claim nothing by age (a claim
-        # would move the runtime quota the preemption was decided on). Once they are
-        # gone and the preemptor is still to be admitted, nothing in its whole tree
-        # claims: a reclaim takes from any quota that borrows (a cousin as well as a
-        # sibling), and the victim, back in its queue with its old timestamp, would age
-        # its room back before the preemptor got it (ping-pong). A preemptor that awaits
-        # work ending within the grace period evicted nothing, and its search is made
-        # again every cycle: it freezes nothing. (It froze the whole tree for as long as
+        # While victims release, and once they are gone and the preemptor is still to be
+        # admitted, nothing in the preemptor's whole tree claims by age: a claim would
+        # move the runtime quota the preemption was decided on -- a cousin's as well as
+        # a sibling's (the property test, seed 24620: frozen among siblings only, a
+        # cousin's head aged while the victim left and claimed the preemptor's room;
+        # the victim was admitted again into its own room and evicted again) -- and a
+        # reclaim takes from any quota that borrows, so the victim, back in its queue
+        # with its old timestamp, would age its room back before the preemptor got it.
+        # A preemptor that awaits work ending within the grace period evicted nothing,
+        # and its search is made again every cycle: it freezes nothing. (It froze the whole tree for as long as
         # it waited, up to the grace period: in a replayed 36-minute live run for up to
         # a minute at a time, while the demo's aged 128-cpu gangs of analytics-adhoc
         # waited up to 1,077 s, their stated bound moving 9 minutes later. Polled live,
@@ -330,11 +332,7 @@ class CycleState:
             pq = quota_of.get(wid)
             if pq is None or (wid in awaiting_in and wid not in self.inflight):
                 continue
-            if wid in self.inflight:
-                par = tree.parent[pq]
-                frozen.update(tree.children[par] if par >= 0 else (pq,))
-            else:
-                frozen.update(tree.subtree(tree.root_of(pq)))
+            frozen.update(tree.subtree(tree.root_of(pq)))
         self.claims = aged_claims(
             tree,
             [(q.spec, q.cands) for q in self.queues],

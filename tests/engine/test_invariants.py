@@ -563,6 +563,16 @@ def test_fair_share_takes_no_work_within_a_max_from_a_quota_that_holds_more() ->
     repeated_cycles_never_ping_pong(world_from_seed(14407))
 
 
+def test_a_cousins_claim_does_not_take_the_room_a_preemption_under_way_frees() -> None:
+    """Found by sweeping the property test's worlds (seed 24620): w1 evicted w5 in its
+    own quota (q1, under d1). While w5 left, w2's wait in q2 (under d0, a cousin) passed
+    its aging bound; its claim cut d1's share of the root, w1 no longer fitted and
+    reserved nothing, w2 took the room, w5 was admitted again into its own and w1
+    evicted it a second time. Claims are frozen in the preemptor's whole tree while a
+    preemption is under way, not only among its siblings."""
+    repeated_cycles_never_ping_pong(world_from_seed(24620))
+
+
 def repeated_cycles_never_ping_pong(snap: Snapshot) -> None:
     pairs: list[tuple[int, int]] = []
     quota_pairs: list[tuple[str, str]] = []
