@@ -74,7 +74,7 @@ def guarded_victims(
         # than that (victim_lists.keeps_min).
         u = used[x].get(k, 0)
         left = u - v._request._d[k]
-        if x != vq:
+        if x != vq or tree.children[vq]:
             return left >= mins[x].get(k, 0)
         limits = (mins[x].get(k, 0), maxes[x].get(k))
         return keeps_min(cy.holding[vq], v, k, limits, left, u, skip)

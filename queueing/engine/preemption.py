@@ -528,8 +528,12 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         property test, seed 1303: a min above the max)."""
         vr = v._request._d
         mx = maxes[vq]
-        if not mx or not any(x and k in mx and held(vq, k) > mx[k] for k, x in vr.items()):
-            return  # (the common case: a quota within its max)
+        if (
+            not mx
+            or tree.children[vq]
+            or not any(x and k in mx and held(vq, k) > mx[k] for k, x in vr.items())
+        ):
+            return  # (the common case: a quota within its max; or one with children)
         if any(x and held(vq, k) - x < mins[vq].get(k, 0) for k, x in vr.items()):
             return
         gone = {u.id for u, _ in chosen}
@@ -582,8 +586,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
         # lowered under running work: victim_lists.keeps_min).
         m, mx = mins[vq].get(k, 0), maxes[vq].get(k)
         h = held(vq, k)
-        if mx is None or h <= mx:
-            return left >= m  # (the common case)
+        if mx is None or h <= mx or tree.children[vq]:
+            return left >= m  # (the common case; and a quota with children of its own)
         gone = {u.id for u, _ in chosen}
         return keeps_min(cy.holding[vq], v, k, (m, mx), left, h, skip, gone)
 
