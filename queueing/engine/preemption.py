@@ -519,13 +519,13 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     def beyond_fair(v: WorkloadSpec, vq: int) -> None:
         """Work a quota holds beyond its max (a max lowered under running work) is no
         share of its own: fair share may take it where the preemptor's share with it
-        is below that quota's share *with* the work (Kueue's second fair-sharing
-        strategy, LessThanInitialShare), not only below its share without it. Judged
-        without it, work over a max stayed while the work within it was taken, came
-        back and evicted it in its quota (victim_lists.kept_within_max); a quota's max
-        otherwise kept no one else out. Only where its quota keeps its min without
-        it: below its min, that quota would reclaim the room back at once (the
-        property test, seed 1303: a min above the max)."""
+        stays below that quota's share *with* the work (Kueue's second fair-sharing
+        strategy, LessThanInitialShare), not only below its share without it. By that
+        first rule alone the quota's share without it could fall below the
+        preemptor's, and the work beyond the max stayed while the work within it,
+        which the min protects (victim_lists.kept_within_max), could not be taken.
+        Only where the quota keeps its min without it: below its min, it would reclaim
+        the room back at once (the property test, seed 1303: a min above the max)."""
         vr = v._request._d
         mx = maxes[vq]
         if (
