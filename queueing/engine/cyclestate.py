@@ -321,18 +321,21 @@ class CycleState:
         # reclaim takes from any quota that borrows, so the victim, back in its queue
         # with its old timestamp, would age its room back before the preemptor got it.
         # A preemptor that awaits work ending within the grace period evicted nothing,
-        # and its search is made again every cycle: it freezes nothing. (It froze the whole tree for as long as
-        # it waited, up to the grace period: in a replayed 36-minute live run for up to
-        # a minute at a time, while the demo's aged 128-cpu gangs of analytics-adhoc
-        # waited up to 1,077 s, their stated bound moving 9 minutes later. Polled live,
-        # 76 of 81 sightings of a nominated preemptor were of one that awaited.)
+        # and its search is made again every cycle: it freezes nothing. (It froze the
+        # whole tree for as long as it waited, up to the grace period: in a replayed
+        # 36-minute live run for up to a minute at a time, while the demo's aged 128-cpu
+        # gangs of analytics-adhoc waited up to 1,077 s, their stated bound moving 9
+        # minutes later. Polled live, 76 of 81 sightings of a nominated preemptor were
+        # of one that awaited.)
         frozen: set[int] = set()
         awaiting_in = self.awaiting_in
         for wid in (*self.nominated_in, *self.inflight):
             pq = quota_of.get(wid)
             if pq is None or (wid in awaiting_in and wid not in self.inflight):
                 continue
-            frozen.update(tree.subtree(tree.root_of(pq)))
+            root = tree.root_of(pq)
+            if root not in frozen:  # (a tree is frozen whole: once for its preemptors)
+                frozen.update(tree.subtree(root))
         self.claims = aged_claims(
             tree,
             [(q.spec, q.cands) for q in self.queues],
