@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from queueing.engine.types import PREEMPTED, WorkloadSpec
-from queueing.engine.victim_lists import keeps_min
+from queueing.engine.victim_lists import keeps_min, vkey
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState as Cycle
@@ -65,7 +65,7 @@ def guarded_victims(
                 continue
             d = v._request._d
             if any(d.get(k, 0) for k in short):
-                order.append(((v.priority, -(v.admitted_at or 0.0), -v.id), v, vq))
+                order.append((vkey(v), v, vq))
                 if len(order) > MAX_LOOKED_AT:
                     return None
 
