@@ -182,11 +182,15 @@ class Explanation(NamedTuple):
                     )
             idle = {k: v for k, v in self.borrowable.items() if v > 0}
             if idle:
-                enough = {k: v for k, v in idle.items() if v >= self.shortfall.get(k, 0)}
-                less = {k: v for k, v in idle.items() if k not in enough}
+                # Only the resources it is short of: the idle memory of a quota short
+                # of cpu says nothing about why it waits.
+                enough = {k: v for k, v in idle.items() if 0 < self.shortfall.get(k, 0) <= v}
+                less = {k: v for k, v in idle.items() if v < self.shortfall.get(k, 0)}
                 if enough and self.limit == "runtime":
+                    verb = "is" if len(enough) == 1 else "are"
                     hints.append(
-                        f"{fmt(enough)} is idle but its runtime quota leaves it to other "
+                        f"{fmt(enough)} {verb} idle but its runtime quota leaves "
+                        f"{'it' if len(enough) == 1 else 'them'} to other "
                         f"quotas (their guaranteed minimum or waiting work)"
                     )
                 if less:

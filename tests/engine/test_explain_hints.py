@@ -6,7 +6,8 @@ lower-priority ones of its own priority, in victim order)."""
 from __future__ import annotations
 
 from queueing.engine import run_cycle
-from queueing.engine.types import EngineConfig, QueueSpec
+from queueing.engine.resources import Resources
+from queueing.engine.types import EXPLAIN_QUOTA, EngineConfig, Explanation, QueueSpec
 
 from .builders import node, quota, running, snapshot, workload
 
@@ -64,3 +65,33 @@ def test_each_priority_sees_the_lower_priority_victims_in_victim_order() -> None
     assert ex[3].kind == "quota"
     assert ex[3].victims == ()
     assert ex[3].victim_names == ()
+
+
+def test_the_idle_room_a_runtime_quota_leaves_to_others_names_only_what_is_short() -> None:
+    # Short of cpu only; cpu, memory and GPUs idle under every max on the chain. The
+    # idle memory and GPUs say nothing about why it waits (the demo once read "4 cpu,
+    # 504Gi memory, 14 nvidia.com/gpu is idle but ...").
+    gi = 1024**3
+
+    def short_of(short: dict[str, int]) -> Explanation:
+        return Explanation(
+            1,
+            EXPLAIN_QUOTA,
+            quota="vision",
+            limit="runtime",
+            shortfall=Resources.from_raw(short),
+            borrowable=Resources.from_raw({"cpu": 4000, "memory": 504 * gi, "nvidia.com/gpu": 14}),
+        )
+
+    text = short_of({"cpu": 4000}).sentence()
+    assert "4 cpu is idle but its runtime quota leaves it to other quotas" in text
+    assert "memory" not in text
+    assert "gpu" not in text
+    # Short of two resources, both idle: "are", "them".
+    e2 = short_of({"cpu": 4000, "nvidia.com/gpu": 2})
+    assert "4 cpu, 14 nvidia.com/gpu are idle but its runtime quota leaves them" in (e2.sentence())
+    assert "memory" not in e2.sentence()
+    # One idle enough, one not: the second is what it could borrow.
+    e3 = short_of({"cpu": 4000, "nvidia.com/gpu": 20})
+    assert "4 cpu is idle but" in e3.sentence()
+    assert "it could borrow only 14 nvidia.com/gpu more" in e3.sentence()
