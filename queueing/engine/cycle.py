@@ -148,7 +148,7 @@ class Cycle(Drains):
             self.fail[w.id] = (F_WAITING, 0)
             if self.quota_fail(qi, req, freed) < 0:
                 pl = self.nodes.place(self.reqs(w), extra)
-                self.reserve(qi, req, freed, pl.per_node if pl else None, extra)
+                self.reserve(w.id, qi, req, freed, pl.per_node if pl else None, extra)
                 if pl is not None:
                     claimed = self.inflight_claimed
                     for i, amount in pl.per_node.items():
@@ -594,7 +594,7 @@ class Cycle(Drains):
             self.victim_ids.add(v.id)
         self.waiting[w.id] = tuple(v.id for v in victims)
         self.fail[w.id] = (F_WAITING, 0)
-        self.reserve(qi, w._request._d, freed, per_node, extra)
+        self.reserve(w.id, qi, w._request._d, freed, per_node, extra)
 
     # -- output ----------------------------------------------------------------------
 

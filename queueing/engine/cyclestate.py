@@ -442,6 +442,13 @@ class CycleState:
         #: (:meth:`reserve`; the forecast gives it back too: they come first in its
         #: order, and held there they could not use their own room).
         self.reserved: list[dict[int, dict[str, int]]] = []
+        #: Per waiting preemptor, what :meth:`reserve` held back for it: per quota of
+        #: its chain, beyond what its victims release, and per node index. The forecast
+        #: holds it again for it (``forecast_sim.Simulation``): until its victims are
+        #: gone, work behind it does not take that room in virtual time either.
+        self.reservations: dict[
+            int, tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]
+        ] = {}
         #: The drains of heads whose claim is beyond their quota's min (the same dicts
         #: as in ``drained``): work within its own min may place on their room
         #: (``Cycle.place_within_min``), a guarantee before an aged claim.
@@ -706,14 +713,16 @@ class CycleState:
 
     def reserve(
         self,
+        wid: int,
         qi: int,
         req: Mapping[str, int],
         freed: Mapping[int, Mapping[str, int]],
         per_node: Mapping[int, Mapping[str, int]] | None,
         node_extra: Mapping[int, Mapping[str, int]],
     ) -> None:
-        """Hold back what a waiting preemptor needs beyond what its victims release."""
+        """Hold back what waiting preemptor ``wid`` needs beyond what its victims release."""
         self._load_version += 1
+        held: dict[int, dict[str, int]] = {}
         for c in self.tree.chains[qi]:
             fr = freed.get(c, {})
             ld = self.load[c]
@@ -721,8 +730,9 @@ class CycleState:
                 extra = v - fr.get(k, 0)
                 if extra > 0:
                     ld[k] = ld.get(k, 0) + extra
+                    held.setdefault(c, {})[k] = extra
+        take: dict[int, dict[str, int]] = {}
         if per_node:
-            take: dict[int, dict[str, int]] = {}
             for i, amount in per_node.items():
                 x = node_extra.get(i, {})
                 t = {k: v - x.get(k, 0) for k, v in amount.items() if v - x.get(k, 0) > 0}
@@ -731,6 +741,7 @@ class CycleState:
             if take:
                 self.nodes.commit(take)
                 self.reserved.append(take)
+        self.reservations[wid] = (held, take)
 
     def victims_release(
         self, victims: list[WorkloadSpec]

@@ -32,10 +32,14 @@ def file_cand(sim: Simulation, c: SimCand, fail_c: int, fail_k: str) -> None:
     # Filing twice is harmless: a stale entry only wakes a candidate for a recheck.
     c.filed = True
     sim.seq += 1
+    # A waiting preemptor holding the cycle's reservation (``Simulation.holds``) needs
+    # less than it asks, its own held room counted as used: it is woken by any room
+    # that frees (there are few of them).
+    own = c.w.id in sim.held
     if fail_c >= 0:
         heapq.heappush(
             sim.quota_files.setdefault((fail_c, fail_k), []),
-            (c.req.get(fail_k, 0), c.w.id, sim.seq, c),
+            (0 if own else c.req.get(fail_k, 0), c.w.id, sim.seq, c),
         )
         return
     shape = sim.cy.shape(c.w)
@@ -50,6 +54,8 @@ def file_cand(sim: Simulation, c: SimCand, fail_c: int, fail_k: str) -> None:
     if how is None:
         return
     key, need = how
+    if own:
+        need = 0
     lst = sim.node_files.get(key)
     if lst is None:
         lst = sim.node_files[key] = []

@@ -146,8 +146,15 @@ class Simulation:
         self.depth = max(1, cfg.eta_max_depth)
         self.tree = cy.tree
         self.nodes: NodeIndex = cy.nodes.clone()
-        # Reservations are the cycle's business; the simulation starts from true usage.
+        # The simulation starts from true usage, then holds the cycle's reservations
+        # for its waiting preemptors again (``CycleState.reservations``, at ``setup``):
+        # each is given back while its own preemptor is looked at, and for good once
+        # it starts. Without them the room a preemptor awaits went to work behind it
+        # at once: forecast to start now, that work waited for the preemptor's end
+        # (the demo: a 1-GPU job "in 0 s" for a minute beside "short by 1 GPU").
         self.used = [dict(u) for u in cy.used]
+        self.holds = {wid: r for wid, r in cy.reservations.items() if wid in cy.waiting}
+        self.held: set[int] = set()
         self.np_used = [dict(u) for u in cy.np_used]
         self.own_demand = [dict(d) for d in cy.own_demand]
         self.runtime = cy.runtime
@@ -255,6 +262,8 @@ class Simulation:
         for a, w in zip(cy.admissions, cy.admitted_ws, strict=True):
             per_node = {nindex[n]: dict(r.raw) for n, r in a.assignment.items()}
             self._start(self.now, cy.quota_of[w.id], w, per_node)
+        for wid in self.holds:
+            self._hold(wid)
         admitted = cy.admitted_ids
         states = {q.spec.name: q for q in cy.queues}
         for name in sorted(set(states) | set(back)):
@@ -264,6 +273,30 @@ class Simulation:
                 ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(SimQueue(len(self.queues), state, ws))
             self.by_name[name] = self.queues[-1]
+
+    def _hold(self, wid: int) -> None:
+        """Hold the room the cycle reserved for waiting preemptor ``wid``."""
+        quotas, take = self.holds[wid]
+        used = self.used
+        for c, amounts in quotas.items():
+            u = used[c]
+            for k, v in amounts.items():
+                u[k] = u.get(k, 0) + v
+        if take:
+            self.nodes.commit(take)
+        self.held.add(wid)
+
+    def _unhold(self, wid: int) -> None:
+        """Give back the room held for ``wid`` (:meth:`_hold`)."""
+        quotas, take = self.holds[wid]
+        used = self.used
+        for c, amounts in quotas.items():
+            u = used[c]
+            for k, v in amounts.items():
+                u[k] = u.get(k, 0) - v
+        if take:
+            self.nodes.release(take)
+        self.held.discard(wid)
 
     def _quota_fail(
         self,
@@ -602,6 +635,12 @@ class Simulation:
                 self._schedule(sq)
                 continue
             req = c.req
+            own = w.id in self.held
+            if own:
+                # Its own reserved room is its to use: given back while it is looked at
+                # (and failed shapes forgotten: the nodes have more room for now).
+                self._unhold(w.id)
+                failed_shapes.clear()
             fail_c, fail_k = self._quota_fail(qi, req, self.limit_base if c.first else None, w)
             placed = None
             if fail_c < 0:
@@ -611,6 +650,7 @@ class Simulation:
                     if placed is None:
                         failed_shapes.add(shape)
             if placed is not None:
+                self.holds.pop(w.id, None)
                 self._take(qi, w, req, placed.per_node)
                 eta[w.id] = t
                 self._start(t, qi, w, dict(placed.per_node))
@@ -618,6 +658,8 @@ class Simulation:
             elif not c.first and self._preempt(sq, c, t, fail_c):
                 self._admitted(sq, i, qi)
             else:
+                if own:
+                    self._hold(w.id)
                 if sq.state.blocks(w):
                     if b is None or i < b:
                         sq.block_at[qi] = i

@@ -260,3 +260,22 @@ def test_a_head_awaiting_finishing_work_freezes_no_aged_claim_elsewhere() -> Non
     assert q1_runtime(nominated=True, awaiting=True) == 6000
     # Positive control: a preemptor whose victims are gone freezes the claim.
     assert q1_runtime(nominated=True) == 4000
+
+
+def test_work_behind_a_preemptor_awaiting_its_victims_is_forecast_after_it_not_now() -> None:
+    # The cycle holds the free cpu for the head while w1 finishes (first test above);
+    # the forecast holds it too. It gave the room back to the small job at once: "in
+    # 0 s" beside "short by 1 cpu" for as long as the head waited (the demo: a 1-GPU
+    # job read "now" for a minute), and then the head, in the forecast, waited for it.
+    big = workload(2, "q0", req=one(4), priority=9, ts=1.0, expected_runtime_s=50.0)
+    small = workload(3, "q0", req=one(1), priority=1, ts=2.0, expected_runtime_s=30.0)
+    result = run_cycle(world([big, small]))
+    assert result.admissions == ()
+    assert result.explanations[3].kind == "quota"
+    big_at, small_at = result.etas[2].p50, result.etas[3].p50
+    assert big_at is not None
+    assert small_at is not None
+    # The head starts when w1 ends (started 995, 10 s), the small job when the head's
+    # 50 s are over: the whole of q0's 4 cpu is the head's until then.
+    assert big_at == 1005.0
+    assert small_at >= big_at + 50.0
