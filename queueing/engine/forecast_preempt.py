@@ -211,8 +211,11 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
         # runtime, as the cycle judges it, :func:`.preemption.awaited_by`): nothing is
         # evicted and the preemptor awaits them, first in line for what they free (the
         # cycle's reservation). Left to wait as any other, what they freed went to
-        # work of another queue that came first in the round.
+        # work of another queue that came first in the round. What it needs beyond
+        # what they free is held for it meanwhile, as the cycle reserves it
+        # (``Simulation.holds``): work behind it does not take that room either.
         c.first = True
+        _hold_for(sim, w, qi, chosen, placed.per_node)
         return False
     # Evict: quota usage and node capacity come back now (their end events are void).
     for v, vq, per_node in chosen:
@@ -233,6 +236,45 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     sim.eta[w.id] = start
     sim._start(start, qi, w, dict(placed.per_node))
     return True
+
+
+def _hold_for(
+    sim: Simulation,
+    w: WorkloadSpec,
+    qi: int,
+    victims: list[tuple[WorkloadSpec, int, dict[int, dict[str, int]]]],
+    per_node: Mapping[int, Mapping[str, int]],
+) -> None:
+    """Hold for ``w``, awaiting ``victims``, what it needs beyond what they free: per
+    quota of its chain and per node (the cycle's ``CycleState.reserve``)."""
+    chains = sim.tree.chains
+    chain = set(chains[qi])
+    freed: dict[int, dict[str, int]] = {}
+    extra: dict[int, dict[str, int]] = {}
+    for v, vq, on_nodes in victims:
+        for c in chains[vq]:
+            if c in chain:
+                f = freed.setdefault(c, {})
+                for k, x in v._request._d.items():
+                    f[k] = f.get(k, 0) + x
+        for ni, amount in on_nodes.items():
+            e = extra.setdefault(ni, {})
+            for k, x in amount.items():
+                e[k] = e.get(k, 0) + x
+    quotas: dict[int, dict[str, int]] = {}
+    for c in chains[qi]:
+        fr = freed.get(c, {})
+        for k, asked in w._request._d.items():
+            if asked - fr.get(k, 0) > 0:
+                quotas.setdefault(c, {})[k] = asked - fr.get(k, 0)
+    take: dict[int, dict[str, int]] = {}
+    for ni, placed in per_node.items():
+        gone = extra.get(ni, {})
+        t = {k: n - gone.get(k, 0) for k, n in placed.items() if n - gone.get(k, 0) > 0}
+        if t:
+            take[ni] = t
+    sim.holds[w.id] = (quotas, take)
+    sim._hold(w.id)
 
 
 def preempt_deferred(sim: Simulation, t: float) -> None:

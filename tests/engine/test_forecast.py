@@ -1147,6 +1147,33 @@ def test_a_preemptor_in_virtual_time_awaits_work_ending_within_the_grace_period(
     assert [a.workload_id for a in at_end.admissions] == [2]
 
 
+def test_a_preemptor_awaiting_in_virtual_time_holds_the_room_it_needs_beyond_its_victims() -> None:
+    # One 4-cpu node; w1 (priority 1) holds 3 cpu until t+20. P (4 cpu, priority 9)
+    # arrives at t+5 and awaits w1 (it ends within the grace period); w4 (1 cpu)
+    # arrives at t+6. The cycle reserves the free cpu for P at t+6 (it is nominated),
+    # so w4 waits for P's end; in the forecast the free cpu went to w4 at once, and P
+    # then waited for w4.
+    v = running(1, "q", "n", req=one(3), priority=1, started_at=NOW - 10, expected_runtime_s=30.0)
+    p = workload(2, "q", req=one(4), priority=9, ts=NOW + 5, expected_runtime_s=10.0)
+    w4 = workload(4, "q", req=one(1), priority=1, ts=NOW + 6, expected_runtime_s=10.0)
+    # (w5, priority 0, waits behind them all: the run forecasts it, so it goes on.)
+    w5 = workload(5, "q", req=one(4), priority=0, ts=NOW - 1, expected_runtime_s=10.0)
+    cy = Cycle(one_node_world(NOW, [v, w5]))
+    cy.run()
+    events, _ = _holding_events(cy)
+    arrivals = [(NOW + 5, p, 10.0), (NOW + 6, w4, 10.0)]
+    starts = Simulation(cy, 0, events, deadline=math.inf, arrivals=arrivals).run()
+    assert starts.get(arrival_id(0)) == NOW + 20
+    assert starts.get(arrival_id(1), math.inf) >= NOW + 30
+    # The cycle at t+6: P nominated, awaiting w1, holds the free cpu; w4 waits.
+    then = run_cycle(
+        one_node_world(NOW + 6, [v, w5, dataclasses.replace(p, nominated=True), w4]),
+        forecast=False,
+    )
+    assert then.admissions == ()
+    assert then.preemptions == ()
+
+
 def test_a_preemptor_in_virtual_time_awaits_by_the_declared_runtime_as_the_cycle_does() -> None:
     # w1 declares 200 s (from t-10) and its queue's jobs use a quarter of their limit:
     # the forecast's runs end it at t+40. P (priority 9) arrives at t+5. The cycle judges
