@@ -29,6 +29,11 @@ Simplifications, on purpose:
   world and forecast gpu-heavy no better). An aged workload of a queue whose policy
   does not block holds its quota's room once it fails (as
   ``Cycle.hold_aged``), at the start and in virtual time;
+* the cycle's reservations for its waiting preemptors are held again (``holds``),
+  each given back to its own preemptor while it is looked at; a preemptor that
+  awaits its victims in virtual time holds what it needs beyond them the same way;
+  a hold does not grow as its victims end (what they free is the preemptor's by
+  order: it comes first at that instant);
 * preempted victims and requeued workloads release at once; victims compete again
   with their original order; a waiting preemptor fits by the runtime quota without
   aged claims (``limit_base``: preemption judged it by that, and claims stay frozen
