@@ -612,10 +612,13 @@ class Cycle(Drains):
         etas: dict[int, Any] = {}
         if forecast:
             # The forecast starts from true usage: what the drains held back for aged
-            # heads, and the reservations of waiting preemptors, is free room there
-            # (the heads and the preemptors come first in its order anyway). Held,
-            # a preemptor could not place on its own room: the demo's 16-GPU gang
-            # awaiting its victims' ends was forecast at +38 s and started at +2 s.
+            # heads is free room there (the heads come first in its order anyway). The
+            # reservations of waiting preemptors are given back here and held again
+            # by the simulation for all but their own preemptor (``reservations``,
+            # ``forecast_sim.Simulation.holds``): held for it too, a preemptor could
+            # not place on its own room (the demo's 16-GPU gang awaiting its victims'
+            # ends was forecast at +38 s and started at +2 s); held for no one, the
+            # work behind it took that room at once in the forecast.
             for take in (*self.drained, *self.reserved):
                 self.nodes.release(take)
             self.drained.clear()

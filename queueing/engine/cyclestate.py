@@ -439,8 +439,8 @@ class CycleState:
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
         #: What waiting preemptors hold back on nodes beyond what their victims release
-        #: (:meth:`reserve`; the forecast gives it back too: they come first in its
-        #: order, and held there they could not use their own room).
+        #: (:meth:`reserve`; the forecast gives it back, then holds each again for all
+        #: but its own preemptor: ``reservations``).
         self.reserved: list[dict[int, dict[str, int]]] = []
         #: Per waiting preemptor, what :meth:`reserve` held back for it: per quota of
         #: its chain, beyond what its victims release, and per node index. The forecast
