@@ -281,27 +281,26 @@ class Simulation:
 
     def _hold(self, wid: int) -> None:
         """Hold the room the cycle reserved for waiting preemptor ``wid``."""
-        quotas, take = self.holds[wid]
-        used = self.used
-        for c, amounts in quotas.items():
-            u = used[c]
-            for k, v in amounts.items():
-                u[k] = u.get(k, 0) + v
-        if take:
-            self.nodes.commit(take)
+        self._holding(wid, 1)
         self.held.add(wid)
 
     def _unhold(self, wid: int) -> None:
         """Give back the room held for ``wid`` (:meth:`_hold`)."""
+        self._holding(wid, -1)
+        self.held.discard(wid)
+
+    def _holding(self, wid: int, sign: int) -> None:
         quotas, take = self.holds[wid]
         used = self.used
         for c, amounts in quotas.items():
             u = used[c]
             for k, v in amounts.items():
-                u[k] = u.get(k, 0) - v
+                u[k] = u.get(k, 0) + sign * v
         if take:
-            self.nodes.release(take)
-        self.held.discard(wid)
+            if sign > 0:
+                self.nodes.commit(take)
+            else:
+                self.nodes.release(take)
 
     def _quota_fail(
         self,
