@@ -8,7 +8,7 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "CycleState",
     "QueueState",
     "ShapeKey",
+    "beyond_victims",
     "order_key",
     "runtime_of",
 ]
@@ -81,6 +82,32 @@ def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
         if v and v > 0:
             return float(v)
     return cy.config.default_runtime_s
+
+
+def beyond_victims(
+    chain: Sequence[int],
+    req: Mapping[str, int],
+    freed: Mapping[int, Mapping[str, int]],
+    per_node: Mapping[int, Mapping[str, int]],
+    node_extra: Mapping[int, Mapping[str, int]],
+) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """What a waiting preemptor asking ``req`` needs beyond what its victims release:
+    per quota of its ``chain`` (they free ``freed`` there), and per node of its
+    placement ``per_node`` (they free ``node_extra`` there) -- what the cycle reserves
+    for it (:meth:`CycleState.reserve`) and the forecast holds (``forecast_sim``)."""
+    held: dict[int, dict[str, int]] = {}
+    for c in chain:
+        fr = freed.get(c, {})
+        for k, v in req.items():
+            if v - fr.get(k, 0) > 0:
+                held.setdefault(c, {})[k] = v - fr.get(k, 0)
+    take: dict[int, dict[str, int]] = {}
+    for i, amount in per_node.items():
+        x = node_extra.get(i, {})
+        t = {k: v - x.get(k, 0) for k, v in amount.items() if v - x.get(k, 0) > 0}
+        if t:
+            take[i] = t
+    return held, take
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -722,25 +749,14 @@ class CycleState:
     ) -> None:
         """Hold back what waiting preemptor ``wid`` needs beyond what its victims release."""
         self._load_version += 1
-        held: dict[int, dict[str, int]] = {}
-        for c in self.tree.chains[qi]:
-            fr = freed.get(c, {})
+        held, take = beyond_victims(self.tree.chains[qi], req, freed, per_node or {}, node_extra)
+        for c, amounts in held.items():
             ld = self.load[c]
-            for k, v in req.items():
-                extra = v - fr.get(k, 0)
-                if extra > 0:
-                    ld[k] = ld.get(k, 0) + extra
-                    held.setdefault(c, {})[k] = extra
-        take: dict[int, dict[str, int]] = {}
-        if per_node:
-            for i, amount in per_node.items():
-                x = node_extra.get(i, {})
-                t = {k: v - x.get(k, 0) for k, v in amount.items() if v - x.get(k, 0) > 0}
-                if t:
-                    take[i] = t
-            if take:
-                self.nodes.commit(take)
-                self.reserved.append(take)
+            for k, v in amounts.items():
+                ld[k] = ld.get(k, 0) + v
+        if take:
+            self.nodes.commit(take)
+            self.reserved.append(take)
         self.reservations[wid] = (held, take)
 
     def victims_release(

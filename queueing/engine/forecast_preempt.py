@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
+from queueing.engine.cyclestate import beyond_victims
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
 from queueing.engine.preemption import awaited_by
 from queueing.engine.types import WorkloadSpec
@@ -261,18 +262,7 @@ def _hold_for(
             e = extra.setdefault(ni, {})
             for k, x in amount.items():
                 e[k] = e.get(k, 0) + x
-    quotas: dict[int, dict[str, int]] = {}
-    for c in chains[qi]:
-        fr = freed.get(c, {})
-        for k, asked in w._request._d.items():
-            if asked - fr.get(k, 0) > 0:
-                quotas.setdefault(c, {})[k] = asked - fr.get(k, 0)
-    take: dict[int, dict[str, int]] = {}
-    for ni, placed in per_node.items():
-        gone = extra.get(ni, {})
-        t = {k: n - gone.get(k, 0) for k, n in placed.items() if n - gone.get(k, 0) > 0}
-        if t:
-            take[ni] = t
+    quotas, take = beyond_victims(chains[qi], w._request._d, freed, per_node, extra)
     sim.holds[w.id] = (quotas, take)
     sim._hold(w.id)
 
