@@ -8,7 +8,7 @@ overview (``tenant_overview``) is built from the same tree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,15 +36,23 @@ class ClusterOverview:
     last_cycle: datetime | None
 
 
-def capacity(nodes: Sequence[NodeInfo], used: dict[str, int]) -> dict[str, Any]:
+def capacity(
+    nodes: Sequence[NodeInfo],
+    used: dict[str, int],
+    kept: Mapping[str, Mapping[str, int]] | None = None,
+) -> dict[str, Any]:
     """Totals over the schedulable nodes; ``free`` is what neither others reserve nor
-    workloads of the queue hold."""
+    workloads of the queue hold; ``kept``, the part of it the latest cycles kept for
+    waiting workloads (``kept`` per node: :func:`queries.kept_on_nodes`), at most
+    ``free``."""
     allocatable: dict[str, int] = {}
     reserved: dict[str, int] = {}
+    kept_total: dict[str, int] = {}
     schedulable = [node for node in nodes if not node.unschedulable]
     for node in schedulable:
         queries.add_into(allocatable, node.allocatable)
         queries.add_into(reserved, node.reserved)
+        queries.add_into(kept_total, (kept or {}).get(node.name))
     free = {
         resource: max(0, amount - reserved.get(resource, 0) - used.get(resource, 0))
         for resource, amount in allocatable.items()
@@ -56,6 +64,11 @@ def capacity(nodes: Sequence[NodeInfo], used: dict[str, int]) -> dict[str, Any]:
         "reserved": reserved,
         "used": used,
         "free": free,
+        "kept": {
+            resource: min(amount, free.get(resource, 0))
+            for resource, amount in kept_total.items()
+            if min(amount, free.get(resource, 0)) > 0
+        },
     }
 
 
@@ -67,7 +80,7 @@ def cluster_overview(quotas: Sequence[Quota]) -> ClusterOverview:
     return ClusterOverview(
         nodes=nodes,
         node_error=node_error,
-        capacity=capacity(nodes, totals.cluster_used()),
+        capacity=capacity(nodes, totals.cluster_used(), queries.kept_on_nodes()),
         quotas=queries.quota_tree(quotas, totals),
         last_cycle=queries.last_cycle_at(),
     )

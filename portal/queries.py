@@ -456,6 +456,67 @@ def recent_cycles(limit: int = 60) -> list[CycleRun]:
     return list(CycleRun.objects.order_by("-started_at", "-id")[:limit])
 
 
+@dataclass
+class NodeHoldRow:
+    """Free room a cycle kept on a node for one waiting workload (``CycleRun.holds``)."""
+
+    kind: str  # "drain" | "reservation"
+    resources: dict[str, int]
+    workload: Workload | None  # None: gone since
+    workload_id: int
+    root: str
+    as_of: datetime
+
+
+def latest_holds() -> list[dict[str, Any]]:
+    """The holds (``CycleRun.holds``) of the latest cycle of each quota tree, with the
+    tree's root and when that cycle ran; trees whose latest cycle kept nothing left out."""
+    roots = Quota.objects.filter(parent__isnull=True).values_list("name", flat=True)
+    latest: list[dict[str, Any]] = []
+    for root in roots:
+        run = (
+            CycleRun.objects.filter(root=root)
+            .order_by("-started_at", "-id")
+            .values("root", "started_at", "holds")
+            .first()
+        )
+        if run is not None and run["holds"]:
+            latest.append(dict(run))
+    return latest
+
+
+def kept_on_nodes() -> dict[str, dict[str, int]]:
+    """Per node, the room the latest cycles kept free for waiting workloads."""
+    kept: dict[str, dict[str, int]] = defaultdict(dict)
+    for run in latest_holds():
+        for h in run["holds"]:
+            add_into(kept[h["node"]], h.get("resources"))
+    return kept
+
+
+def node_holds() -> dict[str, list[NodeHoldRow]]:
+    """Per node, the room the latest cycle of each quota tree kept free for waiting
+    workloads (drains of aged heads, reservations of preemptors): free, but not idle."""
+    latest = latest_holds()
+    ids = {int(h["workload_id"]) for run in latest for h in run["holds"]}
+    workloads = Workload.objects.select_related("tenant", "queue").in_bulk(ids) if ids else {}
+    out: dict[str, list[NodeHoldRow]] = defaultdict(list)
+    for run in latest:
+        for h in run["holds"]:
+            wid = int(h["workload_id"])
+            out[h["node"]].append(
+                NodeHoldRow(
+                    kind=h["kind"],
+                    resources={k: int(v) for k, v in (h.get("resources") or {}).items()},
+                    workload=workloads.get(wid),
+                    workload_id=wid,
+                    root=run["root"],
+                    as_of=run["started_at"],
+                )
+            )
+    return out
+
+
 def node_usage() -> dict[str, dict[str, int]]:
     """What holding workloads hold on each node (from their assignments)."""
     held: dict[str, dict[str, int]] = defaultdict(dict)

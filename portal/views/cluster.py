@@ -28,32 +28,31 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
 def cluster_context(page: int) -> dict[str, Any]:
     view = overview.cluster_overview(list(Quota.objects.select_related("tenant", "parent")))
     held = queries.node_usage()
+    holds = queries.node_holds()
     pools: dict[str, dict[str, dict[str, int]]] = {}
     rows = []
     for node in view.nodes:
         pool = node.labels.get("koord-queue/pool", "") or "—"
         used = held.get(node.name, {})
+        kept_for = holds.get(node.name, [])
+        kept: dict[str, int] = {}
+        for h in kept_for:
+            queries.add_into(kept, h.resources)
         totals = pools.setdefault(
-            pool, {"allocatable": {}, "reserved": {}, "used": {}, "count": {}}
+            pool, {"allocatable": {}, "reserved": {}, "used": {}, "kept": {}, "count": {}}
         )
         queries.add_into(totals["allocatable"], node.allocatable)
         queries.add_into(totals["reserved"], node.reserved)
         queries.add_into(totals["used"], used)
+        queries.add_into(totals["kept"], kept)
         queries.add_into(totals["count"], {"nodes": 1})
         rows.append(
             {
                 "node": node,
                 "pool": pool,
+                "kept_for": kept_for,
                 "bars": [
-                    queries.bar(
-                        name,
-                        {
-                            "allocatable": int(node.allocatable.get(name, 0)),
-                            "reserved": int(node.reserved.get(name, 0)),
-                            "used": int(used.get(name, 0)),
-                        },
-                    )
-                    | {"stack": _stack(node.allocatable, node.reserved, used, name)}
+                    _bar(name, node.allocatable, node.reserved, used, kept)
                     for name in queries.resource_order(node.allocatable)
                     if name != "pods"
                 ],
@@ -64,17 +63,13 @@ def cluster_context(page: int) -> dict[str, Any]:
             "name": name,
             "nodes": totals["count"].get("nodes", 0),
             "bars": [
-                {
-                    "resource": resource,
-                    "values": {
-                        "allocatable": totals["allocatable"].get(resource, 0),
-                        "reserved": totals["reserved"].get(resource, 0),
-                        "used": totals["used"].get(resource, 0),
-                    },
-                    "stack": _stack(
-                        totals["allocatable"], totals["reserved"], totals["used"], resource
-                    ),
-                }
+                _bar(
+                    resource,
+                    totals["allocatable"],
+                    totals["reserved"],
+                    totals["used"],
+                    totals["kept"],
+                )
                 for resource in queries.resource_order(totals["allocatable"])
                 if resource != "pods"
             ],
@@ -103,11 +98,27 @@ def cluster_context(page: int) -> dict[str, Any]:
     }
 
 
-def _stack(allocatable: Any, reserved: Any, used: Any, name: str) -> dict[str, float]:
-    """Percentages of a node's capacity: reserved by others, held by the queue, free."""
-    total = int(allocatable.get(name, 0))
+def _bar(name: str, allocatable: Any, reserved: Any, used: Any, kept: Any) -> dict[str, Any]:
+    """One resource of a node (or pool): its values and the stack's geometry."""
+    values = {
+        "allocatable": int(allocatable.get(name, 0)),
+        "reserved": int(reserved.get(name, 0)),
+        "used": int(used.get(name, 0)),
+    }
+    # What a cycle kept free for waiting work, at most what is free now (a hold read
+    # from the last cycle may outlast room that work has taken since).
+    free = max(0, values["allocatable"] - values["reserved"] - values["used"])
+    values["kept"] = min(int(kept.get(name, 0)), free)
+    return {"resource": name, "values": values, "stack": _stack(values)}
+
+
+def _stack(values: dict[str, int]) -> dict[str, float]:
+    """Percentages of a node's capacity: reserved by others, held by the queue, kept
+    free for waiting workloads, free."""
+    total = values["allocatable"]
     if total <= 0:
-        return {"reserved": 0.0, "used": 0.0, "free": 0.0}
-    r = 100.0 * int(reserved.get(name, 0)) / total
-    u = 100.0 * int(used.get(name, 0)) / total
-    return {"reserved": r, "used": u, "free": max(0.0, 100.0 - r - u)}
+        return {"reserved": 0.0, "used": 0.0, "kept": 0.0, "free": 0.0}
+    r = 100.0 * values["reserved"] / total
+    u = 100.0 * values["used"] / total
+    k = 100.0 * values["kept"] / total
+    return {"reserved": r, "used": u, "kept": k, "free": max(0.0, 100.0 - r - u - k)}

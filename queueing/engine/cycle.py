@@ -610,6 +610,7 @@ class Cycle(Drains):
         t1 = perf_counter()
         positions: dict[int, Any] = {}
         etas: dict[int, Any] = {}
+        holds = self.node_holds()  # before the forecast gives them back
         if forecast:
             # The forecast starts from true usage: what the drains held back for aged
             # heads is free room there (the heads come first in its order anyway). The
@@ -649,6 +650,7 @@ class Cycle(Drains):
             awaiting=tuple(
                 sorted(w for w, vs in self.waiting.items() if not vs and w in self.awaiting)
             ),
+            holds=holds,
         )
         stats = dict(self.stats)
         stats.update(

@@ -25,6 +25,7 @@ from queueing.engine.types import (
     POLICY_INTELLIGENT,
     PREEMPTED,
     Admission,
+    NodeHold,
     Preemption,
     QueueSpec,
     Requeue,
@@ -465,6 +466,8 @@ class CycleState:
         self.draining: dict[int, str] = {}
         #: What the drains took from the nodes (the forecast gives it back).
         self.drained: list[dict[int, dict[str, int]]] = []
+        #: ... per head (the same dicts, less what work within its min or backfill took).
+        self.drain_of: dict[int, dict[int, dict[str, int]]] = {}
         #: What waiting preemptors hold back on nodes beyond what their victims release
         #: (:meth:`reserve`; the forecast gives it back, then holds each again for all
         #: but its own preemptor: ``reservations``).
@@ -758,6 +761,20 @@ class CycleState:
             self.nodes.commit(take)
             self.reserved.append(take)
         self.reservations[wid] = (held, take)
+
+    def node_holds(self) -> tuple[NodeHold, ...]:
+        """The room kept on nodes for waiting workloads: drains and reservations."""
+        names = self.nodes.names
+        out: list[NodeHold] = []
+        for kind, takes in (
+            ("drain", self.drain_of.items()),
+            ("reservation", ((wid, take) for wid, (_, take) in self.reservations.items())),
+        ):
+            for wid, take in takes:
+                for i, amount in sorted(take.items()):
+                    if any(v > 0 for v in amount.values()):
+                        out.append(NodeHold(names[i], wid, kind, Resources.from_raw(amount)))
+        return tuple(out)
 
     def victims_release(
         self, victims: list[WorkloadSpec]

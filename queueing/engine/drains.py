@@ -54,6 +54,7 @@ class Drains(CycleState):
         if take:
             self.nodes.commit(take)
             self.drained.append(take)
+            self.drain_of[w.id] = take
             self.drain_until.append(until)
             if until > self.backfill_until:
                 self.backfill_until = until

@@ -64,6 +64,7 @@ __all__ = [
     "EngineConfig",
     "Eta",
     "Explanation",
+    "NodeHold",
     "NodeSpec",
     "PodSet",
     "Position",
@@ -601,6 +602,32 @@ class Eta:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeHold:
+    """Free room on a node that the cycle keeps for one waiting workload.
+
+    ``kind`` ``drain``: a head past its aging bound that fits its quota but not the
+    nodes (``Cycle.starving``); smaller work may still use the room if it ends before
+    the head can start (backfill), or if it is within its own quota's min.
+    ``reservation``: a preemptor waiting for its victims to leave or end; this is what
+    it needs beyond the room they release. Shown so that the room does not read as
+    idle while work waits.
+    """
+
+    node: str
+    workload_id: int
+    kind: str
+    resources: Resources
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "workload_id": self.workload_id,
+            "kind": self.kind,
+            "resources": self.resources.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     """Everything one cycle decided. Applying it is the caller's job.
 
@@ -624,6 +651,9 @@ class CycleResult:
     #: Of ``nominations``, those that await work ending within the grace period
     #: (nothing evicted for them); store it and feed it back as ``WorkloadSpec.awaiting``.
     awaiting: tuple[int, ...] = ()
+    #: Free room kept on nodes for waiting workloads when the cycle ended (drains of
+    #: aged heads, reservations of preemptors), by node and workload.
+    holds: tuple[NodeHold, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (keys of id maps become strings)."""
@@ -641,4 +671,5 @@ class CycleResult:
             "stats": dict(self.stats),
             "nominations": list(self.nominations),
             "awaiting": list(self.awaiting),
+            "holds": [h.to_dict() for h in self.holds],
         }

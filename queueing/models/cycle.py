@@ -22,6 +22,14 @@ class CycleRun(models.Model):
     token = models.BigIntegerField(default=0, help_text="Fencing token of the lease it held.")
     worker = models.CharField(max_length=200, blank=True)
     stats = models.JSONField(default=dict, blank=True)
+    holds = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Free room on nodes kept for waiting workloads when the cycle ended: "
+            '[{"node", "workload_id", "kind": "drain" | "reservation", "resources"}].'
+        ),
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]

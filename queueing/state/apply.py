@@ -45,6 +45,10 @@ from queueing.state.snapshot import SnapshotIndex, from_epoch
 
 log = logging.getLogger(__name__)
 
+#: The node holds a cycle's record keeps (``CycleRun.holds``): the cluster page shows
+#: them; a cluster whose drains span more nodes keeps the first (by node, then kind).
+MAX_HOLDS = 2000
+
 
 @dataclass
 class ApplyReport:
@@ -391,6 +395,7 @@ def _record(
             "full": float(full),
             "displaced": float(len(report.displaced)),
         },
+        holds=[h.to_dict() for h in result.holds[:MAX_HOLDS]],
     )
     if connection.vendor != "postgresql":
         batch.run(writes)

@@ -46,6 +46,10 @@ def test_head_waits_for_finishing_work_and_lower_priority_cannot_take_the_room()
     assert result.admissions == ()  # the free cpu is held for the head
     assert result.nominations == (2,)
     assert result.explanations[3].kind != "preempting"
+    # The free cpu is kept for the head: the result says so, by node.
+    assert [(h.node, h.workload_id, h.kind, h.resources.to_dict()) for h in result.holds] == [
+        ("n", 2, "reservation", {"cpu": 1000})
+    ]
     # Positive control: without the head, the small one takes the free cpu.
     alone = run_cycle(world([small]), forecast=False)
     assert [a.workload_id for a in alone.admissions] == [3]

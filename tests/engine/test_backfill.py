@@ -168,3 +168,25 @@ def test_backfill_uses_the_drained_room_without_delaying_the_gang() -> None:
     assert filled.gang_at is not None
     assert held.gang_at <= 300.0 + 2 * CYCLE_S
     assert filled.gang_at <= held.gang_at
+
+
+def test_the_room_a_drain_keeps_is_in_the_result_less_what_backfill_took() -> None:
+    # The cluster page shows it as kept for the gang, not idle.
+    waits = run_cycle(drained_world(200.0), forecast=False)  # ends after the gang starts
+    assert waits.admissions == ()
+    assert [(h.node, h.workload_id, h.kind, h.resources.to_dict()) for h in waits.holds] == [
+        ("n0", 3, "drain", {"cpu": 4}),
+        ("n1", 3, "drain", {"cpu": 4}),
+    ]
+    backfilled = run_cycle(drained_world(60.0), forecast=False)
+    assert [a.workload_id for a in backfilled.admissions] == [4]
+    (node_used,) = backfilled.admissions[0].assignment
+    assert [(h.node, h.resources.to_dict()) for h in backfilled.holds] == [
+        (n, {"cpu": 4}) for n in ("n0", "n1") if n != node_used
+    ]
+    assert waits.to_dict()["holds"][0] == {
+        "node": "n0",
+        "workload_id": 3,
+        "kind": "drain",
+        "resources": {"cpu": 4},
+    }

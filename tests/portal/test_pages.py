@@ -188,6 +188,45 @@ def test_the_cluster_page_shows_nodes_the_quota_tree_and_cycles(site):
     assert b"<html" not in live_part.content
 
 
+def test_the_cluster_page_shows_free_room_kept_for_waiting_work_as_kept_not_idle(site):
+    # Live, half the demo's cpu nodes read as idle while drains kept them for two aged
+    # gangs: nothing on the page said so. The latest cycle's holds are shown, by node.
+    gang = submit(site.world, "wide-gang", cpu="4")
+    now = timezone.now()
+    hold = {"node": "node-2", "workload_id": gang.pk, "kind": "drain", "resources": {"cpu": 3000}}
+    CycleRun.objects.create(
+        root="cluster",
+        started_at=now - timedelta(seconds=30),
+        holds=[hold | {"node": "node-1"}],
+    )
+    CycleRun.objects.create(
+        root="cluster",
+        started_at=now,
+        holds=[
+            hold,
+            {
+                "node": "node-2",
+                "workload_id": 999_999,
+                "kind": "reservation",
+                "resources": {"cpu": 9000},
+            },
+        ],
+    )
+    page = text(site.client("root").get("/cluster/"))
+    # node-2 has 8 cpu free: 3 kept for the gang, the 9 of a workload gone since are
+    # capped at what is free (a hold outlived by room taken since reads no more).
+    assert "0 held + 0 other + 8 kept free for waiting work of 8" in page
+    assert f'3 cpu kept for <a href="/tenants/{site.tenant.name}/workloads/{gang.pk}/">' in page
+    assert f"{gang.namespace}/wide-gang</a>" in page
+    assert "it waited past its aging bound" in page
+    assert "9 cpu kept for workload 999999" in page
+    assert "the room it needs beyond what its victims release" in page
+    # Only the latest cycle counts: node-1's hold of the earlier one is gone.
+    assert page.count("kept free for waiting work of") == 1 + 1  # node-2, and its pool
+    live_part = text(site.client("root").get("/cluster/?partial=live"))
+    assert "wide-gang" in live_part
+
+
 def test_the_overview_and_workload_pages_cost_the_same_for_any_number_of_workloads(site):
     def count(url: str) -> int:
         client = site.client("vic")

@@ -42,6 +42,13 @@ class ClusterCapacitySerializer(serializers.Serializer):
     reserved = ResourcesField(help_text="Used by pods the queue does not manage.")
     used = ResourcesField(help_text="Held by admitted and running workloads.")
     free = ResourcesField()
+    kept = ResourcesField(
+        help_text=(
+            "Of free, what the latest cycles kept for waiting workloads: drains for "
+            "aged gangs that fit their quota but not the nodes, and the room preemptors "
+            "need beyond what their victims release."
+        )
+    )
 
 
 class ClusterSerializer(serializers.Serializer):

@@ -7,6 +7,7 @@ a 404; a read-only token only reads.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import tokens
+from portal import overview, tokens
 from portal.models import APIToken
 from queueing import actions
 from queueing.choices import Role
@@ -394,6 +395,34 @@ class TestClusterAPI:
         assert by_name["team-a-train"]["pending"] == {"cpu": "1"}
         assert by_name["team-a-q"]["pending"] == {"cpu": "1"}  # rolled up the tree
         assert by_name["cluster"]["pending"] == {"cpu": "2"}  # both tenants, in total only
+
+    def test_free_room_kept_for_waiting_work_is_counted_without_naming_it(
+        self, api: ApiWorld
+    ) -> None:
+        nodes = sorted(n.name for n in overview.node_source())
+        CycleRun.objects.create(
+            root="cluster",
+            started_at=timezone.now(),
+            holds=[
+                {
+                    "node": nodes[0],
+                    "workload_id": 424242,
+                    "kind": "drain",
+                    "resources": {"cpu": 3000},
+                },
+                {
+                    "node": nodes[-1],
+                    "workload_id": 434343,
+                    "kind": "reservation",
+                    "resources": {"cpu": 1500, "memory": 2**30},
+                },
+            ],
+        )
+        body = api.call("viewer", "get", reverse("api:cluster")).json()
+        assert body["capacity"]["kept"] == {"cpu": "4500m", "memory": "1Gi"}
+        # A tenant's reader learns how much is kept, never for which workload.
+        assert "424242" not in json.dumps(body)
+        assert "434343" not in json.dumps(body)
 
     def test_runtime_quota_is_the_one_the_cluster_page_shows(self, api: ApiWorld) -> None:
         from portal.views.cluster import cluster_context
