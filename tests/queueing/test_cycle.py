@@ -598,18 +598,26 @@ def test_a_pass_of_two_trees_reads_queues_and_holdings_once_and_counts_its_own_a
     assert len(holdings) == (2 if connection.vendor == "postgresql" else 1), holdings
 
 
-def test_a_preemptor_awaiting_finishing_work_is_stored_as_such_and_read_back(world):
-    # Two 8-cpu jobs fill the 16-cpu quota and end within the preemption grace period;
-    # an urgent one awaits them instead of evicting one: it is nominated *and* awaiting,
-    # which the next snapshot carries (an awaiting preemptor freezes no aged claim,
-    # engine.cyclestate). Admitted, it is neither.
+def urgent_awaiting(world, low_b_cpu: str) -> Workload:
+    """An 8-cpu job fills one 8-cpu node, one of ``low_b_cpu`` the other (both priority
+    1, ending within the preemption grace period); then an urgent 8-cpu job arrives and
+    a cycle runs. The urgent job, refreshed."""
     submit(world, "low-a", cpu="8", priority=1, runtime=30)
-    submit(world, "low-b", cpu="8", priority=1, runtime=30)
+    submit(world, "low-b", cpu=low_b_cpu, priority=1, runtime=30)
     tick(cluster=world.cluster, now=world.clock())
     tick(cluster=world.cluster, now=world.clock.advance(1))
     urgent = submit(world, "urgent", cpu="8", priority=1000, runtime=30)
     tick(cluster=world.cluster, now=world.clock.advance(1))
     urgent.refresh_from_db()
+    return urgent
+
+
+def test_a_preemptor_awaiting_finishing_work_is_stored_as_such_and_read_back(world):
+    # Two 8-cpu jobs fill the 16-cpu quota and end within the preemption grace period;
+    # an urgent one awaits them instead of evicting one: it is nominated *and* awaiting,
+    # which the next snapshot carries (an awaiting preemptor freezes no aged claim,
+    # engine.cyclestate). Admitted, it is neither.
+    urgent = urgent_awaiting(world, "8")
     assert urgent.phase == Phase.PENDING
     assert urgent.explanation["limit"] == "finishing"
     assert (urgent.nominated, urgent.awaiting) == (True, True)
@@ -628,13 +636,7 @@ def test_the_cycle_record_keeps_the_free_room_held_for_a_waiting_preemptor(world
     # The urgent 8-cpu job awaits the 4-cpu one (it ends within the grace period) and
     # the free 4 cpu beside it are kept for it: the cluster page shows that room as
     # kept, not idle (portal.queries.node_holds).
-    submit(world, "low-a", cpu="8", priority=1, runtime=30)
-    submit(world, "low-b", cpu="4", priority=1, runtime=30)
-    tick(cluster=world.cluster, now=world.clock())
-    tick(cluster=world.cluster, now=world.clock.advance(1))
-    urgent = submit(world, "urgent", cpu="8", priority=1000, runtime=30)
-    tick(cluster=world.cluster, now=world.clock.advance(1))
-    urgent.refresh_from_db()
+    urgent = urgent_awaiting(world, "4")
     assert (urgent.phase, urgent.nominated, urgent.awaiting) == (Phase.PENDING, True, True)
     low_b = Workload.objects.get(name="low-b")
     (node,) = low_b.assignment
