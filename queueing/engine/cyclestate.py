@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
@@ -83,6 +83,17 @@ def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
         if v and v > 0:
             return float(v)
     return cy.config.default_runtime_s
+
+
+class ReserveBasis(NamedTuple):
+    """What a waiting preemptor's reservation is made from (:func:`beyond_victims`)."""
+
+    qi: int
+    req: Mapping[str, int]
+    #: What its victims free per quota of its chain, and per node index.
+    freed: Mapping[int, Mapping[str, int]]
+    per_node: Mapping[int, Mapping[str, int]]
+    node_extra: Mapping[int, Mapping[str, int]]
 
 
 def beyond_victims(
@@ -479,6 +490,10 @@ class CycleState:
         self.reservations: dict[
             int, tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]
         ] = {}
+        #: ... and what each was made from (:meth:`reserve`'s quota index, request,
+        #: what the victims free per quota and per node, and the placement): the
+        #: forecast grows the hold of a preemptor awaiting its victims as they end.
+        self.reserved_from: dict[int, ReserveBasis] = {}
         #: The drains of heads whose claim is beyond their quota's min (the same dicts
         #: as in ``drained``): work within its own min may place on their room
         #: (``Cycle.place_within_min``), a guarantee before an aged claim.
@@ -761,6 +776,7 @@ class CycleState:
             self.nodes.commit(take)
             self.reserved.append(take)
         self.reservations[wid] = (held, take)
+        self.reserved_from[wid] = ReserveBasis(qi, req, freed, per_node or {}, node_extra)
 
     def node_holds(self) -> tuple[NodeHold, ...]:
         """The room kept on nodes for waiting workloads: drains and reservations."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
-from queueing.engine.cyclestate import beyond_victims
+from queueing.engine.cyclestate import beyond_victims, order_key
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
 from queueing.engine.preemption import awaited_by
 from queueing.engine.types import WorkloadSpec
@@ -20,9 +21,13 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_SIM_PREEMPTIONS",
     "MAX_SIM_VICTIMS",
+    "Awaiting",
+    "awaiting_at_start",
+    "drop_awaiting",
     "preempt",
     "preempt_deferred",
     "rewatch",
+    "victim_ended",
     "watch_reclaim",
     "within_min",
 ]
@@ -69,6 +74,11 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
         return False
     w = c.w
     qi = c.qi
+    # The cycle's one victim search for its queue and quota (and kind of claim) may
+    # have gone to another workload at this very instant (``Cycle.search_key``): an
+    # eviction then waits for the next cycle's search (``next_search``, below), and an
+    # await is not decided now (below).
+    slot_taken = t <= sim.now and _search_key(sim, sq, w, qi) in cy.preempt_tried
     shape = cy.shape(w)
     memo = (qi, w.priority, shape)
     if memo in sim.preempt_failed or (-1, w.priority, shape) in sim.preempt_failed:
@@ -107,10 +117,22 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
 
     # Work due to end within the grace period is a victim like any other, but one the
     # preemptor awaits rather than evicts (below).
+    # Work another preemptor awaits is not a victim (``Simulation.awaited``), unless
+    # this one comes first in priority order: the cycle decides who awaits anew each
+    # cycle, the first preemptor to search first.
+    awaited = sim.awaited
+    awaits = sim.awaits
+    wid = w.id
+    w_order = order_key(w)
+
+    def free(vid: int) -> bool:
+        by = awaited.get(vid, wid)
+        return by == wid or w_order < awaits[by].order
+
     pool: list[tuple[int, float, int, int]] = []
     if spec.preempt_within_quota != "Never":
         for vid, (v, _, end) in sim.running.get(qi, {}).items():
-            if v.priority < w.priority and not spared(v):
+            if v.priority < w.priority and not spared(v) and free(vid):
                 pool.append((v.priority, -end, vid, qi))
     if (
         spec.reclaim != "Never"
@@ -131,7 +153,7 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
             for vid, (v, _, end) in members.items():
                 # Age spares work only from in-quota preemption, as in the cycle: a
                 # reclaim takes back what the quota is guaranteed, aged or not.
-                if not lower or v.priority < w.priority:
+                if (not lower or v.priority < w.priority) and free(vid):
                     pool.append((v.priority, -end, vid, vq))
     if not pool:
         return False
@@ -175,13 +197,7 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
                 got = freed.setdefault(node_q, {})
                 for k, x in vreq.items():
                     got[k] = got.get(k, 0) + x
-        per_node = held
-        if per_node is None:
-            per_node = {}
-            for n, r in v.assignment.items():
-                ni = nindex.get(n)
-                if ni is not None:
-                    per_node[ni] = dict(r.raw)
+        per_node = _on_nodes(nindex, v, held)
         chosen.append((v, vq, per_node))
         for ni, holds in per_node.items():
             acc = extra.setdefault(ni, {})
@@ -215,10 +231,18 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
         # work of another queue that came first in the round. What it needs beyond
         # what they free is held for it meanwhile, as the cycle reserves it
         # (``Simulation.holds``): work behind it does not take that room either.
+        if slot_taken:
+            # Not chosen by the cycle now, it waits for room as it is; awaiting here, a
+            # medium of the demo held the room its victim freed from work the cycle
+            # started in it (forecast 8 s late; the cycle's search kept going to the
+            # workload ahead of it, and it started on room that freed).
+            return False
         c.first = True
+        _take_over(sim, wid, chosen)
         _hold_for(sim, w, qi, chosen, placed.per_node)
         return False
     # Evict: quota usage and node capacity come back now (their end events are void).
+    _take_over(sim, wid, chosen)
     for v, vq, per_node in chosen:
         sim.evicted.add(v.id)
         del sim.running[vq][v.id]
@@ -239,6 +263,41 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     return True
 
 
+@dataclass(slots=True)
+class Awaiting:
+    """A waiting preemptor that awaits its victims, and what its hold is made from
+    (:func:`.cyclestate.beyond_victims`): what the victims still running free per
+    quota of its chain (``freed``) and per node (``extra``), and each of them
+    (``victims``: id -> its request, quota index and room per node)."""
+
+    #: The preemptor's priority order (:func:`.cyclestate.order_key`): one before it
+    #: may take its victims over, as in the cycle, which decides anew each cycle.
+    order: tuple[int, float, int]
+    queue: str
+    qi: int
+    req: Mapping[str, int]
+    per_node: Mapping[int, Mapping[str, int]]
+    freed: dict[int, dict[str, int]]
+    extra: dict[int, dict[str, int]]
+    victims: dict[int, tuple[Mapping[str, int], int, Mapping[int, Mapping[str, int]]]]
+
+
+def _on_nodes(
+    nindex: Mapping[str, int], v: WorkloadSpec, held: dict[int, dict[str, int]] | None
+) -> dict[int, dict[str, int]]:
+    """What running ``v`` holds per node index: ``held`` when the simulation started
+    it, else its assignment."""
+    if held is not None:
+        return held
+    return {nindex[n]: dict(r.raw) for n, r in v.assignment.items() if n in nindex}
+
+
+def _add(acc: dict[int, dict[str, int]], key: int, amounts: Mapping[str, int], sign: int) -> None:
+    got = acc.setdefault(key, {})
+    for k, x in amounts.items():
+        got[k] = got.get(k, 0) + sign * x
+
+
 def _hold_for(
     sim: Simulation,
     w: WorkloadSpec,
@@ -247,24 +306,128 @@ def _hold_for(
     per_node: Mapping[int, Mapping[str, int]],
 ) -> None:
     """Hold for ``w``, awaiting ``victims``, what it needs beyond what they free: per
-    quota of its chain and per node (the cycle's ``CycleState.reserve``)."""
+    quota of its chain and per node (the cycle's ``CycleState.reserve``). No other
+    preemptor takes them meanwhile, and the hold grows as they end (:func:`victim_ended`)."""
     chains = sim.tree.chains
     chain = set(chains[qi])
-    freed: dict[int, dict[str, int]] = {}
-    extra: dict[int, dict[str, int]] = {}
+    a = Awaiting(order_key(w), w.queue, qi, w._request._d, per_node, {}, {}, {})
     for v, vq, on_nodes in victims:
+        vreq = v._request._d
         for c in chains[vq]:
             if c in chain:
-                f = freed.setdefault(c, {})
-                for k, x in v._request._d.items():
-                    f[k] = f.get(k, 0) + x
+                _add(a.freed, c, vreq, 1)
         for ni, amount in on_nodes.items():
-            e = extra.setdefault(ni, {})
-            for k, x in amount.items():
-                e[k] = e.get(k, 0) + x
-    quotas, take = beyond_victims(chains[qi], w._request._d, freed, per_node, extra)
-    sim.holds[w.id] = (quotas, take)
+            _add(a.extra, ni, amount, 1)
+        a.victims[v.id] = (vreq, vq, on_nodes)
+        sim.awaited[v.id] = w.id
+    sim.awaits[w.id] = a
+    sim.holds[w.id] = beyond_victims(chains[qi], a.req, a.freed, per_node, a.extra)
     sim._hold(w.id)
+
+
+def _search_key(sim: Simulation, sq: SimQueue, w: WorkloadSpec, qi: int) -> tuple[int, int, int]:
+    """The cycle's ``search_key`` of ``w`` (its queue, quota and kind of claim)."""
+    if within_min(sim.used[qi], sim.tree.mins[qi], w._request._d):
+        return (sq.state.index, qi, 2)
+    return (sq.state.index, qi, 1 if w.queue_order_at <= sq.state.aged_before else 0)
+
+
+def _take_over(
+    sim: Simulation, wid: int, victims: list[tuple[WorkloadSpec, int, dict[int, dict[str, int]]]]
+) -> None:
+    """Preemptor ``wid`` takes ``victims``: those that awaited any of them await no
+    more and hold nothing (in the cycle they search again, and compete)."""
+    awaited = sim.awaited
+    for v, _, _ in victims:
+        by = awaited.get(v.id)
+        if by is not None and by != wid:
+            drop_awaiting(sim, by)
+
+
+def drop_awaiting(sim: Simulation, wid: int) -> None:
+    """``wid`` awaits nothing more (started, or its victims taken over): its hold is
+    given back and the work it awaited is anyone's victim again."""
+    a = sim.awaits.pop(wid, None)
+    if a is not None:
+        for vid in a.victims:
+            sim.awaited.pop(vid, None)
+    if wid in sim.held:
+        sim._unhold(wid)
+    sim.holds.pop(wid, None)
+
+
+def awaiting_at_start(sim: Simulation) -> None:
+    """The cycle's preemptors that await their victims (``CycleState.awaiting``), as
+    :func:`_hold_for` records one made in virtual time: what their reservations were
+    made from (``CycleState.reserved_from``), and the victims still running."""
+    cy = sim.cy
+    where: dict[int, tuple[int, WorkloadSpec, dict[int, dict[str, int]] | None]] = {}
+    for vq, members in sim.running.items():
+        for vid, (v, on_nodes, _) in members.items():
+            where[vid] = (vq, v, on_nodes)
+    nindex = sim.nodes.index
+    specs = {w.id: w for sq in sim.queues for w in sq.ws if w.id in cy.awaiting}
+    for wid, vids in cy.awaiting.items():
+        basis = cy.reserved_from.get(wid)
+        w = specs.get(wid)
+        if wid not in sim.holds or basis is None or w is None:
+            continue
+        a = Awaiting(
+            order_key(w),
+            w.queue,
+            basis.qi,
+            basis.req,
+            basis.per_node,
+            {c: dict(x) for c, x in basis.freed.items()},
+            {i: dict(x) for i, x in basis.node_extra.items()},
+            {},
+        )
+        for vid in vids:
+            got = where.get(vid)
+            if got is None:
+                continue  # gone already: what it freed is counted free
+            vq, v, held = got
+            a.victims[vid] = (v._request._d, vq, _on_nodes(nindex, v, held))
+            sim.awaited[vid] = wid
+        sim.awaits[wid] = a
+
+
+def victim_ended(sim: Simulation, vid: int) -> None:
+    """Awaited work ``vid`` ended in virtual time: what it freed joins its preemptor's
+    hold (:func:`.cyclestate.beyond_victims` over the victims still running), as the
+    cycle, at its next search, reserves all it needs beyond them. Before, that room
+    was free for anyone at that instant, and work of another quota behind the
+    preemptor could take it (the cycle keeps it for the preemptor)."""
+    wid = sim.awaited.pop(vid)
+    a = sim.awaits.get(wid)
+    if a is None or wid not in sim.holds:
+        return
+    got = a.victims.pop(vid, None)
+    if got is None:
+        return
+    vreq, vq, on_nodes = got
+    chain = set(sim.tree.chains[a.qi])
+    for q in sim.tree.chains[vq]:
+        if q in chain:
+            _add(a.freed, q, vreq, -1)
+    for ni, amount in on_nodes.items():
+        _add(a.extra, ni, amount, -1)
+    held = wid in sim.held
+    if held:
+        sim._unhold(wid)
+    sim.holds[wid] = beyond_victims(sim.tree.chains[a.qi], a.req, a.freed, a.per_node, a.extra)
+    if held:
+        sim._hold(wid)
+    # Looked at again now, as the cycle searches again: filed, it waited to be woken
+    # by room that frees, and the room its victim freed went into its own hold (where
+    # its quota's headroom stayed below zero, nothing woke it).
+    sq = sim.by_name.get(a.queue)
+    if sq is not None:
+        for c in sq.cands.values():
+            if c.w.id == wid:
+                if c.filed:
+                    sim._mark(c)
+                break
 
 
 def preempt_deferred(sim: Simulation, t: float) -> None:

@@ -32,8 +32,8 @@ Simplifications, on purpose:
 * the cycle's reservations for its waiting preemptors are held again (``holds``),
   each given back to its own preemptor while it is looked at; a preemptor that
   awaits its victims in virtual time holds what it needs beyond them the same way;
-  a hold does not grow as its victims end (what they free is the preemptor's by
-  order: it comes first at that instant);
+  no other preemptor takes the work it awaits, and its hold grows as that work
+  ends, to all it needs beyond what still runs (as the cycle reserves it again);
 * preempted victims and requeued workloads release at once; victims compete again
   with their original order; a waiting preemptor fits by the runtime quota without
   aged claims (``limit_base``: preemption judged it by that, and claims stay frozen
@@ -82,9 +82,13 @@ from queueing.engine.forecast_arrivals import Arrival, arrive, spawn
 from queueing.engine.forecast_filing import file_cand, wake_nodes, wake_quota
 from queueing.engine.forecast_preempt import (
     MAX_SIM_PREEMPTIONS,
+    Awaiting,
+    awaiting_at_start,
+    drop_awaiting,
     preempt,
     preempt_deferred,
     rewatch,
+    victim_ended,
     watch_reclaim,
 )
 from queueing.engine.forecast_split import any_usable, requota, surplus_helps, unused_share
@@ -160,6 +164,14 @@ class Simulation:
         self.used = [dict(u) for u in cy.used]
         self.holds = {wid: r for wid, r in cy.reservations.items() if wid in cy.waiting}
         self.held: set[int] = set()
+        #: Running work a waiting preemptor awaits (it ends within the grace period):
+        #: victim id -> that preemptor. No other preemptor's victim search takes it, as
+        #: in the cycle (``Preemptor.awaited``): its room is already spoken for. And
+        #: per such preemptor, what its hold is made from: the hold grows as each of
+        #: them ends (:func:`.forecast_preempt.victim_ended`), as the cycle reserves
+        #: again, each cycle, all it needs beyond the victims still running.
+        self.awaited: dict[int, int] = {}
+        self.awaits: dict[int, Awaiting] = {}
         self.np_used = [dict(u) for u in cy.np_used]
         self.own_demand = [dict(d) for d in cy.own_demand]
         self.runtime = cy.runtime
@@ -278,6 +290,8 @@ class Simulation:
                 ws = sorted([w for w in ws if w.id not in admitted] + back[name], key=order_key)
             self.queues.append(SimQueue(len(self.queues), state, ws))
             self.by_name[name] = self.queues[-1]
+        if cy.awaiting:
+            awaiting_at_start(self)
 
     def _hold(self, wid: int) -> None:
         """Hold the room the cycle reserved for waiting preemptor ``wid``."""
@@ -463,11 +477,14 @@ class Simulation:
             # (a quota short of room may start now).
             ended: set[tuple[int, str]] = set()
             freed: dict[int, dict[str, int]] = {}
+            awaited_ended: list[int] = []
             while self.events and self.events[0][0] <= window:
                 at, _, qi, w, held = heapq.heappop(self.events)
                 if w.id in self.evicted:
                     self.evicted.discard(w.id)
                     continue
+                if w.id in self.awaited:
+                    awaited_ended.append(w.id)
                 if qi >= 0:
                     got = self.running.get(qi)
                     if got is not None:
@@ -485,6 +502,8 @@ class Simulation:
                 since += 1
             if freed:
                 self.nodes.release(freed)
+            for vid in awaited_ended:
+                victim_ended(self, vid)
             came = self._arrive_until(window)
             surplus = unused_share(self, ended)
             self.failed_shapes.clear()  # capacity grew: old failures may fit now
@@ -633,7 +652,9 @@ class Simulation:
                     continue
             qi = c.qi
             b = sq.block_at.get(qi)
-            if b is not None and b < i and not passes_hold_at(self, sq, qi, b, c):
+            # A waiting preemptor is not held behind its queue's blocked head: the
+            # cycle looks at preemptors before the queues (``Cycle.admit_nominated``).
+            if b is not None and b < i and not c.first and not passes_hold_at(self, sq, qi, b, c):
                 self._park(sq, c, qi, i)
                 fill(self, sq)
                 self._schedule(sq)
@@ -654,7 +675,7 @@ class Simulation:
                     if placed is None:
                         failed_shapes.add(shape)
             if placed is not None:
-                self.holds.pop(w.id, None)
+                drop_awaiting(self, w.id)
                 self._take(qi, w, req, placed.per_node)
                 eta[w.id] = t
                 self._start(t, qi, w, dict(placed.per_node))

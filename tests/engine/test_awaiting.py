@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from queueing.engine import run_cycle
-from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, WorkloadSpec
+from queueing.engine.types import EngineConfig, QueueSpec, Snapshot, Taint, WorkloadSpec
 
 from .builders import node, quota, running, snapshot, workload
 
 GRACE = EngineConfig(fair_share_mode="instant", preempt_grace_s=60.0)
+TAINT = Taint("dedicated", "gpu", "NoSchedule")
 
 
 def one(cpu: int) -> dict[str, int]:
@@ -283,3 +286,88 @@ def test_work_behind_a_preemptor_awaiting_its_victims_is_forecast_after_it_not_n
     # 50 s are over: the whole of q0's 4 cpu is the head's until then.
     assert big_at == 1005.0
     assert small_at >= big_at + 50.0
+
+
+def test_room_an_awaited_victim_frees_stays_its_preemptors_until_the_last_one_ends() -> None:
+    # The head awaits two victims (1 cpu until 1005, 2 cpu until 1025). When the first
+    # ends, the cycle keeps its cpu for the head (it reserves all it needs beyond the
+    # victims still running), so the small job waits for the head's run. The forecast
+    # gave that cpu to the small job at 1005, and then started the head only when the
+    # small job's 30 s were over.
+    def at(now: float, first_gone: bool, pending: list[WorkloadSpec]) -> Snapshot:
+        v1 = running(
+            1, "q0", "n", req=one(1), priority=1, started_at=995.0, expected_runtime_s=10.0
+        )
+        v2 = running(
+            4, "q0", "n", req=one(2), priority=1, started_at=995.0, expected_runtime_s=30.0
+        )
+        keep = running(
+            5, "q0", "n", req=one(1), priority=9, started_at=995.0, expected_runtime_s=500.0
+        )
+        return snapshot(
+            quotas=[quota("root"), quota("q0", "root", min=one(4), max=one(4))],
+            nodes=[node("n", one(4))],
+            queues=[QueueSpec("q0", preempt_within_quota="LowerPriority")],
+            workloads=[*([] if first_gone else [v1]), v2, keep, *pending],
+            config=GRACE,
+            now=now,
+        )
+
+    big = workload(2, "q0", req=one(3), priority=9, ts=1.0, expected_runtime_s=50.0)
+    small = workload(3, "q0", req=one(1), priority=1, ts=2.0, expected_runtime_s=30.0)
+    first = run_cycle(at(1000.0, False, [big, small]))
+    assert first.preemptions == ()
+    assert first.nominations == (2,)
+    # What the cycle does when the first victim is gone: the small job still waits.
+    nominated = dataclasses.replace(big, nominated=True, awaiting=True)
+    then = run_cycle(at(1005.0, True, [nominated, small]), forecast=False)
+    assert then.admissions == ()
+    assert then.nominations == (2,)
+    # The forecast made at 1000 says so.
+    big_at, small_at = first.etas[2].p50, first.etas[3].p50
+    assert big_at == 1025.0
+    assert small_at is not None
+    assert small_at >= big_at + 50.0
+
+
+def test_a_workload_whose_victim_search_went_to_another_does_not_await_in_the_forecast() -> None:
+    # Node n (4 cpu): k (priority 9) and v (priority 1, ends at 1010) hold 2 cpu each;
+    # a tainted node nobody tolerates makes the quotas roomy. Queue q's a needs 4 cpu
+    # and cannot preempt k: it uses the queue's one victim search of this cycle, and b,
+    # which could await v, gets none. Queue r goes first (priority 10): when v ends, its
+    # room is c's. The forecast let b search at the same instant, await v and hold its
+    # room as v ended: c was forecast 900 s late.
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("q", "root", max=one(4)),
+            quota("r", "root", max=one(4)),
+        ],
+        nodes=[node("n", one(4)), node("t", one(8), taints=[TAINT])],
+        queues=[
+            QueueSpec("q", preempt_within_quota="LowerPriority"),
+            QueueSpec("r", priority=10, preempt_within_quota="Never", reclaim="Never"),
+        ],
+        workloads=[
+            running(
+                1, "q", "n", req=one(2), priority=9, started_at=990.0, expected_runtime_s=900.0
+            ),
+            running(2, "q", "n", req=one(2), priority=1, started_at=990.0, expected_runtime_s=20.0),
+            workload(3, "q", req=one(4), priority=9, ts=997.0, expected_runtime_s=100.0),
+            workload(4, "q", req=one(2), priority=5, ts=998.0, expected_runtime_s=100.0),
+            workload(5, "r", req=one(2), priority=0, ts=999.0, expected_runtime_s=100.0),
+        ],
+        config=GRACE,
+    )
+    result = run_cycle(snap)
+    assert result.nominations == ()  # nobody awaits v in the cycle
+    assert "went to another workload" in result.explanations[4].sentence()
+    # What the cycle does when v is gone: r's c takes its room.
+    then = dataclasses.replace(
+        snap, now=1010.0, workloads=tuple(w for w in snap.workloads if w.id != 2)
+    )
+    assert [a.workload_id for a in run_cycle(then, forecast=False).admissions] == [5]
+    # The forecast says so.
+    assert result.etas[5].p50 == 1010.0
+    assert result.etas[4].p50 is not None
+    assert result.etas[4].p50 > 1010.0
