@@ -38,6 +38,9 @@ def cluster_context(page: int) -> dict[str, Any]:
         kept: dict[str, int] = {}
         for h in kept_for:
             queries.add_into(kept, h.resources)
+        # At most what the node has free now (a hold read from the last cycle may
+        # outlast room that work has taken since); the pool adds up the nodes'.
+        kept = {k: min(v, _free(node.allocatable, node.reserved, used, k)) for k, v in kept.items()}
         totals = pools.setdefault(
             pool, {"allocatable": {}, "reserved": {}, "used": {}, "kept": {}, "count": {}}
         )
@@ -105,11 +108,14 @@ def _bar(name: str, allocatable: Any, reserved: Any, used: Any, kept: Any) -> di
         "reserved": int(reserved.get(name, 0)),
         "used": int(used.get(name, 0)),
     }
-    # What a cycle kept free for waiting work, at most what is free now (a hold read
-    # from the last cycle may outlast room that work has taken since).
-    free = max(0, values["allocatable"] - values["reserved"] - values["used"])
-    values["kept"] = min(int(kept.get(name, 0)), free)
+    values["kept"] = min(int(kept.get(name, 0)), _free(allocatable, reserved, used, name))
     return {"resource": name, "values": values, "stack": _stack(values)}
+
+
+def _free(allocatable: Any, reserved: Any, used: Any, name: str) -> int:
+    return max(
+        0, int(allocatable.get(name, 0)) - int(reserved.get(name, 0)) - int(used.get(name, 0))
+    )
 
 
 def _stack(values: dict[str, int]) -> dict[str, float]:

@@ -216,6 +216,8 @@ def test_the_cluster_page_shows_free_room_kept_for_waiting_work_as_kept_not_idle
     # node-2 has 8 cpu free: 3 kept for the gang, the 9 of a workload gone since are
     # capped at what is free (a hold outlived by room taken since reads no more).
     assert "0 held + 0 other + 8 kept free for waiting work of 8" in page
+    # The pool (both nodes) adds up what each node keeps, each capped: 8 of 16, not 12.
+    assert "0 held + 0 other + 8 kept free for waiting work of 16" in page
     assert f'3 cpu kept for <a href="/tenants/{site.tenant.name}/workloads/{gang.pk}/">' in page
     assert f"{gang.namespace}/wide-gang</a>" in page
     assert "it waited past its aging bound" in page
