@@ -45,8 +45,8 @@ from queueing.state.snapshot import SnapshotIndex, from_epoch
 
 log = logging.getLogger(__name__)
 
-#: The node holds a cycle's record keeps (``CycleRun.holds``): the cluster page shows
-#: them; a cluster whose drains span more nodes keeps the first (by node, then kind).
+#: The node holds a cycle's record keeps (``CycleRun.holds``), for the cluster page: a
+#: cycle that holds room on more nodes keeps the first (the drains', then reservations).
 MAX_HOLDS = 2000
 
 
