@@ -54,6 +54,7 @@ from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.holds import hold_rooms, passes_hold
 from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.preemption import find_victims
+from queueing.engine.reservations import node_holds
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     ADMITTED,
@@ -610,7 +611,8 @@ class Cycle(Drains):
         t1 = perf_counter()
         positions: dict[int, Any] = {}
         etas: dict[int, Any] = {}
-        holds = self.node_holds()  # before the forecast gives them back
+        # The room kept on nodes, before the forecast gives it back.
+        holds = node_holds(self.nodes.names, self.drained.items(), self.reservations)
         if forecast:
             # The forecast starts from true usage: what the drains held back for aged
             # heads is free room there (the heads come first in its order anyway). The
@@ -620,7 +622,7 @@ class Cycle(Drains):
             # not place on its own room (the demo's 16-GPU gang awaiting its victims'
             # ends was forecast at +38 s and started at +2 s); held for no one, the
             # work behind it took that room at once in the forecast.
-            for take in (*self.drained, *self.reserved):
+            for take in (*self.drained.values(), *self.reserved):
                 self.nodes.release(take)
             self.drained.clear()
             self.reserved.clear()

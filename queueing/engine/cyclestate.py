@@ -8,15 +8,16 @@ steps; the step modules (:mod:`.preemption`, :mod:`.explain`, :mod:`.forecast`,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from queueing.engine.aging import aged_before, aged_claims, sort_in_queue_order
 from queueing.engine.fairshare import FairShare
 from queueing.engine.holds import nonpreemptible_short, room_under_min
 from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
 from queueing.engine.quota import QuotaTree
+from queueing.engine.reservations import Reservation, reservation
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
     BACKOFF,
@@ -25,7 +26,6 @@ from queueing.engine.types import (
     POLICY_INTELLIGENT,
     PREEMPTED,
     Admission,
-    NodeHold,
     Preemption,
     QueueSpec,
     Requeue,
@@ -49,7 +49,6 @@ __all__ = [
     "CycleState",
     "QueueState",
     "ShapeKey",
-    "beyond_victims",
     "order_key",
     "runtime_of",
 ]
@@ -83,43 +82,6 @@ def runtime_of(cy: CycleState, w: WorkloadSpec, q: int) -> float:
         if v and v > 0:
             return float(v)
     return cy.config.default_runtime_s
-
-
-class ReserveBasis(NamedTuple):
-    """What a waiting preemptor's reservation is made from (:func:`beyond_victims`)."""
-
-    qi: int
-    req: Mapping[str, int]
-    #: What its victims free per quota of its chain, and per node index.
-    freed: Mapping[int, Mapping[str, int]]
-    per_node: Mapping[int, Mapping[str, int]]
-    node_extra: Mapping[int, Mapping[str, int]]
-
-
-def beyond_victims(
-    chain: Sequence[int],
-    req: Mapping[str, int],
-    freed: Mapping[int, Mapping[str, int]],
-    per_node: Mapping[int, Mapping[str, int]],
-    node_extra: Mapping[int, Mapping[str, int]],
-) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
-    """What a waiting preemptor asking ``req`` needs beyond what its victims release:
-    per quota of its ``chain`` (they free ``freed`` there), and per node of its
-    placement ``per_node`` (they free ``node_extra`` there) -- what the cycle reserves
-    for it (:meth:`CycleState.reserve`) and the forecast holds (``forecast_sim``)."""
-    held: dict[int, dict[str, int]] = {}
-    for c in chain:
-        fr = freed.get(c, {})
-        for k, v in req.items():
-            if v - fr.get(k, 0) > 0:
-                held.setdefault(c, {})[k] = v - fr.get(k, 0)
-    take: dict[int, dict[str, int]] = {}
-    for i, amount in per_node.items():
-        x = node_extra.get(i, {})
-        t = {k: v - x.get(k, 0) for k, v in amount.items() if v - x.get(k, 0) > 0}
-        if t:
-            take[i] = t
-    return held, take
 
 
 def order_key(w: WorkloadSpec) -> tuple[int, float, int]:
@@ -475,25 +437,19 @@ class CycleState:
         self._end_events: dict[tuple[EligKey, str, bool], list[tuple[float, int, int]]] = {}
         #: Aged heads holding back their scarcest resource on nodes: id -> resource.
         self.draining: dict[int, str] = {}
-        #: What the drains took from the nodes (the forecast gives it back).
-        self.drained: list[dict[int, dict[str, int]]] = []
-        #: ... per head (the same dicts, less what work within its min or backfill took).
-        self.drain_of: dict[int, dict[int, dict[str, int]]] = {}
+        #: What the drains took from the nodes, per head (less what work within its
+        #: min or backfill took since; the forecast gives it back).
+        self.drained: dict[int, dict[int, dict[str, int]]] = {}
         #: What waiting preemptors hold back on nodes beyond what their victims release
         #: (:meth:`reserve`; the forecast gives it back, then holds each again for all
         #: but its own preemptor: ``reservations``).
         self.reserved: list[dict[int, dict[str, int]]] = []
-        #: Per waiting preemptor, what :meth:`reserve` held back for it: per quota of
-        #: its chain, beyond what its victims release, and per node index. The forecast
-        #: holds it again for it (``forecast_sim.Simulation``): until its victims are
-        #: gone, work behind it does not take that room in virtual time either.
-        self.reservations: dict[
-            int, tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]
-        ] = {}
-        #: ... and what each was made from (:meth:`reserve`'s quota index, request,
-        #: what the victims free per quota and per node, and the placement): the
-        #: forecast grows the hold of a preemptor awaiting its victims as they end.
-        self.reserved_from: dict[int, ReserveBasis] = {}
+        #: Per waiting preemptor, what :meth:`reserve` held back for it (per quota of
+        #: its chain, beyond what its victims release, and per node index) and what
+        #: from. The forecast holds it again for it (``forecast_sim.Simulation``):
+        #: until its victims are gone, work behind it does not take that room in
+        #: virtual time either; and it grows as awaited victims end.
+        self.reservations: dict[int, Reservation] = {}
         #: The drains of heads whose claim is beyond their quota's min (the same dicts
         #: as in ``drained``): work within its own min may place on their room
         #: (``Cycle.place_within_min``), a guarantee before an aged claim.
@@ -767,30 +723,15 @@ class CycleState:
     ) -> None:
         """Hold back what waiting preemptor ``wid`` needs beyond what its victims release."""
         self._load_version += 1
-        held, take = beyond_victims(self.tree.chains[qi], req, freed, per_node or {}, node_extra)
-        for c, amounts in held.items():
+        r = reservation(self.tree.chains[qi], qi, req, freed, per_node, node_extra)
+        for c, amounts in r.held.items():
             ld = self.load[c]
             for k, v in amounts.items():
                 ld[k] = ld.get(k, 0) + v
-        if take:
-            self.nodes.commit(take)
-            self.reserved.append(take)
-        self.reservations[wid] = (held, take)
-        self.reserved_from[wid] = ReserveBasis(qi, req, freed, per_node or {}, node_extra)
-
-    def node_holds(self) -> tuple[NodeHold, ...]:
-        """The room kept on nodes for waiting workloads: drains and reservations."""
-        names = self.nodes.names
-        out: list[NodeHold] = []
-        for kind, takes in (
-            ("drain", self.drain_of.items()),
-            ("reservation", ((wid, take) for wid, (_, take) in self.reservations.items())),
-        ):
-            for wid, take in takes:
-                for i, amount in sorted(take.items()):
-                    if any(v > 0 for v in amount.values()):
-                        out.append(NodeHold(names[i], wid, kind, Resources.from_raw(amount)))
-        return tuple(out)
+        if r.take:
+            self.nodes.commit(r.take)
+            self.reserved.append(r.take)
+        self.reservations[wid] = r
 
     def victims_release(
         self, victims: list[WorkloadSpec]

@@ -53,8 +53,7 @@ class Drains(CycleState):
         self.draining[w.id] = prim
         if take:
             self.nodes.commit(take)
-            self.drained.append(take)
-            self.drain_of[w.id] = take
+            self.drained[w.id] = take
             self.drain_until.append(until)
             if until > self.backfill_until:
                 self.backfill_until = until
@@ -216,7 +215,9 @@ class Drains(CycleState):
         if end is None:
             return None
         drains = [
-            t for t, until in zip(self.drained, self.drain_until, strict=True) if until >= end
+            t
+            for t, until in zip(self.drained.values(), self.drain_until, strict=True)
+            if until >= end
         ]
         pl = self._place_on(w, drains)
         if pl is None:

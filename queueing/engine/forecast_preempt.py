@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
-from queueing.engine.cyclestate import beyond_victims, order_key
+from queueing.engine.cyclestate import order_key
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
 from queueing.engine.preemption import awaited_by
+from queueing.engine.reservations import beyond_victims
 from queueing.engine.types import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
 @dataclass(slots=True)
 class Awaiting:
     """A waiting preemptor that awaits its victims, and what its hold is made from
-    (:func:`.cyclestate.beyond_victims`): what the victims still running free per
+    (:func:`.reservations.beyond_victims`): what the victims still running free per
     quota of its chain (``freed``) and per node (``extra``), and each of them
     (``victims``: id -> its request, quota index and room per node)."""
 
@@ -359,7 +360,7 @@ def drop_awaiting(sim: Simulation, wid: int) -> None:
 def awaiting_at_start(sim: Simulation) -> None:
     """The cycle's preemptors that await their victims (``CycleState.awaiting``), as
     :func:`_hold_for` records one made in virtual time: what their reservations were
-    made from (``CycleState.reserved_from``), and the victims still running."""
+    made from (``CycleState.reservations``), and the victims still running."""
     cy = sim.cy
     where: dict[int, tuple[int, WorkloadSpec, dict[int, dict[str, int]] | None]] = {}
     for vq, members in sim.running.items():
@@ -368,7 +369,7 @@ def awaiting_at_start(sim: Simulation) -> None:
     nindex = sim.nodes.index
     specs = {w.id: w for sq in sim.queues for w in sq.ws if w.id in cy.awaiting}
     for wid, vids in cy.awaiting.items():
-        basis = cy.reserved_from.get(wid)
+        basis = cy.reservations.get(wid)
         w = specs.get(wid)
         if wid not in sim.holds or basis is None or w is None:
             continue
@@ -394,7 +395,7 @@ def awaiting_at_start(sim: Simulation) -> None:
 
 def victim_ended(sim: Simulation, vid: int) -> None:
     """Awaited work ``vid`` ended in virtual time: what it freed joins its preemptor's
-    hold (:func:`.cyclestate.beyond_victims` over the victims still running), as the
+    hold (:func:`.reservations.beyond_victims` over the victims still running), as the
     cycle, at its next search, reserves all it needs beyond them. Before, that room
     was free for anyone at that instant, and work of another quota behind the
     preemptor could take it (the cycle keeps it for the preemptor)."""

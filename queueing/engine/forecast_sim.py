@@ -162,7 +162,9 @@ class Simulation:
         # at once: forecast to start now, that work waited for the preemptor's end
         # (the demo: a 1-GPU job "in 0 s" for a minute beside "short by 1 GPU").
         self.used = [dict(u) for u in cy.used]
-        self.holds = {wid: r for wid, r in cy.reservations.items() if wid in cy.waiting}
+        self.holds = {
+            wid: (r.held, r.take) for wid, r in cy.reservations.items() if wid in cy.waiting
+        }
         self.held: set[int] = set()
         #: Running work a waiting preemptor awaits (it ends within the grace period):
         #: victim id -> that preemptor. No other preemptor's victim search takes it, as
