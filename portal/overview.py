@@ -72,15 +72,22 @@ def capacity(
     }
 
 
-def cluster_overview(quotas: Sequence[Quota]) -> ClusterOverview:
-    """The overview of ``quotas`` (what the reader may see) and the whole cluster."""
+def cluster_overview(
+    quotas: Sequence[Quota], latest_holds: list[dict[str, Any]] | None = None
+) -> ClusterOverview:
+    """The overview of ``quotas`` (what the reader may see) and the whole cluster;
+    ``latest_holds``: :func:`queries.latest_holds`, when the caller has read it."""
     nodes = node_source()
     node_error = "" if nodes else NO_NODE_VIEW
     totals = queries.live_totals()
     return ClusterOverview(
         nodes=nodes,
         node_error=node_error,
-        capacity=capacity(nodes, totals.cluster_used(), queries.kept_on_nodes()),
+        capacity=capacity(
+            nodes,
+            totals.cluster_used(),
+            queries.kept_on_nodes(queries.latest_holds() if latest_holds is None else latest_holds),
+        ),
         quotas=queries.quota_tree(quotas, totals),
         last_cycle=queries.last_cycle_at(),
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 
 from portal import eta_text
 from queueing.choices import (
@@ -470,34 +470,28 @@ class NodeHoldRow:
 
 def latest_holds() -> list[dict[str, Any]]:
     """The holds (``CycleRun.holds``) of the latest cycle of each quota tree, with the
-    tree's root and when that cycle ran; trees whose latest cycle kept nothing left out."""
-    roots = Quota.objects.filter(parent__isnull=True).values_list("name", flat=True)
-    latest: list[dict[str, Any]] = []
-    for root in roots:
-        run = (
-            CycleRun.objects.filter(root=root)
-            .order_by("-started_at", "-id")
-            .values("root", "started_at", "holds")
-            .first()
-        )
-        if run is not None and run["holds"]:
-            latest.append(dict(run))
-    return latest
+    tree's root and when that cycle ran; trees whose latest cycle kept nothing left out.
+    One query, whatever the number of trees."""
+    latest = CycleRun.objects.filter(root=OuterRef("name")).order_by("-started_at", "-id")
+    ids = Quota.objects.filter(parent__isnull=True).annotate(run=Subquery(latest.values("id")[:1]))
+    runs = CycleRun.objects.filter(id__in=ids.values("run"))
+    return [dict(run) for run in runs.values("root", "started_at", "holds") if run["holds"]]
 
 
-def kept_on_nodes() -> dict[str, dict[str, int]]:
-    """Per node, the room the latest cycles kept free for waiting workloads."""
+def kept_on_nodes(latest: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per node, the room the latest cycles (:func:`latest_holds`) kept free for
+    waiting workloads."""
     kept: dict[str, dict[str, int]] = defaultdict(dict)
-    for run in latest_holds():
+    for run in latest:
         for h in run["holds"]:
             add_into(kept[h["node"]], h.get("resources"))
     return kept
 
 
-def node_holds() -> dict[str, list[NodeHoldRow]]:
-    """Per node, the room the latest cycle of each quota tree kept free for waiting
-    workloads (drains of aged heads, reservations of preemptors): free, but not idle."""
-    latest = latest_holds()
+def node_holds(latest: list[dict[str, Any]]) -> dict[str, list[NodeHoldRow]]:
+    """Per node, the room the latest cycle of each quota tree (:func:`latest_holds`)
+    kept free for waiting workloads (drains of aged heads, reservations of
+    preemptors): free, but not idle."""
     ids = {int(h["workload_id"]) for run in latest for h in run["holds"]}
     workloads = Workload.objects.select_related("tenant", "queue").in_bulk(ids) if ids else {}
     out: dict[str, list[NodeHoldRow]] = defaultdict(list)

@@ -26,9 +26,10 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
 
 
 def cluster_context(page: int) -> dict[str, Any]:
-    view = overview.cluster_overview(list(Quota.objects.select_related("tenant", "parent")))
+    latest = queries.latest_holds()
+    view = overview.cluster_overview(list(Quota.objects.select_related("tenant", "parent")), latest)
     held = queries.node_usage()
-    holds = queries.node_holds()
+    holds = queries.node_holds(latest)
     pools: dict[str, dict[str, dict[str, int]]] = {}
     rows = []
     for node in view.nodes:

@@ -229,6 +229,22 @@ def test_the_cluster_page_shows_free_room_kept_for_waiting_work_as_kept_not_idle
     assert "wide-gang" in live_part
 
 
+def test_the_latest_holds_of_every_tree_are_read_in_one_query(site):
+    now = timezone.now()
+    hold = {"node": "node-1", "workload_id": 1, "kind": "drain", "resources": {"cpu": 1000}}
+    for i in range(3):
+        root = f"tree-{i}"
+        Quota.objects.create(name=root)
+        CycleRun.objects.create(root=root, started_at=now - timedelta(seconds=9), holds=[hold])
+        CycleRun.objects.create(root=root, started_at=now, holds=[hold | {"node": root}])
+    CycleRun.objects.create(root="tree-2", started_at=now + timedelta(seconds=1), holds=[])
+    with CaptureQueriesContext(connection) as ctx:
+        latest = queries.latest_holds()
+    assert len(ctx.captured_queries) == 1
+    # Each tree's latest cycle only; tree-2's latest kept nothing.
+    assert sorted(h["node"] for run in latest for h in run["holds"]) == ["tree-0", "tree-1"]
+
+
 def test_the_overview_and_workload_pages_cost_the_same_for_any_number_of_workloads(site):
     def count(url: str) -> int:
         client = site.client("vic")
