@@ -53,7 +53,7 @@ from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.holds import hold_rooms, passes_hold
 from queueing.engine.lazy_explanations import Explanations
-from queueing.engine.preemption import find_victims
+from queueing.engine.preemption import find_victims, search_key
 from queueing.engine.reservations import node_holds
 from queueing.engine.resources import Resources
 from queueing.engine.types import (
@@ -566,9 +566,9 @@ class Cycle(Drains):
         head that has nothing to preempt -- an aged low-priority job, a gang beyond the
         min -- uses up the search of a workload behind it that could.
         """
-        if self.within_min(qi, w._request._d):
-            return (q.index, qi, 2)
-        return (q.index, qi, 1 if w.queue_order_at <= q.aged_before else 0)
+        return search_key(
+            q.index, qi, self.within_min(qi, w._request._d), w.queue_order_at <= q.aged_before
+        )
 
     def _may_preempt(self, q: QueueState, w: WorkloadSpec, qi: int) -> bool:
         """One victim search per queue, quota and :meth:`search_key` per cycle."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from queueing.engine.aging import admitted_by_age_ahead, aged_before
 from queueing.engine.cyclestate import order_key
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
-from queueing.engine.preemption import awaited_by
+from queueing.engine.preemption import awaited_by, search_key
 from queueing.engine.reservations import beyond_victims
 from queueing.engine.types import WorkloadSpec
 
@@ -79,7 +79,16 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     # have gone to another workload at this very instant (``Cycle.search_key``): an
     # eviction then waits for the next cycle's search (``next_search``, below), and an
     # await is not decided now (below).
-    slot_taken = t <= sim.now and _search_key(sim, sq, w, qi) in cy.preempt_tried
+    slot_taken = (
+        t <= sim.now
+        and search_key(
+            sq.state.index,
+            qi,
+            within_min(sim.used[qi], sim.tree.mins[qi], w._request._d),
+            w.queue_order_at <= sq.state.aged_before,
+        )
+        in cy.preempt_tried
+    )
     shape = cy.shape(w)
     memo = (qi, w.priority, shape)
     if memo in sim.preempt_failed or (-1, w.priority, shape) in sim.preempt_failed:
@@ -324,13 +333,6 @@ def _hold_for(
     sim.awaits[w.id] = a
     sim.holds[w.id] = beyond_victims(chains[qi], a.req, a.freed, per_node, a.extra)
     sim._hold(w.id)
-
-
-def _search_key(sim: Simulation, sq: SimQueue, w: WorkloadSpec, qi: int) -> tuple[int, int, int]:
-    """The cycle's ``search_key`` of ``w`` (its queue, quota and kind of claim)."""
-    if within_min(sim.used[qi], sim.tree.mins[qi], w._request._d):
-        return (sq.state.index, qi, 2)
-    return (sq.state.index, qi, 1 if w.queue_order_at <= sq.state.aged_before else 0)
 
 
 def _take_over(

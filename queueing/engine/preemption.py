@@ -72,6 +72,7 @@ __all__ = [
     "Preemptor",
     "awaited_by",
     "find_victims",
+    "search_key",
 ]
 
 INQUEUE = "InQueue"
@@ -277,6 +278,13 @@ def _share(
         if s > best:
             best = s
     return best
+
+
+def search_key(queue: int, qi: int, within_min: bool, aged: bool) -> tuple[int, int, int]:
+    """Which of its queue's victim searches a candidate of quota ``qi`` may use in a
+    cycle: one for candidates within their quota's min, one for aged ones, one for the
+    rest (``Cycle.search_key``; the forecast's at the cycle's instant)."""
+    return (queue, qi, 2 if within_min else 1 if aged else 0)
 
 
 def awaited_by(
