@@ -53,6 +53,7 @@ from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
 from queueing.engine.holds import hold_rooms, passes_hold
 from queueing.engine.lazy_explanations import Explanations
+from queueing.engine.lending import lend
 from queueing.engine.preemption import find_victims, search_key
 from queueing.engine.reservations import node_holds
 from queueing.engine.resources import Resources
@@ -75,15 +76,18 @@ class Cycle(Drains):
     # -- steps -----------------------------------------------------------------------
 
     def run(self) -> None:
-        """Steps 3 to 5: timeouts, nominated preemptors, the tournament."""
+        """Steps 3 to 5: timeouts, nominated preemptors, the tournament, and the room
+        no candidate of its quota could use lent to work that fits it (:mod:`.lending`)."""
         t0 = perf_counter()
         self.requeue_timeouts()
         self.admit_nominated()
         t1 = perf_counter()
         self.tournament()
         t2 = perf_counter()
+        self.stats["lent_tries"] = lend(self)
         self.stats["nominated_s"] = t1 - t0
         self.stats["tournament_s"] = t2 - t1
+        self.stats["lend_s"] = perf_counter() - t2
         # The headroom cache is for the tournament (empty again, it refills on use).
         self._headroom = [None] * len(self._headroom)
         # The victim-search indexes point back at the cycle; drop them so the cycle is

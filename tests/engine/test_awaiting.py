@@ -252,7 +252,8 @@ def test_a_head_awaiting_finishing_work_freezes_no_aged_claim_elsewhere() -> Non
                 ),
                 workload(2, "q0", req=one(4), priority=9, ts=990.0, **head),
                 workload(3, "q1", req=one(6), ts=100.0),  # waited 900 s: aged
-                workload(4, "q2", req=one(8), ts=999.0),
+                # (4 cpu: q2 uses its share, so nothing of it is lent: lending.py)
+                workload(4, "q2", req=one(4), ts=999.0),
             ],
             config=GRACE,
         )

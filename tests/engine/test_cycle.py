@@ -669,9 +669,10 @@ def test_quota_explanation_names_preemptible_victims_and_borrowing_headroom() ->
 
 def test_a_snapshot_listing_only_the_heads_decides_as_the_full_one():
     """Long queues listed only to their heads, the rest given as unlisted demand: the
-    runtime quotas, and so the admissions, are those of the full snapshot."""
+    runtime quotas, and so the admissions, are those of the full snapshot. (The shares,
+    16 and 28 cpu, are whole jobs of 2 cpu: no room is left to lend, see lending.py.)"""
     quotas = [
-        quota("root", min=res_cpu(40), max=res_cpu(40)),
+        quota("root", min=res_cpu(44), max=res_cpu(44)),
         quota("a", "root", min=res_cpu(10), max=res_cpu(40), weight=res_cpu(1)),
         quota("b", "root", min=res_cpu(10), max=res_cpu(40), weight=res_cpu(3)),
     ]

@@ -274,12 +274,16 @@ def test_the_forecast_puts_a_workload_first_once_it_ages() -> None:
     assert [etas[i].p50 for i in (3, 4, 2, 5)] == [NOW + 10, NOW + 40, NOW + 70, NOW + 100]
 
 
-def _claiming_world(now: float) -> Snapshot:
+def _claiming_world(now: float, *, waiting_b: bool = True) -> Snapshot:
     # Root of 12 cpu shared by a (weight 1) and b (weight 3): water-filling gives a 3
-    # and b 9. b runs 6 cpu for long and has 6 more waiting; a's head (6 cpu) queued
-    # at t-100 with a 300 s aging bound (b's queue does not age): its claim is a third
-    # of its request now (2 < 3, not binding) and whole at t+200, when a's runtime
-    # quota becomes 6 and it fits on the 6 idle cpu.
+    # and b 9. b runs 6 cpu for long and has 6 more waiting (60 s); a's head (6 cpu)
+    # queued at t-100 with a 300 s aging bound (b's queue does not age).
+    jobs = [
+        running(1, "b", "n", req=one(6), started_at=NOW - 10, expected_runtime_s=2000.0),
+        workload(2, "a", req=one(6), ts=NOW - 100, expected_runtime_s=60.0),
+    ]
+    if waiting_b:
+        jobs.append(workload(3, "b", req=one(6), ts=NOW, expected_runtime_s=60.0))
     return world(
         now=now,
         quotas=[
@@ -288,11 +292,7 @@ def _claiming_world(now: float) -> Snapshot:
             quota("b", "root", max=one(12), weight=one(3)),
         ],
         nodes=[node("n", one(12))],
-        workloads=[
-            running(1, "b", "n", req=one(6), started_at=NOW - 10, expected_runtime_s=2000.0),
-            workload(2, "a", req=one(6), ts=NOW - 100, expected_runtime_s=60.0),
-            workload(3, "b", req=one(6), ts=NOW, expected_runtime_s=60.0),
-        ],
+        workloads=jobs,
         queues=[
             QueueSpec(q, aging_bound_s=bound, preempt_within_quota="Never", reclaim="Never")
             for q, bound in (("a", 300.0), ("b", None))
@@ -300,14 +300,17 @@ def _claiming_world(now: float) -> Snapshot:
     )
 
 
-def test_an_aged_heads_claim_grows_in_the_forecast_as_in_the_cycle() -> None:
-    # The forecast kept the runtime quota of the cycle it started from (a: 3 cpu): a's
-    # head was "not admitted within the forecast horizon".
+def test_work_that_borrows_a_share_no_one_uses_and_the_head_after_it_are_forecast() -> None:
+    # Neither fits its share (a 3 of 6, b 9 of 12): the 6 idle cpu were left idle until
+    # a's claim was whole at t+200. Now b's job borrows the 3 of a's share that a's head
+    # cannot use (queueing/engine/lending.py: b goes first by fair share), and a's head
+    # is forecast for when it ends: b's demand is back to its 6 cpu, a's share is 6.
     result = run_cycle(_claiming_world(NOW))
-    assert result.admissions == ()
-    assert result.etas[2].p50 == NOW + 200
+    assert [a.workload_id for a in result.admissions] == [3]
+    assert result.runtime_quota["b"] == {"cpu": 12}
+    assert result.etas[2].p50 == NOW + 60
     # The cycle at that time admits it: the forecast follows the cycle's rule.
-    later = run_cycle(_claiming_world(NOW + 200))
+    later = run_cycle(_claiming_world(NOW + 60, waiting_b=False))
     assert [a.workload_id for a in later.admissions] == [2]
 
 

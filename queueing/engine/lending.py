@@ -1,0 +1,290 @@
+"""Room no candidate of its quota can use this cycle, lent to work that fits it.
+
+The runtime quota split (:mod:`.quota`) gives each quota a share by weight, and a
+share is not cut to what its quota's work can use: when every waiting workload of a
+quota asks more than its share leaves, and another quota's workload is short of its
+own share by no more than that, the split leaves the room idle while both wait. In
+the demo world two sibling quotas each waited with a 128-cpu gang on shares of 137
+and 363 cpu of their parent's 500, with 34 and 256 in use: 210 cpu idle, neither gang
+fitting (seed 7); and 32 of 64 GPUs stayed idle while two 16-GPU gangs fell 4 and 7
+GPUs short of their quotas' shares (seed 10). Kueue admits such work by borrowing the
+cohort's unused quota.
+
+After the tournament everything that fits its share has started, so what is left of a
+share no candidate of its quota can use this cycle. Each candidate still short of its
+runtime quota may then borrow (:func:`lend`), in the tournament's order (queue
+priority, the aged first, then fair share): at each level of its chain where it passes its quota's limit, the
+gap is taken from its siblings' shares beyond what they keep -- their load, the
+guaranteed min their demand holds (:meth:`.quota.QuotaTree._base`), and what their
+aged heads claim (:mod:`.aging`) -- and it is admitted if its pods place on the nodes.
+Never beyond a max, never a min or an aged claim; the split is made afresh next
+cycle, so the room is its lender's again as soon as its work can use it (the
+borrower then runs beyond its share, and a queue that may reclaim takes it back by
+preemption, as Kueue's ``reclaimWithinCohort`` does).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA
+
+if TYPE_CHECKING:
+    from queueing.engine.cyclestate import CycleState, QueueState
+    from queueing.engine.types import WorkloadSpec
+
+__all__ = ["MAX_ATTEMPTS", "lend"]
+
+_Entry = tuple[int, int, float, int, float, int, tuple[int, int], int, int]
+
+#: At most this many candidates try to borrow per cycle (each tries once; of each
+#: queue and quota, those after one that could not borrow do not try).
+MAX_ATTEMPTS = 256
+
+
+class _Lender:
+    """The shares of one cycle's quotas that may be lent, worked out as asked."""
+
+    def __init__(self, cy: CycleState) -> None:
+        self.cy = cy
+        tree = cy.tree
+        self.tree = tree
+        #: Per quota (subtree), what aged heads claim beyond the load.
+        self.claimed: list[dict[str, int]] | None = None
+        if cy.claims is not None:
+            own = [
+                {k: v - cy.load[i].get(k, 0) for k, v in c.items() if v > cy.load[i].get(k, 0)}
+                for i, c in enumerate(cy.claims)
+            ]
+            self.claimed = tree.subtree_sums(own)
+        self._spare: dict[tuple[int, str], int] = {}
+        self._total: dict[tuple[int, str], int] = {}
+
+    def keep(self, s: int, k: str) -> int:
+        """What quota ``s`` keeps of resource ``k`` whatever its siblings need."""
+        cy = self.cy
+        kept = cy.load[s].get(k, 0)
+        if self.claimed is not None:
+            kept += self.claimed[s].get(k, 0)
+        base = self.tree._base(s, k, cy.demand[s].get(k, 0))
+        return kept if kept > base else base
+
+    def spare(self, s: int, k: str) -> int:
+        """How much of ``k`` can be taken from quota ``s``'s limit: beyond what it keeps,
+        and (when quotas sit below it) no more than its room not split among them plus
+        what they can spare."""
+        key = (s, k)
+        got = self._spare.get(key)
+        if got is not None:
+            return got
+        cy = self.cy
+        lim = cy.limit[s].get(k, 0)
+        got = lim - self.keep(s, k)
+        kids = self.tree.children[s]
+        if got > 0 and kids:
+            free = lim - cy.own_demand[s].get(k, 0) - sum(cy.limit[c].get(k, 0) for c in kids)
+            below = max(0, free) + sum(self.spare(c, k) for c in kids)
+            if below < got:
+                got = below
+        got = max(0, got)
+        self._spare[key] = got
+        return got
+
+    def spare_beside(self, x: int, k: str) -> int:
+        """What the siblings of quota ``x`` can spare of ``k`` together."""
+        p = self.tree.parent[x]
+        key = (p, k)
+        total = self._total.get(key)
+        if total is None:
+            total = self._total[key] = sum(self.spare(s, k) for s in self.tree.children[p])
+        return total - self.spare(x, k)
+
+    def take(self, s: int, k: str, amount: int) -> None:
+        """Take ``amount`` of ``k`` from quota ``s``'s limit (and runtime quota), and from
+        the quotas below it what they then get beyond it."""
+        cy = self.cy
+        lim = cy.limit[s]
+        lim[k] = lim.get(k, 0) - amount
+        rt = cy.runtime[s]
+        rt[k] = rt.get(k, 0) - amount
+        kids = self.tree.children[s]
+        if not kids:
+            return
+        over = sum(cy.limit[c].get(k, 0) for c in kids) - (lim[k] - cy.own_demand[s].get(k, 0))
+        if over <= 0:
+            return
+        names = self.tree.names
+        for c in sorted(kids, key=lambda c: (-self.spare(c, k), names[c])):
+            t = min(over, self.spare(c, k))
+            if t > 0:
+                self.take(c, k, t)
+                over -= t
+                if over <= 0:
+                    break
+
+    def give(self, x: int, k: str, amount: int) -> None:
+        """Lend ``amount`` of ``k`` to quota ``x`` from its siblings, the largest spare
+        first."""
+        cy = self.cy
+        tree = self.tree
+        names = tree.names
+        sibs = [s for s in tree.children[tree.parent[x]] if s != x]
+        left = amount
+        for s in sorted(sibs, key=lambda s: (-self.spare(s, k), names[s])):
+            t = min(left, self.spare(s, k))
+            if t > 0:
+                self.take(s, k, t)
+                left -= t
+                if left <= 0:
+                    break
+        lim = cy.limit[x]
+        lim[k] = lim.get(k, 0) + amount
+        rt = cy.runtime[x]
+        rt[k] = rt.get(k, 0) + amount
+
+    def plan(self, w: WorkloadSpec, qi: int) -> list[tuple[int, str, int]] | None:
+        """Where ``w`` needs to borrow along its chain, as (quota, resource, gap), or
+        None when its siblings cannot lend it enough or it would pass a max."""
+        cy = self.cy
+        tree = self.tree
+        req = w._request._d
+        out: list[tuple[int, str, int]] = []
+        for x in tree.chains[qi]:
+            lx = cy.limit[x]
+            ldx = cy.load[x]
+            mx = tree.maxes[x]
+            for k, v in req.items():
+                if v <= 0:
+                    continue
+                m = mx.get(k)
+                if m is not None and ldx.get(k, 0) + v > m:
+                    return None
+                gap = ldx.get(k, 0) + v - lx.get(k, 0)
+                if gap <= 0:
+                    continue
+                if tree.parent[x] < 0 or self.spare_beside(x, k) < gap:
+                    return None
+                out.append((x, k, gap))
+        return out
+
+    def changed(self) -> None:
+        self._spare.clear()
+        self._total.clear()
+
+
+def lend(cy: CycleState) -> int:
+    """Admit candidates short of their runtime quota on shares their siblings cannot
+    use this cycle (see the module's docstring); returns how many tried."""
+    fail = cy.fail
+    quota_of = cy.quota_of
+    admitted = cy.admitted_ids
+    unusable = cy.unusable_ids
+    # Per queue and quota, its candidates short of their runtime quota, in queue order.
+    lists: dict[tuple[int, int], list[WorkloadSpec]] = {}
+    for q in cy.queues:
+        for w in q.cands:
+            f = fail.get(w.id)
+            if f is None or f[0] != F_QUOTA or w.id in admitted or w.id in unusable:
+                continue
+            lists.setdefault((q.index, quota_of[w.id]), []).append(w)
+    if not lists:
+        return 0
+    lender = _Lender(cy)
+    score = cy.fair.score
+    qver = cy.qver
+    queues = cy.queues
+
+    def entry(key: tuple[int, int], i: int) -> _Entry:
+        # The tournament's order (Cycle.tournament): queue priority, the aged first
+        # (oldest first), then fair share, priority, time.
+        q = queues[key[0]]
+        w = lists[key][i]
+        tier = 0 if q.aged(w) else 1
+        s = w.queue_order_at if tier == 0 else score(key[1], w._request._d)
+        return (
+            -q.spec.priority,
+            tier,
+            s,
+            -w.priority,
+            w.queue_order_at,
+            w.id,
+            key,
+            i,
+            qver[key[1]],
+        )
+
+    heap = [entry(key, 0) for key in lists]
+    heapq.heapify(heap)
+    tried = 0
+    while heap and tried < MAX_ATTEMPTS:
+        e = heapq.heappop(heap)
+        key, i, ver = e[6], e[7], e[8]
+        qi = key[1]
+        if e[1] and ver != qver[qi]:
+            again = entry(key, i)
+            if again[2] > e[2]:
+                heapq.heappush(heap, again)
+                continue
+        w = lists[key][i]
+        tried += 1
+        plan = lender.plan(w, qi)
+        if not plan:
+            continue  # (an empty plan: it fits its quota, it failed on something else)
+        shape = cy.shape(w)
+        if shape in cy.failed_shapes:
+            continue
+        pl = cy.nodes.place(cy.reqs(w))
+        if pl is None:
+            cy.failed_shapes.add(shape)
+            continue
+        for x, k, gap in plan:
+            lender.give(x, k, gap)
+        cy.admit(w, qi, pl.per_node, pl.placements)
+        fail.pop(w.id, None)
+        lender.changed()
+        _behind(cy, lender, queues[key[0]], qi, w.id)
+        if i + 1 < len(lists[key]):
+            heapq.heappush(heap, entry(key, i + 1))
+    return tried
+
+
+def _behind(cy: CycleState, lender: _Lender, q: QueueState, qi: int, head: int) -> None:
+    """The work of quota ``qi`` that waited behind ``head`` in queue ``q`` (its strict
+    order, or the room an aged head held), now that ``head`` has started: each goes on
+    in queue order, borrowing where it must, until one does not fit; in a strict-order
+    queue that one is the head the rest wait behind. (Left behind a head that started,
+    their explanations named a blocking head no longer waiting.)"""
+    fail = cy.fail
+    if q.blocked.get(qi) == head:
+        del q.blocked[qi]
+    if q.aged_heads.get(qi) == head:
+        del q.aged_heads[qi]
+    cy.holding_quota.pop(head, None)
+    new_head = -1
+    for w in q.cands:
+        f = fail.get(w.id)
+        if f is None or f[0] != F_POLICY or f[1] != head:
+            continue
+        if new_head >= 0:
+            fail[w.id] = (F_POLICY, new_head)
+            continue
+        plan = lender.plan(w, qi)
+        if plan is None:
+            c = cy.quota_fail(qi, w._request._d)
+            fail[w.id] = (F_QUOTA, c if c >= 0 else qi)
+        else:
+            shape = cy.shape(w)
+            pl = None if shape in cy.failed_shapes else cy.nodes.place(cy.reqs(w))
+            if pl is not None:
+                for x, k, gap in plan:
+                    lender.give(x, k, gap)
+                cy.admit(w, qi, pl.per_node, pl.placements)
+                del fail[w.id]
+                lender.changed()
+                continue
+            cy.failed_shapes.add(shape)
+            fail[w.id] = (F_NODES, shape)
+        if q.blocks(w):
+            q.blocked[qi] = w.id
+            new_head = w.id

@@ -1,0 +1,107 @@
+"""Room no candidate of its quota can use this cycle is lent to work that fits it
+(queueing/engine/lending.py)."""
+
+from __future__ import annotations
+
+from queueing.engine import run_cycle
+from queueing.engine.invariants import check_cycle
+from queueing.engine.types import CycleResult, QueueSpec, Snapshot
+
+from .builders import node, quota, running, snapshot, workload
+
+
+def one(cpu: int) -> dict[str, int]:
+    return {"cpu": cpu * 1000}
+
+
+def world(
+    *,
+    a_max: int = 10,
+    b_min: int = 0,
+    policy: str = "Priority",
+    behind: bool = False,
+) -> Snapshot:
+    # One 10-cpu node; a and b share it by equal weight: 5 cpu each. a runs 2 cpu and
+    # waits with a 4-cpu gang (needs 6), b runs 4 and waits with a 4-cpu gang (needs
+    # 8): neither fits its share, and 4 cpu are idle.
+    jobs = [
+        running(1, "a", "n", req=one(2), started_at=900.0, expected_runtime_s=3600.0),
+        running(2, "b", "n", req=one(4), started_at=900.0, expected_runtime_s=3600.0),
+        workload(3, "a", req=one(4), ts=990.0, expected_runtime_s=600.0),
+        workload(4, "b", req=one(4), ts=991.0, expected_runtime_s=600.0),
+    ]
+    if behind:
+        jobs.append(workload(5, "a", req=one(1), ts=995.0, expected_runtime_s=600.0))
+    return snapshot(
+        quotas=[
+            quota("root"),
+            quota("a", "root", max=one(a_max)),
+            quota("b", "root", min=one(b_min) if b_min else None, max=one(10)),
+        ],
+        nodes=[node("n", one(10))],
+        queues=[QueueSpec("a", policy=policy), QueueSpec("b", policy=policy)],
+        workloads=jobs,
+        now=1000.0,
+    )
+
+
+def admitted(result: CycleResult) -> list[int]:
+    return [a.workload_id for a in result.admissions]
+
+
+def test_a_share_its_quota_cannot_use_is_lent_to_a_sibling_it_lets_start() -> None:
+    result = run_cycle(world())
+    # a's gang is short by 1 cpu, b's by 3: a goes first (fair share) and borrows the
+    # 1 cpu of b's share that b's gang cannot use; b's gang still does not fit.
+    assert admitted(result) == [3]
+    assert result.runtime_quota["a"] == one(6)
+    assert result.runtime_quota["b"] == one(4)
+    assert check_cycle(world(), result) == []
+    e = result.explanations[4]
+    assert (e.kind, e.quota, e.limit) == ("quota", "root", "cluster")  # all 10 cpu in use
+
+
+def test_a_min_its_quota_does_not_lend_is_never_lent() -> None:
+    # c keeps its whole min of 6 (it does not lend), though it runs only 2 and waits
+    # for nothing: a's share is what is left, 2, and a's gang waits -- the idle room
+    # is c's guarantee, by the admin's choice.
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("a", "root", max=one(10)),
+            quota("c", "root", min=one(6), max=one(10), lend=False),
+        ],
+        nodes=[node("n", one(10))],
+        workloads=[
+            running(1, "a", "n", req=one(2), started_at=900.0, expected_runtime_s=3600.0),
+            running(2, "c", "n", req=one(2), started_at=900.0, expected_runtime_s=3600.0),
+            workload(3, "a", req=one(4), ts=990.0, expected_runtime_s=600.0),
+        ],
+        now=1000.0,
+    )
+    result = run_cycle(snap)
+    assert admitted(result) == []
+    assert result.runtime_quota["c"] == one(6)
+    assert result.runtime_quota["a"] == one(4)
+
+
+def test_a_max_bounds_the_borrower_and_the_room_goes_the_other_way() -> None:
+    # a may not pass its max of 5: it cannot borrow. b's gang borrows the 3 cpu of a's
+    # share that a's gang cannot use.
+    snap = world(a_max=5)
+    result = run_cycle(snap)
+    assert admitted(result) == [4]
+    assert result.runtime_quota["a"] == one(2)
+    assert result.runtime_quota["b"] == one(8)
+    assert check_cycle(snap, result) == []
+
+
+def test_work_behind_a_strict_order_head_that_borrowed_goes_on_or_names_why_it_waits() -> None:
+    snap = world(policy="Block", behind=True)
+    result = run_cycle(snap)
+    assert admitted(result) == [3]
+    # 5 waited behind head 3, which started: it is short of a's share itself now
+    # (the root's 10 cpu are all in use now) and says so, naming no blocking head.
+    e = result.explanations[5]
+    assert (e.kind, e.quota, e.blocked_by) == ("quota", "root", None)
+    assert "Blocked behind" not in e.sentence()
