@@ -273,6 +273,7 @@ def aged_claims(
         return None
     claims: list[dict[str, int]] = [{} for _ in range(len(tree))]
     since = [math.inf] * len(tree)
+    claimants: list[WorkloadSpec | None] = [None] * len(tree)
     chains = tree.chains
     maxes = tree.maxes
     any_claim = False
@@ -297,4 +298,5 @@ def aged_claims(
             mine[k] = want
             any_claim = True
             since[qi] = w.queue_order_at
-    return Claims(claims, since) if any_claim else None
+            claimants[qi] = w
+    return Claims(claims, since, claimants) if any_claim else None

@@ -84,7 +84,7 @@ class Cycle(Drains):
         t1 = perf_counter()
         self.tournament()
         t2 = perf_counter()
-        self.stats["lent_tries"] = lend(self)
+        self.stats["lend_tried"], self.stats["lent"] = lend(self)
         self.stats["nominated_s"] = t1 - t0
         self.stats["tournament_s"] = t2 - t1
         self.stats["lend_s"] = perf_counter() - t2

@@ -26,6 +26,7 @@ preemption, as Kueue's ``reclaimWithinCohort`` does).
 from __future__ import annotations
 
 import heapq
+import math
 from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA
@@ -44,63 +45,105 @@ MAX_ATTEMPTS = 256
 
 
 class _Lender:
-    """The shares of one cycle's quotas that may be lent, worked out as asked."""
+    """The shares of one cycle's quotas that may be lent, worked out as asked.
+
+    A share is worked out for a borrower that ends by ``end`` (``inf``: no declared
+    runtime): the room an aged head claims is lent only to work that ends before that
+    head can start (:meth:`head_start`), as drains are backfilled (``Cycle.place_backfill``).
+    """
 
     def __init__(self, cy: CycleState) -> None:
         self.cy = cy
         tree = cy.tree
         self.tree = tree
-        #: Per quota (subtree), what aged heads claim beyond the load.
-        self.claimed: list[dict[str, int]] | None = None
-        if cy.claims is not None:
-            own = [
-                {k: v - cy.load[i].get(k, 0) for k, v in c.items() if v > cy.load[i].get(k, 0)}
-                for i, c in enumerate(cy.claims)
-            ]
-            self.claimed = tree.subtree_sums(own)
-        self._spare: dict[tuple[int, str], int] = {}
-        self._total: dict[tuple[int, str], int] = {}
+        #: Per claiming quota: (quota, when its head can start at the earliest, what
+        #: its claim holds beyond the quota's load).
+        self.claims: list[tuple[int, float, dict[str, int]]] = []
+        got = cy.claims
+        if got is not None:
+            heads = getattr(got, "heads", None) or [None] * len(got)
+            for i, c in enumerate(got):
+                load = cy.load[i]
+                extra = {k: v - load.get(k, 0) for k, v in c.items() if v > load.get(k, 0)}
+                if extra:
+                    self.claims.append((i, self.head_start(i, heads[i]), extra))
+        self._spare: dict[tuple[int, str, float], int] = {}
+        self._total: dict[tuple[int, str, float], int] = {}
 
-    def keep(self, s: int, k: str) -> int:
-        """What quota ``s`` keeps of resource ``k`` whatever its siblings need."""
+    def head_start(self, qi: int, head: WorkloadSpec | None) -> float:
+        """When ``head``, whose claim quota ``qi`` holds, can start at the earliest as
+        far as its own quota goes: now if it fits under the quota's max beside what the
+        quota runs, else once enough of that work has ended (each at the latest its
+        declared runtime, :meth:`.CycleState.latest_end`)."""
+        cy = self.cy
+        if head is None:
+            return cy.now
+        used = cy.used[qi]
+        mx = self.tree.maxes[qi]
+        over = {
+            k: used.get(k, 0) + v - mx[k]
+            for k, v in head._request._d.items()
+            if k in mx and used.get(k, 0) + v > mx[k]
+        }
+        if not over:
+            return cy.now
+        quota_of = cy.quota_of
+        running = [*cy.holding[qi], *(w for w in cy.admitted_ws if quota_of.get(w.id) == qi)]
+        for t, w in sorted(((cy.latest_end(w), w) for w in running), key=lambda tw: tw[0]):
+            for k in list(over):
+                left = over[k] - w._request._d.get(k, 0)
+                if left > 0:
+                    over[k] = left
+                else:
+                    del over[k]
+            if not over:
+                return t
+        return math.inf
+
+    def keep(self, s: int, k: str, end: float) -> int:
+        """What quota ``s`` keeps of resource ``k`` whatever its siblings need, from a
+        borrower that ends by ``end``."""
         cy = self.cy
         kept = cy.load[s].get(k, 0)
-        if self.claimed is not None:
-            kept += self.claimed[s].get(k, 0)
+        if self.claims:
+            last = s + self.tree.size[s]
+            for q, start, extra in self.claims:
+                if s <= q < last and start < end:
+                    kept += extra.get(k, 0)
         base = self.tree._base(s, k, cy.demand[s].get(k, 0))
         return kept if kept > base else base
 
-    def spare(self, s: int, k: str) -> int:
+    def spare(self, s: int, k: str, end: float) -> int:
         """How much of ``k`` can be taken from quota ``s``'s limit: beyond what it keeps,
         and (when quotas sit below it) no more than its room not split among them plus
         what they can spare."""
-        key = (s, k)
+        key = (s, k, end)
         got = self._spare.get(key)
         if got is not None:
             return got
         cy = self.cy
         lim = cy.limit[s].get(k, 0)
-        got = lim - self.keep(s, k)
+        got = lim - self.keep(s, k, end)
         kids = self.tree.children[s]
         if got > 0 and kids:
             free = lim - cy.own_demand[s].get(k, 0) - sum(cy.limit[c].get(k, 0) for c in kids)
-            below = max(0, free) + sum(self.spare(c, k) for c in kids)
+            below = max(0, free) + sum(self.spare(c, k, end) for c in kids)
             if below < got:
                 got = below
         got = max(0, got)
         self._spare[key] = got
         return got
 
-    def spare_beside(self, x: int, k: str) -> int:
+    def spare_beside(self, x: int, k: str, end: float) -> int:
         """What the siblings of quota ``x`` can spare of ``k`` together."""
         p = self.tree.parent[x]
-        key = (p, k)
+        key = (p, k, end)
         total = self._total.get(key)
         if total is None:
-            total = self._total[key] = sum(self.spare(s, k) for s in self.tree.children[p])
-        return total - self.spare(x, k)
+            total = self._total[key] = sum(self.spare(s, k, end) for s in self.tree.children[p])
+        return total - self.spare(x, k, end)
 
-    def take(self, s: int, k: str, amount: int) -> None:
+    def take(self, s: int, k: str, amount: int, end: float) -> None:
         """Take ``amount`` of ``k`` from quota ``s``'s limit (and runtime quota), and from
         the quotas below it what they then get beyond it."""
         cy = self.cy
@@ -115,15 +158,15 @@ class _Lender:
         if over <= 0:
             return
         names = self.tree.names
-        for c in sorted(kids, key=lambda c: (-self.spare(c, k), names[c])):
-            t = min(over, self.spare(c, k))
+        for c in sorted(kids, key=lambda c: (-self.spare(c, k, end), names[c])):
+            t = min(over, self.spare(c, k, end))
             if t > 0:
-                self.take(c, k, t)
+                self.take(c, k, t, end)
                 over -= t
                 if over <= 0:
                     break
 
-    def give(self, x: int, k: str, amount: int) -> None:
+    def give(self, x: int, k: str, amount: int, end: float) -> None:
         """Lend ``amount`` of ``k`` to quota ``x`` from its siblings, the largest spare
         first."""
         cy = self.cy
@@ -131,10 +174,10 @@ class _Lender:
         names = tree.names
         sibs = [s for s in tree.children[tree.parent[x]] if s != x]
         left = amount
-        for s in sorted(sibs, key=lambda s: (-self.spare(s, k), names[s])):
-            t = min(left, self.spare(s, k))
+        for s in sorted(sibs, key=lambda s: (-self.spare(s, k, end), names[s])):
+            t = min(left, self.spare(s, k, end))
             if t > 0:
-                self.take(s, k, t)
+                self.take(s, k, t, end)
                 left -= t
                 if left <= 0:
                     break
@@ -143,9 +186,10 @@ class _Lender:
         rt = cy.runtime[x]
         rt[k] = rt.get(k, 0) + amount
 
-    def plan(self, w: WorkloadSpec, qi: int) -> list[tuple[int, str, int]] | None:
-        """Where ``w`` needs to borrow along its chain, as (quota, resource, gap), or
-        None when its siblings cannot lend it enough or it would pass a max."""
+    def plan(self, w: WorkloadSpec, qi: int, end: float) -> list[tuple[int, str, int]] | None:
+        """Where ``w`` (ending by ``end``) needs to borrow along its chain, as (quota,
+        resource, gap), or None when its siblings cannot lend it enough or it would
+        pass a max."""
         cy = self.cy
         tree = self.tree
         req = w._request._d
@@ -163,19 +207,49 @@ class _Lender:
                 gap = ldx.get(k, 0) + v - lx.get(k, 0)
                 if gap <= 0:
                     continue
-                if tree.parent[x] < 0 or self.spare_beside(x, k) < gap:
+                if tree.parent[x] < 0 or self.spare_beside(x, k, end) < gap:
                     return None
                 out.append((x, k, gap))
         return out
 
-    def changed(self) -> None:
+    def lend(self, w: WorkloadSpec, qi: int, *, untried: bool = False) -> bool:
+        """Admit ``w`` on borrowed room if it can borrow what it lacks and its pods
+        place; whether it was admitted. ``untried``: ``w`` was not tried this cycle
+        (it waited behind a head), so it is admitted too if it fits without borrowing."""
+        cy = self.cy
+        end = self.end_of(w)
+        plan = self.plan(w, qi, end)
+        if plan is None or (not plan and not untried):
+            return False  # (an empty plan: it fits its quota, it failed on something else)
+        shape = cy.shape(w)
+        if shape in cy.failed_shapes:
+            return False
+        pl = cy.nodes.place(cy.reqs(w))
+        if pl is None:
+            cy.failed_shapes.add(shape)
+            return False
+        for x, k, gap in plan:
+            self.give(x, k, gap, end)
+        cy.admit(w, qi, pl.per_node, pl.placements)
+        cy.fail.pop(w.id, None)
         self._spare.clear()
         self._total.clear()
+        return True
+
+    def end_of(self, w: WorkloadSpec) -> float:
+        """When ``w`` ends at the latest if admitted now, for backfilling aged claims:
+        only work with a declared runtime (a limit), as drains are backfilled."""
+        rt = w.expected_runtime_s
+        if not self.claims or rt is None or rt <= 0 or not self.cy.config.backfill:
+            return math.inf
+        return self.cy.now + rt
 
 
-def lend(cy: CycleState) -> int:
+def lend(cy: CycleState) -> tuple[int, int]:
     """Admit candidates short of their runtime quota on shares their siblings cannot
-    use this cycle (see the module's docstring); returns how many tried."""
+    use this cycle (see the module's docstring); returns how many tried to borrow and
+    how many were admitted (with those that went on behind a strict-order head that
+    borrowed)."""
     fail = cy.fail
     quota_of = cy.quota_of
     admitted = cy.admitted_ids
@@ -189,7 +263,8 @@ def lend(cy: CycleState) -> int:
                 continue
             lists.setdefault((q.index, quota_of[w.id]), []).append(w)
     if not lists:
-        return 0
+        return 0, 0
+    before = len(cy.admissions)
     lender = _Lender(cy)
     score = cy.fair.score
     qver = cy.qver
@@ -228,25 +303,12 @@ def lend(cy: CycleState) -> int:
                 continue
         w = lists[key][i]
         tried += 1
-        plan = lender.plan(w, qi)
-        if not plan:
-            continue  # (an empty plan: it fits its quota, it failed on something else)
-        shape = cy.shape(w)
-        if shape in cy.failed_shapes:
+        if not lender.lend(w, qi):
             continue
-        pl = cy.nodes.place(cy.reqs(w))
-        if pl is None:
-            cy.failed_shapes.add(shape)
-            continue
-        for x, k, gap in plan:
-            lender.give(x, k, gap)
-        cy.admit(w, qi, pl.per_node, pl.placements)
-        fail.pop(w.id, None)
-        lender.changed()
         _behind(cy, lender, queues[key[0]], qi, w.id)
         if i + 1 < len(lists[key]):
             heapq.heappush(heap, entry(key, i + 1))
-    return tried
+    return tried, len(cy.admissions) - before
 
 
 def _behind(cy: CycleState, lender: _Lender, q: QueueState, qi: int, head: int) -> None:
@@ -269,22 +331,13 @@ def _behind(cy: CycleState, lender: _Lender, q: QueueState, qi: int, head: int) 
         if new_head >= 0:
             fail[w.id] = (F_POLICY, new_head)
             continue
-        plan = lender.plan(w, qi)
-        if plan is None:
-            c = cy.quota_fail(qi, w._request._d)
-            fail[w.id] = (F_QUOTA, c if c >= 0 else qi)
+        if lender.lend(w, qi, untried=True):
+            continue
+        c = cy.quota_fail(qi, w._request._d)
+        if c >= 0:
+            fail[w.id] = (F_QUOTA, c)
         else:
-            shape = cy.shape(w)
-            pl = None if shape in cy.failed_shapes else cy.nodes.place(cy.reqs(w))
-            if pl is not None:
-                for x, k, gap in plan:
-                    lender.give(x, k, gap)
-                cy.admit(w, qi, pl.per_node, pl.placements)
-                del fail[w.id]
-                lender.changed()
-                continue
-            cy.failed_shapes.add(shape)
-            fail[w.id] = (F_NODES, shape)
+            fail[w.id] = (F_NODES, cy.shape(w))
         if q.blocks(w):
             q.blocked[qi] = w.id
             new_head = w.id

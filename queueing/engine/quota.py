@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from queueing.engine.types import QuotaNode
+from queueing.engine.types import QuotaNode, WorkloadSpec
 
 __all__ = ["QuotaTree", "hamilton", "waterfill"]
 
@@ -72,11 +72,20 @@ def hamilton(total: int, weights: Sequence[int], names: Sequence[str]) -> list[i
 class Claims(list[dict[str, int]]):
     """What aged heads claim, per quota (:func:`.aging.aged_claims`), and ``since``:
     per quota, when its claiming head joined its queue (``inf``: no claim). The
-    runtime split serves colliding claims in that order, the oldest first."""
+    runtime split serves colliding claims in that order, the oldest first. ``heads``:
+    per quota, its claiming head (None: no claim)."""
 
-    def __init__(self, claims: Sequence[dict[str, int]], since: Sequence[float]) -> None:
+    def __init__(
+        self,
+        claims: Sequence[dict[str, int]],
+        since: Sequence[float],
+        heads: Sequence[WorkloadSpec | None] | None = None,
+    ) -> None:
         super().__init__(claims)
         self.since = list(since)
+        self.heads: list[WorkloadSpec | None] = (
+            list(heads) if heads is not None else [None] * len(claims)
+        )
 
 
 def waterfill(

@@ -105,3 +105,38 @@ def test_work_behind_a_strict_order_head_that_borrowed_goes_on_or_names_why_it_w
     e = result.explanations[5]
     assert (e.kind, e.quota, e.blocked_by) == ("quota", "root", None)
     assert "Blocked behind" not in e.sentence()
+
+
+def claiming_world(runtime_s: float | None) -> Snapshot:
+    # One 4-cpu node; q and r (max 4 each) share it. q runs 2 cpu until t=1890 at the
+    # latest, and its head (4 cpu) has waited 13 s of its 300 s aging bound: it cannot
+    # start before q's own job ends (2 + 4 passes q's max), and its growing claim
+    # holds part of the share. r's 2-cpu job is short of r's share by 1.05 cpu.
+    extra = {} if runtime_s is None else {"expected_runtime_s": runtime_s}
+    return snapshot(
+        quotas=[quota("root"), quota("q", "root", max=one(4)), quota("r", "root", max=one(4))],
+        nodes=[node("n", one(4))],
+        workloads=[
+            running(
+                1, "q", "n", req=one(2), priority=9, started_at=990.0, expected_runtime_s=900.0
+            ),
+            workload(3, "q", req=one(4), priority=9, ts=997.0),
+            workload(4, "q", req=one(2), priority=5, ts=998.0),
+            workload(5, "r", req=one(2), ts=999.0, **extra),
+        ],
+        now=1010.0,
+    )
+
+
+def test_an_aged_claim_is_lent_only_to_work_that_ends_before_its_head_can_start() -> None:
+    # Declared to end by 1610, before q's head can start (1890): r's job backfills the
+    # room the claim holds, and the head's forecast does not move.
+    result = run_cycle(claiming_world(600.0))
+    assert admitted(result) == [5]
+    assert result.etas[3].p50 == 1890.0
+    assert check_cycle(claiming_world(600.0), result) == []
+    # Ending after the head could start, or not saying when it ends: the claim holds.
+    for runtime_s in (1000.0, None):
+        result = run_cycle(claiming_world(runtime_s))
+        assert admitted(result) == []
+        assert result.runtime_quota["r"] == {"cpu": 950}
