@@ -4,23 +4,32 @@ The runtime quota split (:mod:`.quota`) gives each quota a share by weight, and 
 share is not cut to what its quota's work can use: when every waiting workload of a
 quota asks more than its share leaves, and another quota's workload is short of its
 own share by no more than that, the split leaves the room idle while both wait. In
-the demo world two sibling quotas each waited with a 128-cpu gang on shares of 137
-and 363 cpu of their parent's 500, with 34 and 256 in use: 210 cpu idle, neither gang
-fitting (seed 7); and 32 of 64 GPUs stayed idle while two 16-GPU gangs fell 4 and 7
-GPUs short of their quotas' shares (seed 10). Kueue admits such work by borrowing the
-cohort's unused quota.
+the demo world (seed 10) 32 of 64 GPUs stayed idle for half a minute while two 16-GPU
+gangs fell 4 and 7 GPUs short of their quotas' shares. Kueue admits such work by
+borrowing the cohort's unused quota.
 
 After the tournament everything that fits its share has started, so what is left of a
 share no candidate of its quota can use this cycle. Each candidate still short of its
 runtime quota may then borrow (:func:`lend`), in the tournament's order (queue
-priority, the aged first, then fair share): at each level of its chain where it passes its quota's limit, the
-gap is taken from its siblings' shares beyond what they keep -- their load, the
-guaranteed min their demand holds (:meth:`.quota.QuotaTree._base`), and what their
-aged heads claim (:mod:`.aging`) -- and it is admitted if its pods place on the nodes.
-Never beyond a max, never a min or an aged claim; the split is made afresh next
-cycle, so the room is its lender's again as soon as its work can use it (the
-borrower then runs beyond its share, and a queue that may reclaim takes it back by
-preemption, as Kueue's ``reclaimWithinCohort`` does).
+priority, the aged first, then fair share): at each level of its chain where it
+passes its quota's limit, the gap is taken from its parent's room that the split gave
+no child (it follows demand), then from its siblings' shares beyond what they keep --
+their load, the guaranteed min their demand holds (:meth:`.quota.QuotaTree._base`),
+and what their aged heads claim (:mod:`.aging`) -- and it is admitted if its pods
+place on the nodes. The work that waited behind a strict-order head that borrowed
+goes on after it (:func:`_behind`).
+
+Never beyond a max, never a guaranteed min, never to a quota whose shared weight for
+the resource is 0 (it borrows nothing, as in the split). An aged head's claim is lent
+only to work declared to end before that head can start (it waits for its own
+quota's work to end first), as drains are backfilled: a head whose own quota ran 2
+of its 4 cpu until t=1890 claimed more of its parent each second from t=997, and a
+sibling's 2-cpu job waited beside 2 idle cpu until the head had run, at t=2490.
+
+The split is made afresh next cycle, so the room is its lender's again as soon as its
+work can use it and the borrower's work ends: what is lent is never a min, and only
+work within its min reclaims by preemption (:mod:`.preemption`), so a borrower is not
+evicted for it; the lender's aged heads claim it back as work ends (:mod:`.aging`).
 """
 
 from __future__ import annotations
@@ -126,21 +135,35 @@ class _Lender:
         got = lim - self.keep(s, k, end)
         kids = self.tree.children[s]
         if got > 0 and kids:
-            free = lim - cy.own_demand[s].get(k, 0) - sum(cy.limit[c].get(k, 0) for c in kids)
-            below = max(0, free) + sum(self.spare(c, k, end) for c in kids)
+            below = self.unassigned(s, k) + sum(self.spare(c, k, end) for c in kids)
             if below < got:
                 got = below
         got = max(0, got)
         self._spare[key] = got
         return got
 
+    def unassigned(self, p: int, k: str) -> int:
+        """What of ``k`` quota ``p`` has that the split gave none of its children (it
+        follows demand, and some demand takes no share: ``QuotaTree.runtime``)."""
+        cy = self.cy
+        kids = self.tree.children[p]
+        free = (
+            cy.limit[p].get(k, 0)
+            - cy.own_demand[p].get(k, 0)
+            - sum(cy.limit[c].get(k, 0) for c in kids)
+        )
+        return free if free > 0 else 0
+
     def spare_beside(self, x: int, k: str, end: float) -> int:
-        """What the siblings of quota ``x`` can spare of ``k`` together."""
+        """What quota ``x`` can borrow of ``k`` at its level: its parent's room no child
+        was given, and what its siblings can spare."""
         p = self.tree.parent[x]
         key = (p, k, end)
         total = self._total.get(key)
         if total is None:
-            total = self._total[key] = sum(self.spare(s, k, end) for s in self.tree.children[p])
+            total = self._total[key] = self.unassigned(p, k) + sum(
+                self.spare(s, k, end) for s in self.tree.children[p]
+            )
         return total - self.spare(x, k, end)
 
     def take(self, s: int, k: str, amount: int, end: float) -> None:
@@ -156,7 +179,7 @@ class _Lender:
             return
         over = sum(cy.limit[c].get(k, 0) for c in kids) - (lim[k] - cy.own_demand[s].get(k, 0))
         if over <= 0:
-            return
+            return  # (taken from its room no child was given)
         names = self.tree.names
         for c in sorted(kids, key=lambda c: (-self.spare(c, k, end), names[c])):
             t = min(over, self.spare(c, k, end))
@@ -167,13 +190,14 @@ class _Lender:
                     break
 
     def give(self, x: int, k: str, amount: int, end: float) -> None:
-        """Lend ``amount`` of ``k`` to quota ``x`` from its siblings, the largest spare
-        first."""
+        """Lend ``amount`` of ``k`` to quota ``x``: its parent's room no child was given
+        first, then from its siblings, the largest spare first."""
         cy = self.cy
         tree = self.tree
         names = tree.names
-        sibs = [s for s in tree.children[tree.parent[x]] if s != x]
-        left = amount
+        p = tree.parent[x]
+        sibs = [s for s in tree.children[p] if s != x]
+        left = amount - min(amount, self.unassigned(p, k))
         for s in sorted(sibs, key=lambda s: (-self.spare(s, k, end), names[s])):
             t = min(left, self.spare(s, k, end))
             if t > 0:
@@ -207,7 +231,11 @@ class _Lender:
                 gap = ldx.get(k, 0) + v - lx.get(k, 0)
                 if gap <= 0:
                     continue
-                if tree.parent[x] < 0 or self.spare_beside(x, k, end) < gap:
+                if (
+                    tree.parent[x] < 0
+                    or tree.nodes[x].weight(k) <= 0  # it borrows nothing, by its admin's choice
+                    or self.spare_beside(x, k, end) < gap
+                ):
                     return None
                 out.append((x, k, gap))
         return out

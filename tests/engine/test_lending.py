@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from queueing.engine import run_cycle
 from queueing.engine.invariants import check_cycle
 from queueing.engine.types import CycleResult, QueueSpec, Snapshot
@@ -140,3 +142,40 @@ def test_an_aged_claim_is_lent_only_to_work_that_ends_before_its_head_can_start(
         result = run_cycle(claiming_world(runtime_s))
         assert admitted(result) == []
         assert result.runtime_quota["r"] == {"cpu": 950}
+
+
+def test_a_quota_that_borrows_nothing_is_lent_nothing() -> None:
+    # a's shared weight for cpu is 0: the split gives it nothing of the idle room by
+    # weight (only what its head's young claim asks), and lending none either.
+    snap = world()
+    quotas = tuple(
+        quota("a", "root", max=one(10), weight={"cpu": 0}) if q.name == "a" else q
+        for q in snap.quotas
+    )
+    snap = dataclasses.replace(snap, quotas=quotas, workloads=snap.workloads[:3])
+    result = run_cycle(snap)
+    assert admitted(result) == []
+    assert result.runtime_quota["a"]["cpu"] < 6000
+
+
+def test_work_on_lent_room_is_not_evicted_for_the_lenders_work_beyond_its_min() -> None:
+    # The next cycle: a's gang runs on 1 cpu of b's share, and b's new 1-cpu job fits
+    # b's share but not the full node. b has no min, so it reclaims nothing: its job
+    # waits for work to end, as the split's borrowers are never evicted beyond a min.
+    first = world()
+    assert admitted(run_cycle(first)) == [3]
+    jobs = [w for w in first.workloads if w.id != 3]
+    jobs.append(running(3, "a", "n", req=one(4), started_at=1000.0, expected_runtime_s=600.0))
+    jobs.append(workload(6, "b", req=one(1), priority=9, ts=1001.0, expected_runtime_s=60.0))
+    snap = dataclasses.replace(
+        first,
+        workloads=tuple(jobs),
+        now=1002.0,
+        queues=(QueueSpec("a"), QueueSpec("b", reclaim="Any", preempt_within_quota="Never")),
+    )
+    result = run_cycle(snap)
+    assert admitted(result) == []
+    assert result.preemptions == ()
+    assert result.runtime_quota["b"] == one(5)
+    e = result.explanations[6]
+    assert (e.kind, e.quota, e.limit) == ("quota", "root", "cluster")
