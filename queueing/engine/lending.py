@@ -56,28 +56,39 @@ MAX_ATTEMPTS = 256
 class _Lender:
     """The shares of one cycle's quotas that may be lent, worked out as asked.
 
-    A share is worked out for a borrower that ends by ``end`` (``inf``: no declared
-    runtime): the room an aged head claims is lent only to work that ends before that
-    head can start (:meth:`head_start`), as drains are backfilled (``Cycle.place_backfill``).
+    A share is worked out for a borrower that may use the room of the first ``n``
+    claims of ``later`` (:meth:`lendable`): the room an aged head claims is lent only
+    to work that ends before that head can start (:meth:`head_start`), as drains are
+    backfilled (``Cycle.place_backfill``).
     """
 
     def __init__(self, cy: CycleState) -> None:
         self.cy = cy
         tree = cy.tree
         self.tree = tree
-        #: Per claiming quota: (quota, when its head can start at the earliest, what
-        #: its claim holds beyond the quota's load).
-        self.claims: list[tuple[int, float, dict[str, int]]] = []
+        #: Per quota (subtree), what its aged heads claim beyond its load.
+        self.claimed: list[dict[str, int]] | None = None
+        #: The claims whose heads cannot start now (they wait for their own quota's
+        #: work to n): (when they can, quota, what the claim holds beyond its load),
+        #: the latest first. A borrower that ends by the start of the first ``n`` may
+        #: use their room (:meth:`lendable`).
+        self.later: list[tuple[float, int, dict[str, int]]] = []
         got = cy.claims
         if got is not None:
             heads = getattr(got, "heads", None) or [None] * len(got)
+            own: list[dict[str, int]] = []
             for i, c in enumerate(got):
                 load = cy.load[i]
                 extra = {k: v - load.get(k, 0) for k, v in c.items() if v > load.get(k, 0)}
+                own.append(extra)
                 if extra:
-                    self.claims.append((i, self.head_start(i, heads[i]), extra))
-        self._spare: dict[tuple[int, str, float], int] = {}
-        self._total: dict[tuple[int, str, float], int] = {}
+                    start = self.head_start(i, heads[i])
+                    if start > cy.now:
+                        self.later.append((start, i, extra))
+            self.claimed = tree.subtree_sums(own)
+            self.later.sort(key=lambda x: -x[0])
+        self._spare: dict[tuple[int, str, int], int] = {}
+        self._total: dict[tuple[int, str, int], int] = {}
 
     def head_start(self, qi: int, head: WorkloadSpec | None) -> float:
         """When ``head``, whose claim quota ``qi`` holds, can start at the earliest as
@@ -109,33 +120,35 @@ class _Lender:
                 return t
         return math.inf
 
-    def keep(self, s: int, k: str, end: float) -> int:
+    def keep(self, s: int, k: str, n: int) -> int:
         """What quota ``s`` keeps of resource ``k`` whatever its siblings need, from a
-        borrower that ends by ``end``."""
+        borrower that may use the room of the first ``n`` claims of ``later``."""
         cy = self.cy
         kept = cy.load[s].get(k, 0)
-        if self.claims:
-            last = s + self.tree.size[s]
-            for q, start, extra in self.claims:
-                if s <= q < last and start < end:
-                    kept += extra.get(k, 0)
+        if self.claimed is not None:
+            kept += self.claimed[s].get(k, 0)
+            if n:
+                last = s + self.tree.size[s]
+                for _, q, extra in self.later[:n]:
+                    if s <= q < last:
+                        kept -= extra.get(k, 0)
         base = self.tree._base(s, k, cy.demand[s].get(k, 0))
         return kept if kept > base else base
 
-    def spare(self, s: int, k: str, end: float) -> int:
+    def spare(self, s: int, k: str, n: int) -> int:
         """How much of ``k`` can be taken from quota ``s``'s limit: beyond what it keeps,
         and (when quotas sit below it) no more than its room not split among them plus
         what they can spare."""
-        key = (s, k, end)
+        key = (s, k, n)
         got = self._spare.get(key)
         if got is not None:
             return got
         cy = self.cy
         lim = cy.limit[s].get(k, 0)
-        got = lim - self.keep(s, k, end)
+        got = lim - self.keep(s, k, n)
         kids = self.tree.children[s]
         if got > 0 and kids:
-            below = self.unassigned(s, k) + sum(self.spare(c, k, end) for c in kids)
+            below = self.unassigned(s, k) + sum(self.spare(c, k, n) for c in kids)
             if below < got:
                 got = below
         got = max(0, got)
@@ -154,19 +167,19 @@ class _Lender:
         )
         return free if free > 0 else 0
 
-    def spare_beside(self, x: int, k: str, end: float) -> int:
+    def spare_beside(self, x: int, k: str, n: int) -> int:
         """What quota ``x`` can borrow of ``k`` at its level: its parent's room no child
         was given, and what its siblings can spare."""
         p = self.tree.parent[x]
-        key = (p, k, end)
+        key = (p, k, n)
         total = self._total.get(key)
         if total is None:
             total = self._total[key] = self.unassigned(p, k) + sum(
-                self.spare(s, k, end) for s in self.tree.children[p]
+                self.spare(s, k, n) for s in self.tree.children[p]
             )
-        return total - self.spare(x, k, end)
+        return total - self.spare(x, k, n)
 
-    def take(self, s: int, k: str, amount: int, end: float) -> None:
+    def take(self, s: int, k: str, amount: int, n: int) -> None:
         """Take ``amount`` of ``k`` from quota ``s``'s limit (and runtime quota), and from
         the quotas below it what they then get beyond it."""
         cy = self.cy
@@ -181,15 +194,15 @@ class _Lender:
         if over <= 0:
             return  # (taken from its room no child was given)
         names = self.tree.names
-        for c in sorted(kids, key=lambda c: (-self.spare(c, k, end), names[c])):
-            t = min(over, self.spare(c, k, end))
+        for c in sorted(kids, key=lambda c: (-self.spare(c, k, n), names[c])):
+            t = min(over, self.spare(c, k, n))
             if t > 0:
-                self.take(c, k, t, end)
+                self.take(c, k, t, n)
                 over -= t
                 if over <= 0:
                     break
 
-    def give(self, x: int, k: str, amount: int, end: float) -> None:
+    def give(self, x: int, k: str, amount: int, n: int) -> None:
         """Lend ``amount`` of ``k`` to quota ``x``: its parent's room no child was given
         first, then from its siblings, the largest spare first."""
         cy = self.cy
@@ -198,10 +211,10 @@ class _Lender:
         p = tree.parent[x]
         sibs = [s for s in tree.children[p] if s != x]
         left = amount - min(amount, self.unassigned(p, k))
-        for s in sorted(sibs, key=lambda s: (-self.spare(s, k, end), names[s])):
-            t = min(left, self.spare(s, k, end))
+        for s in sorted(sibs, key=lambda s: (-self.spare(s, k, n), names[s])):
+            t = min(left, self.spare(s, k, n))
             if t > 0:
-                self.take(s, k, t, end)
+                self.take(s, k, t, n)
                 left -= t
                 if left <= 0:
                     break
@@ -210,8 +223,8 @@ class _Lender:
         rt = cy.runtime[x]
         rt[k] = rt.get(k, 0) + amount
 
-    def plan(self, w: WorkloadSpec, qi: int, end: float) -> list[tuple[int, str, int]] | None:
-        """Where ``w`` (ending by ``end``) needs to borrow along its chain, as (quota,
+    def plan(self, w: WorkloadSpec, qi: int, n: int) -> list[tuple[int, str, int]] | None:
+        """Where ``w`` (using ``n`` claims' room) needs to borrow along its chain, as (quota,
         resource, gap), or None when its siblings cannot lend it enough or it would
         pass a max."""
         cy = self.cy
@@ -234,7 +247,7 @@ class _Lender:
                 if (
                     tree.parent[x] < 0
                     or tree.nodes[x].weight(k) <= 0  # it borrows nothing, by its admin's choice
-                    or self.spare_beside(x, k, end) < gap
+                    or self.spare_beside(x, k, n) < gap
                 ):
                     return None
                 out.append((x, k, gap))
@@ -245,8 +258,8 @@ class _Lender:
         place; whether it was admitted. ``untried``: ``w`` was not tried this cycle
         (it waited behind a head), so it is admitted too if it fits without borrowing."""
         cy = self.cy
-        end = self.end_of(w)
-        plan = self.plan(w, qi, end)
+        n = self.lendable(w)
+        plan = self.plan(w, qi, n)
         if plan is None or (not plan and not untried):
             return False  # (an empty plan: it fits its quota, it failed on something else)
         shape = cy.shape(w)
@@ -257,20 +270,27 @@ class _Lender:
             cy.failed_shapes.add(shape)
             return False
         for x, k, gap in plan:
-            self.give(x, k, gap, end)
+            self.give(x, k, gap, n)
         cy.admit(w, qi, pl.per_node, pl.placements)
         cy.fail.pop(w.id, None)
         self._spare.clear()
         self._total.clear()
         return True
 
-    def end_of(self, w: WorkloadSpec) -> float:
-        """When ``w`` ends at the latest if admitted now, for backfilling aged claims:
-        only work with a declared runtime (a limit), as drains are backfilled."""
+    def lendable(self, w: WorkloadSpec) -> int:
+        """How many claims of ``later`` may lend ``w`` their room: those whose heads
+        start no sooner than ``w`` ends at the latest if admitted now. Only work with a
+        declared runtime (a limit), as drains are backfilled (``Cycle.place_backfill``)."""
         rt = w.expected_runtime_s
-        if not self.claims or rt is None or rt <= 0 or not self.cy.config.backfill:
-            return math.inf
-        return self.cy.now + rt
+        if not self.later or rt is None or rt <= 0 or not self.cy.config.backfill:
+            return 0
+        end = self.cy.now + rt
+        n = 0
+        for start, _, _ in self.later:
+            if start < end:
+                break
+            n += 1
+        return n
 
 
 def lend(cy: CycleState) -> tuple[int, int]:
