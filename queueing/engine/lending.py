@@ -191,33 +191,28 @@ class _Lender:
         if not kids:
             return
         over = sum(cy.limit[c].get(k, 0) for c in kids) - (lim[k] - cy.own_demand[s].get(k, 0))
-        if over <= 0:
-            return  # (taken from its room no child was given)
+        if over > 0:  # (else taken from its room no child was given)
+            self.take_from(kids, k, over, n)
+
+    def take_from(self, quotas: list[int], k: str, amount: int, n: int) -> None:
+        """Take ``amount`` of ``k`` from ``quotas``' spare room, the largest first."""
         names = self.tree.names
-        for c in sorted(kids, key=lambda c: (-self.spare(c, k, n), names[c])):
-            t = min(over, self.spare(c, k, n))
+        for s in sorted(quotas, key=lambda s: (-self.spare(s, k, n), names[s])):
+            t = min(amount, self.spare(s, k, n))
             if t > 0:
-                self.take(c, k, t, n)
-                over -= t
-                if over <= 0:
+                self.take(s, k, t, n)
+                amount -= t
+                if amount <= 0:
                     break
 
     def give(self, x: int, k: str, amount: int, n: int) -> None:
         """Lend ``amount`` of ``k`` to quota ``x``: its parent's room no child was given
         first, then from its siblings, the largest spare first."""
         cy = self.cy
-        tree = self.tree
-        names = tree.names
-        p = tree.parent[x]
-        sibs = [s for s in tree.children[p] if s != x]
+        p = self.tree.parent[x]
         left = amount - min(amount, self.unassigned(p, k))
-        for s in sorted(sibs, key=lambda s: (-self.spare(s, k, n), names[s])):
-            t = min(left, self.spare(s, k, n))
-            if t > 0:
-                self.take(s, k, t, n)
-                left -= t
-                if left <= 0:
-                    break
+        if left > 0:
+            self.take_from([s for s in self.tree.children[p] if s != x], k, left, n)
         lim = cy.limit[x]
         lim[k] = lim.get(k, 0) + amount
         rt = cy.runtime[x]
