@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA
+from queueing.engine.resources import Resources
 
 if TYPE_CHECKING:
     from queueing.engine.cyclestate import CycleState, QueueState
@@ -194,29 +196,37 @@ class _Lender:
         if over > 0:  # (else taken from its room no child was given)
             self.take_from(kids, k, over, n)
 
-    def take_from(self, quotas: list[int], k: str, amount: int, n: int) -> None:
-        """Take ``amount`` of ``k`` from ``quotas``' spare room, the largest first."""
+    def take_from(self, quotas: list[int], k: str, amount: int, n: int) -> list[int]:
+        """Take ``amount`` of ``k`` from ``quotas``' spare room, the largest first;
+        returns those it took from."""
         names = self.tree.names
+        took: list[int] = []
         for s in sorted(quotas, key=lambda s: (-self.spare(s, k, n), names[s])):
             t = min(amount, self.spare(s, k, n))
             if t > 0:
                 self.take(s, k, t, n)
+                took.append(s)
                 amount -= t
                 if amount <= 0:
                     break
+        return took
 
-    def give(self, x: int, k: str, amount: int, n: int) -> None:
+    def give(self, x: int, k: str, amount: int, n: int) -> list[int]:
         """Lend ``amount`` of ``k`` to quota ``x``: its parent's room no child was given
-        first, then from its siblings, the largest spare first."""
+        first, then from its siblings, the largest spare first. Returns the lenders (the
+        parent for its room no child was given)."""
         cy = self.cy
         p = self.tree.parent[x]
-        left = amount - min(amount, self.unassigned(p, k))
-        if left > 0:
-            self.take_from([s for s in self.tree.children[p] if s != x], k, left, n)
+        free = min(amount, self.unassigned(p, k))
+        lenders = [p] if free else []
+        if amount > free:
+            sibs = [s for s in self.tree.children[p] if s != x]
+            lenders += self.take_from(sibs, k, amount - free, n)
         lim = cy.limit[x]
         lim[k] = lim.get(k, 0) + amount
         rt = cy.runtime[x]
         rt[k] = rt.get(k, 0) + amount
+        return lenders
 
     def plan(self, w: WorkloadSpec, qi: int, n: int) -> list[tuple[int, str, int]] | None:
         """Where ``w`` (using ``n`` claims' room) needs to borrow along its chain, as (quota,
@@ -264,9 +274,20 @@ class _Lender:
         if pl is None:
             cy.failed_shapes.add(shape)
             return False
+        lent: dict[str, int] = {}
+        lenders: list[int] = []
         for x, k, gap in plan:
-            self.give(x, k, gap, n)
+            lenders += [s for s in self.give(x, k, gap, n) if s not in lenders]
+            if gap > lent.get(k, 0):
+                lent[k] = gap
         cy.admit(w, qi, pl.per_node, pl.placements)
+        if lent:
+            names = self.tree.names
+            cy.admissions[-1] = replace(
+                cy.admissions[-1],
+                lent=Resources.from_raw(lent),
+                lent_by=tuple(names[s] for s in lenders),
+            )
         cy.fail.pop(w.id, None)
         self._spare.clear()
         self._total.clear()

@@ -497,6 +497,11 @@ class Admission:
     pool: str | None = None
     #: The workload had been nominated by an earlier preemption.
     nominated: bool = False
+    #: What it borrowed beyond its quota's share (the most at any level of its chain,
+    #: per resource), and the quotas that lent it: room no candidate of theirs could
+    #: use this cycle (:mod:`.lending`). Empty when it fitted its share.
+    lent: Resources = EMPTY
+    lent_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -507,6 +512,8 @@ class Admission:
             "placements": [list(p) for p in self.placements],
             "pool": self.pool,
             "nominated": self.nominated,
+            "lent": _res_dict(self.lent),
+            "lent_by": list(self.lent_by),
         }
 
 

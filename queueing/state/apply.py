@@ -28,6 +28,7 @@ from queueing import faults, trace, wake, world
 from queueing.actions.transitions import Move, publish, transition_many
 from queueing.choices import HOLDING_PHASES, WAITING_PHASES, Phase
 from queueing.cluster.base import Cluster, JobRef
+from queueing.engine.explanation import fmt
 from queueing.engine.types import Admission, CycleResult, Snapshot
 from queueing.lease import Fence, FlushingFence, Lease, can_defer_flush, check
 from queueing.models import CycleRun, Workload
@@ -326,12 +327,24 @@ def _admitted(admission: Admission, index: SnapshotIndex, now: datetime) -> Move
             "eta_p90": None,
             "eta": None,
             "explanation": None,
-            "reason": "Admitted: within quota and placed on nodes.",
+            "reason": _admitted_reason(admission),
         },
         reason="Admitted",
         message=f"Placed on {', '.join(sorted(assignment)) or 'no node'}.",
         kind="admitted",
     )
+
+
+def _admitted_reason(admission: Admission) -> str:
+    """Why it was admitted: within its quota's share, or on room another quota lent it
+    (``engine.lending``: a share no waiting work of that quota could use this cycle)."""
+    if not admission.lent:
+        return "Admitted: within quota and placed on nodes."
+    by = ", ".join(admission.lent_by) or "its quota tree"
+    return (
+        f"Admitted on {fmt(admission.lent)} lent by {by} -- room their waiting work "
+        "could not use this cycle -- and placed on nodes."
+    )[:500]
 
 
 def _preempted(victim_id: int, preemptor_id: int, reason: str, message: str) -> Move:

@@ -56,6 +56,8 @@ def test_a_share_its_quota_cannot_use_is_lent_to_a_sibling_it_lets_start() -> No
     # a's gang is short by 1 cpu, b's by 3: a goes first (fair share) and borrows the
     # 1 cpu of b's share that b's gang cannot use; b's gang still does not fit.
     assert admitted(result) == [3]
+    (admission,) = result.admissions
+    assert (admission.lent, admission.lent_by) == (one(1), ("b",))
     assert result.runtime_quota["a"] == one(6)
     assert result.runtime_quota["b"] == one(4)
     assert check_cycle(world(), result) == []
@@ -135,6 +137,7 @@ def test_an_aged_claim_is_lent_only_to_work_that_ends_before_its_head_can_start(
     # room the claim holds, and the head's forecast does not move.
     result = run_cycle(claiming_world(600.0))
     assert admitted(result) == [5]
+    assert result.admissions[0].lent_by == ("q",)
     assert result.etas[3].p50 == 1890.0
     assert check_cycle(claiming_world(600.0), result) == []
     # Ending after the head could start, or not saying when it ends: the claim holds.

@@ -650,3 +650,35 @@ def test_the_cycle_record_keeps_the_free_room_held_for_a_waiting_preemptor(world
     latest = CycleRun.objects.order_by("-started_at", "-id").first()
     assert latest is not None
     assert latest.holds == []
+
+
+def test_a_share_no_waiting_work_can_use_is_lent_and_the_workload_says_by_whom(world):
+    # 16 cpu shared by team-a and team-b (no mins, equal weights: 8 each). a runs 2 and
+    # waits with a 7-pod gang (needs 9), b runs 6 and waits with an 8-pod gang (needs
+    # 14): neither fits its share and 8 cpu are idle. a's gang borrows the 1 cpu of
+    # b's share that b's gang cannot use (engine.lending) and its reason says so.
+    Quota.objects.filter(pk=world.quota.pk).update(min={})
+    team_b = actions.create_tenant(SYSTEM, name="team-b")
+    quota_b = actions.create_quota(
+        SYSTEM,
+        name="team-b-q",
+        tenant=team_b,
+        parent=world.root,
+        min={},
+        max={"cpu": "16"},
+        namespaces=["team-b"],
+    )
+    submit(world, "a-run", cpu="2", runtime=3600)
+    submit(world, "b-run", cpu="6", runtime=3600, quota=quota_b)
+    tick(cluster=world.cluster, now=world.clock())
+    submit(world, "a-gang", cpu="1", count=7, runtime=600)
+    submit(world, "b-gang", cpu="1", count=8, runtime=600, quota=quota_b)
+    tick(cluster=world.cluster, now=world.clock.advance(1))
+    a_gang = Workload.objects.get(name="a-gang")
+    assert a_gang.phase == Phase.ADMITTED
+    assert a_gang.reason == (
+        "Admitted on 1 cpu lent by team-b-q -- room their waiting work could not use "
+        "this cycle -- and placed on nodes."
+    )
+    assert Workload.objects.get(name="b-gang").phase == Phase.PENDING
+    assert Quota.objects.get(pk=world.quota.pk).runtime == {"cpu": 9000}
