@@ -20,7 +20,8 @@ place on the nodes. The work that waited behind a strict-order head that borrowe
 goes on after it (:func:`_behind`).
 
 Never beyond a max, never a guaranteed min, never to a quota whose shared weight for
-the resource is 0 (it borrows nothing, as in the split). An aged head's claim is lent
+the resource is 0 (it borrows nothing, as in the split), nor to one whose children get
+less than their mins (what it gets would be theirs first). An aged head's claim is lent
 only to work declared to end before that head can start (it waits for its own
 quota's work to end first), as drains are backfilled: a head whose own quota ran 2
 of its 4 cpu until t=1890 claimed more of its parent each second from t=997, and a
@@ -39,7 +40,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA
+from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA, F_WAITING
 from queueing.engine.resources import Resources
 
 if TYPE_CHECKING:
@@ -252,11 +253,23 @@ class _Lender:
                 if (
                     tree.parent[x] < 0
                     or tree.nodes[x].weight(k) <= 0  # it borrows nothing, by its admin's choice
+                    or self.short_of_min(x, k)
                     or self.spare_beside(x, k, n) < gap
                 ):
                     return None
                 out.append((x, k, gap))
         return out
+
+    def short_of_min(self, x: int, k: str) -> bool:
+        """Whether a quota below ``x`` gets less of ``k`` than the min its demand holds
+        (the split scaled the mins down: ``x`` had too little for them). Room lent to
+        ``x`` would be theirs first, as the split serves mins before anything else."""
+        cy = self.cy
+        tree = self.tree
+        for c in tree.children[x]:
+            if cy.limit[c].get(k, 0) < tree._base(c, k, cy.demand[c].get(k, 0)):
+                return True
+        return False
 
     def lend(self, w: WorkloadSpec, qi: int, *, untried: bool = False) -> bool:
         """Admit ``w`` on borrowed room if it can borrow what it lacks and its pods
@@ -318,14 +331,24 @@ def lend(cy: CycleState) -> tuple[int, int]:
     quota_of = cy.quota_of
     admitted = cy.admitted_ids
     unusable = cy.unusable_ids
-    # Per queue and quota, its candidates short of their runtime quota, in queue order.
+    # Per queue and quota, its candidates short of their runtime quota, in queue order,
+    # up to a waiting preemptor (it goes first: borrowing, the work behind it would
+    # pass it).
     lists: dict[tuple[int, int], list[WorkloadSpec]] = {}
     for q in cy.queues:
+        closed: set[int] = set()
         for w in q.cands:
             f = fail.get(w.id)
-            if f is None or f[0] != F_QUOTA or w.id in admitted or w.id in unusable:
+            if f is None or w.id in admitted:
                 continue
-            lists.setdefault((q.index, quota_of[w.id]), []).append(w)
+            kind = f[0]
+            if kind == F_WAITING:
+                closed.add(quota_of[w.id])
+            if kind != F_QUOTA or w.id in unusable:
+                continue
+            qi = quota_of[w.id]
+            if qi not in closed:
+                lists.setdefault((q.index, qi), []).append(w)
     if not lists:
         return 0, 0
     before = len(cy.admissions)
