@@ -72,7 +72,7 @@ class _Lender:
         #: Per quota (subtree), what its aged heads claim beyond its load.
         self.claimed: list[dict[str, int]] | None = None
         #: The claims whose heads cannot start now (they wait for their own quota's
-        #: work to n): (when they can, quota, what the claim holds beyond its load),
+        #: work to end): (when they can, quota, what the claim holds beyond its load),
         #: the latest first. A borrower that ends by the start of the first ``n`` may
         #: use their room (:meth:`lendable`).
         self.later: list[tuple[float, int, dict[str, int]]] = []
@@ -231,8 +231,8 @@ class _Lender:
 
     def plan(self, w: WorkloadSpec, qi: int, n: int) -> list[tuple[int, str, int]] | None:
         """Where ``w`` (using ``n`` claims' room) needs to borrow along its chain, as (quota,
-        resource, gap), or None when its siblings cannot lend it enough or it would
-        pass a max."""
+        resource, gap), or None when it would pass a max or may not borrow enough
+        (see the module's docstring)."""
         cy = self.cy
         tree = self.tree
         req = w._request._d
