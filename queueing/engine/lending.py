@@ -40,7 +40,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from queueing.engine.cyclestate import F_NODES, F_POLICY, F_QUOTA, F_WAITING
+from queueing.engine.cyclestate import F_NODES, F_NPMIN, F_POLICY, F_QUOTA, F_WAITING
 from queueing.engine.resources import Resources
 
 if TYPE_CHECKING:
@@ -276,6 +276,8 @@ class _Lender:
         place; whether it was admitted. ``untried``: ``w`` was not tried this cycle
         (it waited behind a head), so it is admitted too if it fits without borrowing."""
         cy = self.cy
+        if not w.preemptible and cy.np_short(w, qi):
+            return False  # non-preemptible work starts only within its quota's min
         n = self.lendable(w)
         plan = self.plan(w, qi, n)
         if plan is None or (not plan and not untried):
@@ -421,7 +423,9 @@ def _behind(cy: CycleState, lender: _Lender, q: QueueState, qi: int, head: int) 
         if lender.lend(w, qi, untried=True):
             continue
         c = cy.quota_fail(qi, w._request._d)
-        if c >= 0:
+        if not w.preemptible and cy.np_short(w, qi):
+            fail[w.id] = (F_NPMIN, qi)
+        elif c >= 0:
             fail[w.id] = (F_QUOTA, c)
         else:
             fail[w.id] = (F_NODES, cy.shape(w))
