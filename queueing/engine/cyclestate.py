@@ -18,7 +18,7 @@ from queueing.engine.holds import nonpreemptible_short, room_under_min
 from queueing.engine.nodes import EligKey, NodeIndex, PodSetReq, podset_reqs
 from queueing.engine.quota import QuotaTree
 from queueing.engine.reservations import Reservation, reservation
-from queueing.engine.resources import Resources
+from queueing.engine.resources import EMPTY, Resources
 from queueing.engine.types import (
     BACKOFF,
     HOLDING_PHASES,
@@ -622,8 +622,11 @@ class CycleState:
         placements: tuple[tuple[str, int, int], ...],
         *,
         nominated: bool = False,
+        lent: Resources = EMPTY,
+        lent_by: tuple[str, ...] = (),
     ) -> None:
-        """Record an admission and take its quota and node capacity."""
+        """Record an admission and take its quota and node capacity (``lent``, ``lent_by``:
+        what it borrowed beyond its quota's share and from whom, :mod:`.lending`)."""
         req = w._request._d
         self._load_version += 1
         for c in self.tree.chains[qi]:
@@ -651,6 +654,8 @@ class CycleState:
                 placements=tuple((ps, names[i], k) for ps, i, k in placements),
                 pool=self.nodes.pool_of(per_node),
                 nominated=nominated,
+                lent=lent,
+                lent_by=lent_by,
             )
         )
         self.admitted_ids.add(w.id)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from queueing.engine.cyclestate import F_NODES, F_NPMIN, F_POLICY, F_QUOTA, F_WAITING
@@ -78,7 +77,7 @@ class _Lender:
         self.later: list[tuple[float, int, dict[str, int]]] = []
         got = cy.claims
         if got is not None:
-            heads = getattr(got, "heads", None) or [None] * len(got)
+            heads = got.heads
             own: list[dict[str, int]] = []
             for i, c in enumerate(got):
                 load = cy.load[i]
@@ -295,14 +294,15 @@ class _Lender:
             lenders += [s for s in self.give(x, k, gap, n) if s not in lenders]
             if gap > lent.get(k, 0):
                 lent[k] = gap
-        cy.admit(w, qi, pl.per_node, pl.placements)
-        if lent:
-            names = self.tree.names
-            cy.admissions[-1] = replace(
-                cy.admissions[-1],
-                lent=Resources.from_raw(lent),
-                lent_by=tuple(names[s] for s in lenders),
-            )
+        names = self.tree.names
+        cy.admit(
+            w,
+            qi,
+            pl.per_node,
+            pl.placements,
+            lent=Resources.from_raw(lent),
+            lent_by=tuple(names[s] for s in lenders),
+        )
         cy.fail.pop(w.id, None)
         self._spare.clear()
         self._total.clear()
@@ -344,12 +344,12 @@ def lend(cy: CycleState) -> tuple[int, int]:
             if f is None or w.id in admitted:
                 continue
             kind = f[0]
-            if kind == F_WAITING:
-                closed.add(quota_of[w.id])
-            if kind != F_QUOTA or w.id in unusable:
+            if kind != F_QUOTA and kind != F_WAITING:
                 continue
             qi = quota_of[w.id]
-            if qi not in closed:
+            if kind == F_WAITING:
+                closed.add(qi)
+            elif qi not in closed and w.id not in unusable:
                 lists.setdefault((q.index, qi), []).append(w)
     if not lists:
         return 0, 0
