@@ -357,6 +357,10 @@ def test_block_never_admits_behind_a_blocked_head(snap: Snapshot) -> None:
 @SETTINGS
 @given(worlds())
 def test_priority_order_holds_within_a_queue(snap: Snapshot) -> None:
+    priority_order_holds(snap)
+
+
+def priority_order_holds(snap: Snapshot) -> None:
     # Among workloads of one queue and quota with the same shape, admission is a prefix
     # of the queue order: nobody jumps an identical workload that ranks higher.
     result = run_cycle(snap, forecast=False)
@@ -694,6 +698,10 @@ def test_a_waiting_preemptor_names_what_it_waits_for_in_every_cycle(
 def test_quota_invariants_hold_over_sequences_of_cycles_and_head_only_snapshots(
     snap: Snapshot, head: int
 ) -> None:
+    invariants_hold_over_cycles(snap, head)
+
+
+def invariants_hold_over_cycles(snap: Snapshot, head: int) -> None:
     from queueing.engine.invariants import check_cycle
 
     for step in range(4):
@@ -761,13 +769,12 @@ def test_work_behind_a_waiting_preemptor_does_not_borrow_past_it() -> None:
     waited for its victims to leave, and w5, the same shape behind it in its queue,
     borrowed the root's room no quota was given and started first."""
     for seed in (1446, 8534):
-        test_priority_order_holds_within_a_queue.hypothesis.inner_test(world_from_seed(seed))  # type: ignore[attr-defined]
+        priority_order_holds(world_from_seed(seed))
 
 
 def test_room_is_not_lent_to_a_quota_whose_children_are_short_of_their_mins() -> None:
     """Found by sweeping the property test's worlds with lending: d1 (7 cpu) could not
     give its children their mins (8 in all), and was lent 1 cpu of d0's share for a
     workload of q3 while q1 stayed below its min: the room was q1's first."""
-    check = test_quota_invariants_hold_over_sequences_of_cycles_and_head_only_snapshots
     for seed, head in ((15274, 2), (5952, 1), (13069, 1)):
-        check.hypothesis.inner_test(world_from_seed(seed), head)  # type: ignore[attr-defined]
+        invariants_hold_over_cycles(world_from_seed(seed), head)
