@@ -87,6 +87,21 @@ def tree(name: str, cpu: str = "8") -> Quota:
     )
 
 
+def tenant_quota(w: World, name: str, *, min: dict[str, str], max: dict[str, str]) -> Quota:
+    """Another tenant ``name`` with a leaf quota ``name-q`` beside ``w``'s, under its root
+    (namespace ``name``)."""
+    tenant = actions.create_tenant(SYSTEM, name=name)
+    return actions.create_quota(
+        SYSTEM,
+        name=f"{name}-q",
+        tenant=tenant,
+        parent=w.root,
+        min=min,
+        max=max,
+        namespaces=[name],
+    )
+
+
 def world(
     *,
     nodes: int = 2,

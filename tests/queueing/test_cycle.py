@@ -162,16 +162,7 @@ def test_quota_state_is_stored_for_pages(world):
 
 
 def test_a_second_tenant_borrows_idle_capacity(world):
-    other = actions.create_tenant(SYSTEM, name="team-b")
-    quota_b = actions.create_quota(
-        SYSTEM,
-        name="team-b-q",
-        tenant=other,
-        parent=world.root,
-        min={"cpu": "8"},
-        max={"cpu": "16"},
-        namespaces=["team-b"],
-    )
+    quota_b = builders.tenant_quota(world, "team-b", min={"cpu": "8"}, max={"cpu": "16"})
     for i in range(4):
         builders.submit(world, f"b{i}", cpu="4", quota=quota_b)
     tick(cluster=world.cluster, now=world.clock())
@@ -657,17 +648,8 @@ def test_a_share_no_waiting_work_can_use_is_lent_and_the_workload_says_by_whom(w
     # waits with a 7-pod gang (needs 9), b runs 6 and waits with an 8-pod gang (needs
     # 14): neither fits its share and 8 cpu are idle. a's gang borrows the 1 cpu of
     # b's share that b's gang cannot use (engine.lending) and its reason says so.
-    Quota.objects.filter(pk=world.quota.pk).update(min={})
-    team_b = actions.create_tenant(SYSTEM, name="team-b")
-    quota_b = actions.create_quota(
-        SYSTEM,
-        name="team-b-q",
-        tenant=team_b,
-        parent=world.root,
-        min={},
-        max={"cpu": "16"},
-        namespaces=["team-b"],
-    )
+    actions.update_quota(SYSTEM, world.quota, min={})
+    quota_b = builders.tenant_quota(world, "team-b", min={}, max={"cpu": "16"})
     submit(world, "a-run", cpu="2", runtime=3600)
     submit(world, "b-run", cpu="6", runtime=3600, quota=quota_b)
     tick(cluster=world.cluster, now=world.clock())

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from queueing import actions, admission, state
+from queueing import admission, state
 from queueing.admission import tick
 from queueing.engine.invariants import check_cycle
 from queueing.models import CycleRun
-from tests.builders import SYSTEM, submit
+from tests import builders
+from tests.builders import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -20,16 +21,7 @@ def test_every_kind_of_cluster_facing_cycle_keeps_the_quota_invariants(
     world, monkeypatch, settings
 ):
     assert settings.KQ_WORLD  # the cycles read the in-memory world (incremental)
-    other = actions.create_tenant(SYSTEM, name="team-b")
-    b_quota = actions.create_quota(
-        SYSTEM,
-        name="team-b-q",
-        tenant=other,
-        parent=world.root,
-        min={"cpu": "8"},
-        max={"cpu": "16"},
-        namespaces=["team-b"],
-    )
+    b_quota = builders.tenant_quota(world, "team-b", min={"cpu": "8"}, max={"cpu": "16"})
     # Every other cycle heads-only, listing two rows per queue.
     monkeypatch.setattr(state, "HEAD_ROWS", 2)
     turn = {"n": 0}
