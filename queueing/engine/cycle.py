@@ -190,6 +190,10 @@ class Cycle(Drains):
         hold_room = self.hold_room
         may_pass = passes_hold
         nodes_none = (F_NODES, None)  # (one tuple for the ~35k such failures at 60k)
+        # (Filled in place as drains start: Drains.starving.)
+        yielding = self.yielding
+        yield_failed = self.yield_failed
+        drained = self.drained
         # One record per blocking head, chain node, shape (not a tuple per candidate:
         # ~25k fewer objects for the collector to traverse at 60k).
         policy_rec: dict[int, tuple[int, int]] = {}
@@ -338,13 +342,24 @@ class Cycle(Drains):
                         fits = may_fit(ps0._elig, ps0.requests._d)
                     else:
                         fits = True
-                    if (
-                        self.yielding
-                        and self.within_min(qi, req)
-                        and shape_of(w) not in self.yield_failed
-                    ):
-                        break  # it may place on drained room (place_within_min)
-                    if self.drained and self.backfill_end(w) is not None:
+                    if yielding:
+                        # within_min(qi, req), from the quota's room under its min
+                        # (as above: asked of most candidates once drains yield).
+                        if room is None:
+                            room = min_room(qi)
+                        wm = False
+                        for k, v in req.items():
+                            r = room.get(k)
+                            if r is not None:
+                                if v > r:
+                                    wm = False
+                                    break
+                                wm = True
+                        if wm:
+                            got = w._placer  # (shape_of(w), inlined)
+                            if (got[1] if got is not None else shape_of(w)) not in yield_failed:
+                                break  # it may place on drained room (place_within_min)
+                    if drained and self.backfill_end(w) is not None:
                         break  # it may backfill drained room (place_backfill)
                     if not fits:
                         fail[wid] = nodes_none

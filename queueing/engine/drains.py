@@ -12,6 +12,7 @@ the head can start there (:meth:`Drains.place_backfill`). The cycle
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from queueing.engine.aging import aging_fraction
@@ -111,7 +112,7 @@ class Drains(CycleState):
 
     def _sweep(
         self,
-        events: list[tuple[float, int, int]],
+        events: Iterable[tuple[float, int, int]],
         fits: dict[int, int],
         total: int,
         prim: str,

@@ -91,6 +91,8 @@ class _Lender:
             self.later.sort(key=lambda x: -x[0])
         self._spare: dict[tuple[int, str, int], int] = {}
         self._total: dict[tuple[int, str, int], int] = {}
+        #: Quotas whose limit changed since the caches above were last pruned.
+        self._changed: set[int] = set()
 
     def head_start(self, qi: int, head: WorkloadSpec | None) -> float:
         """When ``head``, whose claim quota ``qi`` holds, can start at the earliest as
@@ -185,6 +187,7 @@ class _Lender:
         """Take ``amount`` of ``k`` from quota ``s``'s limit (and runtime quota), and from
         the quotas below it what they then get beyond it."""
         cy = self.cy
+        self._changed.add(s)
         lim = cy.limit[s]
         lim[k] = lim.get(k, 0) - amount
         rt = cy.runtime[s]
@@ -222,6 +225,7 @@ class _Lender:
         if amount > free:
             sibs = [s for s in self.tree.children[p] if s != x]
             lenders += self.take_from(sibs, k, amount - free, n)
+        self._changed.add(x)
         lim = cy.limit[x]
         lim[k] = lim.get(k, 0) + amount
         rt = cy.runtime[x]
@@ -304,9 +308,20 @@ class _Lender:
             lent_by=tuple(names[s] for s in lenders),
         )
         cy.fail.pop(w.id, None)
-        self._spare.clear()
-        self._total.clear()
+        self._forget(qi)
         return True
+
+    def _forget(self, qi: int) -> None:
+        """Drop what the caches hold of the quotas an admission into ``qi`` changed:
+        its chain (their load) and the quotas whose limit was lent or taken, with every
+        quota above them (a quota's spare counts its children's)."""
+        chains = self.tree.chains
+        dirty = set(chains[qi])
+        for c in self._changed:
+            dirty.update(chains[c])
+        self._changed.clear()
+        self._spare = {key: v for key, v in self._spare.items() if key[0] not in dirty}
+        self._total = {key: v for key, v in self._total.items() if key[0] not in dirty}
 
     def lendable(self, w: WorkloadSpec) -> int:
         """How many claims of ``later`` may lend ``w`` their room: those whose heads
@@ -337,19 +352,21 @@ def lend(cy: CycleState) -> tuple[int, int]:
     # up to a waiting preemptor (it goes first: borrowing, the work behind it would
     # pass it).
     lists: dict[tuple[int, int], list[WorkloadSpec]] = {}
+    fail_get = fail.get  # (60k candidates at 60k pending: bound once)
     for q in cy.queues:
         closed: set[int] = set()
         for w in q.cands:
-            f = fail.get(w.id)
-            if f is None or w.id in admitted:
+            wid = w.id
+            f = fail_get(wid)
+            if f is None:
                 continue
             kind = f[0]
-            if kind != F_QUOTA and kind != F_WAITING:
+            if (kind != F_QUOTA and kind != F_WAITING) or wid in admitted:
                 continue
-            qi = quota_of[w.id]
+            qi = quota_of[wid]
             if kind == F_WAITING:
                 closed.add(qi)
-            elif qi not in closed and w.id not in unusable:
+            elif qi not in closed and wid not in unusable:
                 lists.setdefault((q.index, qi), []).append(w)
     if not lists:
         return 0, 0
