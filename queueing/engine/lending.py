@@ -294,10 +294,15 @@ class _Lender:
             return False
         lent: dict[str, int] = {}
         lenders: list[int] = []
+        req = w._request._d
         for x, k, gap in plan:
             lenders += [s for s in self.give(x, k, gap, n) if s not in lenders]
-            if gap > lent.get(k, 0):
-                lent[k] = gap
+            # What of its own request runs on lent room: a quota already beyond its
+            # share (its running work admitted before the split moved) borrows more
+            # than the workload asks, but only the request is this workload's.
+            mine = min(gap, req[k])
+            if mine > lent.get(k, 0):
+                lent[k] = mine
         names = self.tree.names
         cy.admit(
             w,

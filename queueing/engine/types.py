@@ -497,9 +497,10 @@ class Admission:
     pool: str | None = None
     #: The workload had been nominated by an earlier preemption.
     nominated: bool = False
-    #: What it borrowed beyond its quota's share (the most at any level of its chain,
-    #: per resource), and the quotas that lent it: room no candidate of theirs could
-    #: use this cycle (:mod:`.lending`). Empty when it fitted its share.
+    #: What of its request runs on room lent beyond its quota's share (the most at
+    #: any level of its chain, per resource; never more than it asks), and the quotas
+    #: that lent it: room no candidate of theirs could use this cycle
+    #: (:mod:`.lending`). Empty when it fitted its share.
     lent: Resources = EMPTY
     lent_by: tuple[str, ...] = ()
 

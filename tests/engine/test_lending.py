@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from queueing.engine import run_cycle
+from queueing.engine.cycle import Cycle
 from queueing.engine.invariants import check_cycle
-from queueing.engine.types import CycleResult, QueueSpec, Snapshot
+from queueing.engine.types import CycleResult, EngineConfig, QueueSpec, Snapshot
 
 from .builders import node, quota, running, snapshot, workload
 
@@ -182,3 +183,38 @@ def test_work_on_lent_room_is_not_evicted_for_the_lenders_work_beyond_its_min() 
     assert result.runtime_quota["b"] == one(5)
     e = result.explanations[6]
     assert (e.kind, e.quota, e.limit) == ("quota", "root", "cluster")
+
+
+def test_what_a_workload_is_said_to_run_on_lent_room_is_never_more_than_it_asks() -> None:
+    # 16 cpu on three nodes (8 full with a's work, 4 with b's 1 cpu, 4 free), three
+    # quotas of equal weight. b and c wait with 5-cpu pods no node can hold (3 and 4
+    # cpu free), within what their quotas can get: the split gives c 5, a and b about
+    # 5.5 each -- a runs 8, admitted before the split moved. a's 1-cpu job borrows 3.5
+    # cpu of b's and c's shares (a's load 8 + 1 against its 5.5): its own cpu is the
+    # one lent to it; the other 2.5 already run.
+    snap = snapshot(
+        quotas=[
+            quota("root"),
+            quota("a", "root", max=one(16)),
+            quota("b", "root", max=one(16)),
+            quota("c", "root", max=one(16)),
+        ],
+        nodes=[node("n1", one(8)), node("n2", one(4)), node("n3", one(4))],
+        workloads=[
+            running(1, "a", "n1", req=one(8), started_at=900.0, expected_runtime_s=3600.0),
+            running(2, "b", "n2", req=one(1), started_at=900.0, expected_runtime_s=3600.0),
+            workload(3, "b", req=one(5), ts=990.0, expected_runtime_s=600.0),
+            workload(4, "c", req=one(5), ts=990.5, expected_runtime_s=600.0),
+            workload(5, "a", req=one(1), ts=991.0, expected_runtime_s=600.0),
+        ],
+        # (No aging: the heads' claims would go before the weights.)
+        queues=[QueueSpec(name, aging_bound_s=None) for name in ("a", "b", "c")],
+        config=EngineConfig(fair_share_mode="instant", preemption=False),
+    )
+    assert Cycle(snap).limit[1]["cpu"] < 6000  # a's share (5.5 cpu), below its load of 8
+    result = run_cycle(snap)
+    assert admitted(result) == [5]
+    (admission,) = result.admissions
+    assert admission.lent == one(1)
+    assert set(admission.lent_by) <= {"b", "c"}
+    assert check_cycle(snap, result) == []
