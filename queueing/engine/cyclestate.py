@@ -715,43 +715,17 @@ class CycleState:
         holders = self._holder_ends
         if holders is not None:
             return holders
-        # latest_end and runtime_of (q 0) inlined, their per-queue lookups made once
-        # per queue (~20k holders at 60k pending).
         now = self.now
         index = self.nodes.index
-        history = self.snapshot.runtime_history
-        ratios = self.snapshot.runtime_ratio
-        default = self.config.default_runtime_s
-        per_queue: dict[str, tuple[float | None, float, float]] = {}
         holders = self._holder_ends = []
         add = holders.append
         for ws in (*self.holding, self.orphans):
             for w in ws:
                 if not w.assignment:
                     continue
-                qr = per_queue.get(w.queue)
-                if qr is None:
-                    ratio = ratios.get(w.queue)
-                    hist = history.get(w.queue)
-                    qr = per_queue[w.queue] = (
-                        None if ratio is None else min(1.0, max(0.0, ratio[0])),
-                        float(hist[1]) if hist is not None and hist[1] > 0 else default,
-                        float(hist[0]) if hist is not None and hist[0] and hist[0] > 0 else default,
-                    )
                 start = w.started_at if w.started_at is not None else now
-                rt = w.expected_runtime_s
-                if rt is not None and rt > 0:
-                    latest = start + rt
-                    typical = start + (rt if qr[0] is None else rt * qr[0])
-                else:
-                    latest = start + qr[1]
-                    typical = start + qr[2]
-                if latest < now:
-                    latest = now
-                if typical > latest:
-                    typical = latest
-                elif typical < now:
-                    typical = now
+                latest = max(now, self.latest_end(w))
+                typical = max(now, min(latest, start + runtime_of(self, w, 0)))
                 for node, amount in w.assignment.items():
                     i = index.get(node)
                     if i is not None:
@@ -765,7 +739,7 @@ class CycleState:
         key = (elig, resource, typical)
         got = self._end_events.get(key)
         if got is None:
-            eligible = set(self.nodes.eligible(elig))
+            eligible = self.nodes.eligible_set(elig)
             latest_ends: list[tuple[float, int, int]] = []
             typical_ends: list[tuple[float, int, int]] = []
             for i, latest, typ, amount in self.holder_ends():

@@ -107,6 +107,8 @@ class NodeIndex:
         #: Schedulable capacity (allocatable - reserved) summed over schedulable nodes.
         self.capacity: dict[str, int] = capacity
         self._elig: dict[EligKey, list[int]] = {}
+        #: The same as sets (a placement with extra room asks per pod set).
+        self._elig_sets: dict[EligKey, frozenset[int]] = {}
         #: Eligibility key -> resource -> its sorted list (two levels: no key tuple
         #: to build and hash per lookup).
         self._sorted: dict[EligKey, dict[str, _Sorted]] = {}
@@ -127,6 +129,7 @@ class NodeIndex:
         other.free = [dict(f) for f in self.free]
         other.empty_room = self.empty_room
         other._elig = self._elig
+        other._elig_sets = self._elig_sets
         other._max_alloc = self._max_alloc
         other._joint = self._joint
         other._sorted = {}
@@ -219,6 +222,13 @@ class NodeIndex:
             out.append(i)
         self._elig[key] = out
         return out
+
+    def eligible_set(self, key: EligKey) -> frozenset[int]:
+        """:meth:`eligible` as a set (made once per key)."""
+        got = self._elig_sets.get(key)
+        if got is None:
+            got = self._elig_sets[key] = frozenset(self.eligible(key))
+        return got
 
     def max_alloc(self, key: EligKey) -> dict[str, int]:
         """Per resource, the largest allocatable among eligible nodes."""
@@ -318,7 +328,7 @@ class NodeIndex:
                 continue
             need = req[prim]
             lst = self._sorted_for(ps.elig, prim).entries
-            elig_set: set[int] | None = None
+            elig_set: frozenset[int] | None = None
             # Nodes whose sorted key is stale for this search -- partly taken by this
             # gang, or carrying extra capacity -- are checked one by one, from a cache
             # of their effective free capacity. A node that got pods of this set took
@@ -334,7 +344,7 @@ class NodeIndex:
                     if i in done:
                         continue
                     if elig_set is None:
-                        elig_set = set(self.eligible(ps.elig))
+                        elig_set = self.eligible_set(ps.elig)
                     if i not in elig_set:
                         done.add(i)
                         continue
