@@ -51,7 +51,7 @@ from queueing.engine.eta import mark_by_age
 from queueing.engine.eta_bounds import awaited_starts, bound_etas, typical_bound
 from queueing.engine.explain import explain_all
 from queueing.engine.forecast import forecast as run_forecast
-from queueing.engine.holds import hold_rooms, passes_hold
+from queueing.engine.holds import hold_rooms, passes_hold, within_room
 from queueing.engine.lazy_explanations import Explanations
 from queueing.engine.lending import lend
 from queueing.engine.preemption import find_victims, search_key
@@ -292,15 +292,7 @@ class Cycle(Drains):
                         # within_min(qi, req), from the quota's room under its min.
                         if room is None:
                             room = min_room(qi)
-                        wm = False
-                        for k, v in req.items():
-                            r = room.get(k)
-                            if r is not None:
-                                if v > r:
-                                    wm = False
-                                    break
-                                wm = True
-                        if untried_aged != wm:
+                        if untried_aged != within_room(req, room):
                             break
                 # Fast fail: the quota chain's headroom (quota_fail, from its cache),
                 # then the nodes' largest free slot (single pod set), then the memo of
@@ -343,19 +335,11 @@ class Cycle(Drains):
                     else:
                         fits = True
                     if yielding:
-                        # within_min(qi, req), from the quota's room under its min
-                        # (as above: asked of most candidates once drains yield).
+                        # within_min(qi, req), as above (asked of most candidates once
+                        # drains yield).
                         if room is None:
                             room = min_room(qi)
-                        wm = False
-                        for k, v in req.items():
-                            r = room.get(k)
-                            if r is not None:
-                                if v > r:
-                                    wm = False
-                                    break
-                                wm = True
-                        if wm:
+                        if within_room(req, room):
                             got = w._placer  # (shape_of(w), inlined)
                             if (got[1] if got is not None else shape_of(w)) not in yield_failed:
                                 break  # it may place on drained room (place_within_min)

@@ -15,6 +15,7 @@ short of quota and holds. Behind it, fresh work of ``team``.
 from __future__ import annotations
 
 from queueing.engine import run_cycle
+from queueing.engine.holds import room_under_min, within_room
 from queueing.engine.types import CycleResult, QueueSpec
 from tests.engine.builders import node, quota, running, snapshot, workload
 
@@ -99,3 +100,12 @@ def test_work_within_the_min_waits_when_the_head_would_not_fit_under_its_max() -
     assert admitted(result) == set()
     assert result.explanations[11].kind == "policy-blocked"
     assert result.explanations[11].blocked_by == HEAD
+
+
+def test_within_room_asks_some_resource_of_the_min_and_none_beyond() -> None:
+    room = room_under_min({"cpu": 6 * CPU}, {"cpu": 8 * CPU, "memory": 0})
+    assert room == {"cpu": 2 * CPU}  # (a min of 0 names nothing)
+    assert within_room({"cpu": 2 * CPU, "memory": 10}, room)
+    assert not within_room({"cpu": 2 * CPU + 1}, room)
+    assert not within_room({"memory": 10}, room)  # nothing it asks is in the min
+    assert not within_room({}, room)
