@@ -81,14 +81,7 @@ def passes_hold(
     the min, or that would leave the head no room under the max, waits for it.
     ``under_min`` and ``under_max`` are :func:`hold_rooms`.
     """
-    passes = False
-    for k, v in req.items():
-        r = under_min.get(k)
-        if r is not None:
-            if v > r:
-                return False
-            passes = True
-    if not passes:
+    if not within_room(req, under_min):
         return False
     # (A loop, not all() over a generator: the cycle asks it of every candidate
     # behind such a head, ~27k a cycle at 60k workloads.)
