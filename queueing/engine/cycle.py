@@ -339,10 +339,8 @@ class Cycle(Drains):
                         # drains yield).
                         if room is None:
                             room = min_room(qi)
-                        if within_room(req, room):
-                            got = w._placer  # (shape_of(w), inlined)
-                            if (got[1] if got is not None else shape_of(w)) not in yield_failed:
-                                break  # it may place on drained room (place_within_min)
+                        if within_room(req, room) and shape_of(w) not in yield_failed:
+                            break  # it may place on drained room (place_within_min)
                     if drained and self.backfill_end(w) is not None:
                         break  # it may backfill drained room (place_backfill)
                     if not fits:
