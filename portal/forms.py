@@ -98,7 +98,7 @@ class QueueForm(forms.Form):
     name = forms.CharField(max_length=63, help_text="A Kubernetes name; it cannot change later.")
     policy = forms.ChoiceField(choices=Policy.choices, initial=_default("policy"))
     priority = forms.IntegerField(
-        initial=_default("priority"), help_text="Higher queues are considered first."
+        initial=_default("priority"), help_text=Queue._meta.get_field("priority").help_text
     )
     priority_threshold = forms.IntegerField(
         initial=_default("priority_threshold"),

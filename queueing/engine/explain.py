@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from queueing.engine.aging import admitted_by_age_ahead
+from queueing.engine.aging import admitted_ahead
 from queueing.engine.bound import AgingBounds
 from queueing.engine.cyclestate import (
     F_DEPTH,
@@ -403,7 +403,11 @@ def explainer(cy: Cycle) -> tuple[Part, Rest, Bound]:
         if not preemption_on:
             return "off"
         w_aged = w.queue_order_at <= q.aged_before
-        if any(admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged) for v in hint[3]):
+        spec = q.spec
+        ahead = {admitted_ahead(specs.get(v.queue), spec, v, w, w_aged) for v in hint[3]}
+        if "queue" in ahead:
+            return "queue"
+        if "aged" in ahead:
             return "aged"
         shape = cy.shape(w)
         if (qi, w.priority, shape) in failed or (-1, w.priority, shape) in failed:

@@ -47,6 +47,8 @@ NO_PREEMPT = {
     "turn": "its queue's one victim search for this quota this cycle went to another workload",
     "failed": "no set of victims this cycle lets it fit (its quota chain and its pods on nodes)",
     "aged": "some of them were admitted by age ahead of it and are not preempted for it",
+    "queue": "some of them come from a queue of higher queue priority, which goes ahead of "
+    "its own, and are not preempted for it",
     "awaited": "some of them end within the preemption grace period and are awaited, not evicted",
     "min": "taking them would leave their quota below its guaranteed min (it waits for them "
     "to end)",

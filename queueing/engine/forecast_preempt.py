@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import admitted_by_age_ahead, aged_before
+from queueing.engine.aging import admitted_ahead, aged_before
 from queueing.engine.cyclestate import order_key
 from queueing.engine.forecast_arrivals import arrive, waiting_copy
 from queueing.engine.preemption import awaited_by, search_key
@@ -52,8 +52,8 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     to end within ``preempt_grace_s`` are awaited, not evicted: when the victims found
     include such work, nothing is evicted and the preemptor waits first in line for
     what they free (the cycle's reservation). Work of its own quota
-    admitted by age ahead of the preemptor is never taken in-quota
-    (:func:`.aging.admitted_by_age_ahead`, with the start in virtual time of what the
+    from a queue of higher queue priority, or admitted by age ahead of the preemptor,
+    is never taken in-quota (:func:`.aging.admitted_ahead`, with the start in virtual time of what the
     simulation started: without it gpu-heavy's speech gangs, admitted by age, were
     evicted in the forecast by fresher ones of higher priority that the cycle keeps
     waiting, and forecast up to 530 s early). A reclaim takes it all the same, as the
@@ -122,8 +122,9 @@ def preempt(sim: Simulation, sq: SimQueue, c: SimCand, t: float, fail_c: int) ->
     started = sim.started
 
     def spared(v: WorkloadSpec) -> bool:
-        """Admitted by age ahead of ``w``: the cycle never takes it for ``w``."""
-        return admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged, started.get(v.id))
+        """Ahead of ``w`` by queue priority or admitted by age ahead of it
+        (:func:`.aging.admitted_ahead`): the cycle never takes it for ``w`` in-quota."""
+        return bool(admitted_ahead(specs.get(v.queue), spec, v, w, w_aged, started.get(v.id)))
 
     # Work due to end within the grace period is a victim like any other, but one the
     # preemptor awaits rather than evicts (below).

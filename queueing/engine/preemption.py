@@ -18,7 +18,10 @@ Candidate victims, in the order they are tried:
    quota's share after losing the victim (Kueue's LessThanOrEqualToFinalShare), so
    the victim's quota could never take it back -- no ping-pong.
 2. **InQueue** -- lower-priority workloads of the same quota, but never one that ranks
-   ahead of the preemptor by age (aged, and the preemptor fresh or queued later).
+   ahead of the preemptor in the order the cycle admits in: of a queue of higher queue
+   priority, or by age (aged, and the preemptor fresh or queued later). Fair share
+   spares them too (:func:`.aging.admitted_ahead`); a reclaim of a guaranteed min does
+   not.
 
 Within each group: lower priority first, then the most recently admitted (least work
 lost), then the higher id. A workload expected to finish within ``preempt_grace_s``
@@ -50,7 +53,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from queueing.engine.aging import admitted_by_age_ahead, aged_before
+from queueing.engine.aging import admitted_ahead, aged_before
 from queueing.engine.nodes import EligKey
 from queueing.engine.types import PREEMPTED, QueueSpec, WorkloadSpec
 from queueing.engine.victim_lists import (
@@ -374,8 +377,8 @@ def find_victims(cy: Cycle, w: WorkloadSpec, qi: int, spec: QueueSpec) -> Found 
     w_aged = w.queue_order_at <= aged_before(spec, now_)
 
     def ahead(v: WorkloadSpec) -> bool:
-        """Whether ``v`` was admitted by age ahead of ``w`` (:func:`.aging.admitted_by_age_ahead`)."""
-        return admitted_by_age_ahead(specs.get(v.queue), v, w, w_aged)
+        """Whether ``v`` ranks ahead of ``w`` by queue priority or age (:func:`.aging.admitted_ahead`)."""
+        return bool(admitted_ahead(specs.get(v.queue), spec, v, w, w_aged))
 
     if qi in need:
         # Only the quota's own workloads lower its own usage.

@@ -16,7 +16,14 @@ class Queue(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="queues")
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
     policy = models.CharField(max_length=12, choices=Policy.choices, default=Policy.PRIORITY)
-    priority = models.IntegerField(default=0, help_text="Higher queues are considered first.")
+    priority = models.IntegerField(
+        default=0,
+        help_text=(
+            "Higher queues are considered first, before fair share and workload priority; "
+            "work they admit is not preempted for work of lower queues (a guaranteed min "
+            "is still reclaimed)."
+        ),
+    )
     priority_threshold = models.IntegerField(
         default=0, help_text="Intelligent: workloads at or above this priority block the queue."
     )
