@@ -56,7 +56,7 @@ class FairShare:
         self.alpha = alpha
         self.tau = mean_life(half_life_s) if half_life_s > 0 else 1.0
         self.penalty = entry_penalty_s
-        self.runtime = runtime
+        self.runtime = list(runtime)
         self.used = used
         self.ledger: list[dict[str, float]] = [dict(x) for x in ledger]
         self.weight = [w if w > 0 else 1e-9 for w in weight]
@@ -113,6 +113,22 @@ class FairShare:
             return hist / self.weight[qi]
         a = self.alpha
         return (a * inst + (1.0 - a) * hist) / self.weight[qi]
+
+    def shrink(self, qi: int, k: str, cap: int) -> None:
+        """Score quota ``qi`` as if its runtime quota of ``k`` were ``cap`` (no more than
+        it was): its demand fell below its share, and the next split gives it no more
+        than it holds. For the forward simulation, which splits again only now and then
+        (:mod:`.forecast_sim`): with the share it had, a quota whose work had just ended
+        looked far below it and went first, where the cycle's fresh split ranks it by
+        what it keeps (the demo's nlp-research at 0.28 against 0.50)."""
+        rt = self.runtime[qi]
+        if rt.get(k, 0) <= cap:
+            return
+        rt = dict(rt)
+        rt[k] = cap
+        self.runtime[qi] = rt
+        self.inst_base[qi] = self._base(self.used[qi], rt, 1.0)
+        self.hist_base[qi] = self._base(self.ledger[qi], rt, self.tau)
 
     def share(self, qi: int) -> float:
         """The quota's current score without a candidate."""
