@@ -638,6 +638,20 @@ class Simulation:
         self.jumped.clear()
         qheap = self.qheap
         queues = self.queues
+        if len(qheap) > 1:
+            # Each round is a cycle, whose tournament ranks afresh. A queue woken
+            # between rounds was ranked when woken, with the last round's time and its
+            # record of which aged workload of the queue went first, and a key is
+            # checked only for being too early when popped: demo seed 8's aged
+            # large-213 (another aged job of its queue had gone first the round
+            # before) was looked at after two later jobs of another quota, which took
+            # the nodes the cycle admitted it on.
+            stale = [qidx for _, qidx in qheap]
+            qheap.clear()
+            for qidx in stale:
+                queues[qidx].in_heap = False
+            for qidx in stale:
+                self._schedule(queues[qidx])
         nodes = self.nodes
         eta = self.eta
         cy = self.cy
