@@ -27,12 +27,8 @@ Simplifications, on purpose:
   on capacity already idle. Between those instants claims do not grow (recomputing
   at every instant while heads claim cost 2-3 times the simulation's CPU on a 14k
   world and forecast gpu-heavy no better). Between splits, a quota whose demand fell
-  below its share is ranked in the fair-share order by what it still asks
-  (``FairShare.shrink``), as the cycle's fresh split ranks it: with the share it had,
-  the demo's nlp-research went first on freed nodes in the forecast and second in
-  the cycle (told every runtime and arrival, demo seed 8 erred 0.067, now 0.020;
-  splitting at every end, 0.018, left the 60k world's forecast 118 of the 750
-  ETAs a 1-s budget reached). An aged workload of a queue whose policy
+  below its share is ranked by what it still asks (:func:`.forecast_split.keep_shares`).
+  An aged workload of a queue whose policy
   does not block holds its quota's room once it fails (as
   ``Cycle.hold_aged``), at the start and in virtual time;
 * the cycle's reservations for its waiting preemptors are held again (``holds``),
@@ -97,7 +93,13 @@ from queueing.engine.forecast_preempt import (
     victim_ended,
     watch_reclaim,
 )
-from queueing.engine.forecast_split import any_usable, requota, surplus_helps, unused_share
+from queueing.engine.forecast_split import (
+    any_usable,
+    keep_shares,
+    requota,
+    surplus_helps,
+    unused_share,
+)
 from queueing.engine.forecast_window import PARK_BUDGET, SimCand, SimQueue, fill
 from queueing.engine.holds import nonpreemptible_short
 from queueing.engine.nodes import EligKey, NodeIndex
@@ -537,13 +539,7 @@ class Simulation:
                 self._requota(t)
                 touched_q = set(self.quota_files)
             elif surplus:
-                # Not split again: what a quota no longer uses stays its share, but the
-                # fair-share order ranks it by what it keeps (``FairShare.shrink``).
-                children = tree.children
-                runtime = self.runtime
-                for (qi, k), v in surplus.items():
-                    if not children[qi]:
-                        self.fair.shrink(qi, k, runtime[qi].get(k, 0) - v)
+                keep_shares(self, surplus)
             wake_quota(self, touched_q)
             wake_nodes(self, touched_n)
             wake_behind(self, fell)
@@ -640,12 +636,9 @@ class Simulation:
         queues = self.queues
         if len(qheap) > 1:
             # Each round is a cycle, whose tournament ranks afresh. A queue woken
-            # between rounds was ranked when woken, with the last round's time and its
-            # record of which aged workload of the queue went first, and a key is
-            # checked only for being too early when popped: demo seed 8's aged
-            # large-213 (another aged job of its queue had gone first the round
-            # before) was looked at after two later jobs of another quota, which took
-            # the nodes the cycle admitted it on.
+            # between rounds was keyed with the last round's time and its record of
+            # which aged job went first (a key is checked only for being too early):
+            # demo seed 8's aged large-213 went third, after two later jobs.
             stale = [qidx for _, qidx in qheap]
             qheap.clear()
             for qidx in stale:

@@ -2,7 +2,8 @@
 and how: the split of its state as the cycle would make it (:func:`requota`), and the
 tests that say a recomputation may let something start -- a quota's demand fell below
 its share (:func:`unused_share`, :func:`surplus_helps`), or demand that could not use
-its share can now (:func:`any_usable`).
+its share can now (:func:`any_usable`); and, between splits, the fair-share order of a
+quota whose demand fell below its share (:func:`keep_shares`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from queueing.engine.unusable import still_unusable
 if TYPE_CHECKING:
     from queueing.engine.forecast_sim import Simulation
 
-__all__ = ["any_usable", "limits", "requota", "surplus_helps", "unused_share"]
+__all__ = ["any_usable", "keep_shares", "limits", "requota", "surplus_helps", "unused_share"]
 
 
 def requota(sim: Simulation, t: float) -> None:
@@ -63,6 +64,26 @@ def unused_share(sim: Simulation, ended: set[tuple[int, str]]) -> dict[tuple[int
         if r > held:
             out[qi, k] = r - held
     return out
+
+
+def keep_shares(sim: Simulation, surplus: Mapping[tuple[int, str], int]) -> None:
+    """Between splits, rank each quota whose demand fell below its share (``surplus``,
+    from :func:`unused_share`) by what it still keeps, as the cycle's fresh split ranks
+    it (``FairShare.shrink``); its share for fitting stays until the next split.
+
+    With the share it had, the demo's nlp-research scored 0.28 against the cycle's 0.50
+    and went first on freed nodes in the forecast, second in the cycle (told every
+    runtime and arrival, demo seed 8 erred 0.067, now 0.020). Splitting again at every
+    end was as faithful (0.018) but left the 60k world's forecast 118 of the 750 ETAs
+    a 1-s budget reached. A quota with quotas below counts its whole runtime quota as
+    surplus (:func:`unused_share`): not ranked by it.
+    """
+    children = sim.tree.children
+    runtime = sim.runtime
+    shrink = sim.fair.shrink
+    for (qi, k), v in surplus.items():
+        if not children[qi]:
+            shrink(qi, k, runtime[qi].get(k, 0) - v)
 
 
 def surplus_helps(sim: Simulation, surplus: Mapping[tuple[int, str], int]) -> bool:
